@@ -1,0 +1,89 @@
+#include "formulas/attention.h"
+
+#include "formulas/matmul.h"
+#include "formulas/shapes.h"
+
+namespace torchscan::attention {
+namespace {
+
+bool Consistent(absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                absl::Span<const int64_t> v) {
+  if (q.size() != 4 || k.size() != 4 || v.size() != 4) return false;
+  const bool same = q[0] == k[0] && k[0] == v[0] && k[1] == v[1] && q[3] == k[3] && k[2] == v[2];
+  return same && k[1] > 0 && q[1] >= k[1] && q[1] % k[1] == 0;
+}
+
+FormulaResult FromShapes(const OpCall& call, size_t first_qkv, const TensorMeta* grad_out) {
+  const TensorMeta* q = TensorArg(call, first_qkv, 4);
+  const TensorMeta* k = TensorArg(call, first_qkv + 1, 4);
+  const TensorMeta* v = TensorArg(call, first_qkv + 2, 4);
+  if (!q || !k || !v) return ShapeMismatch(call, "expected dense 4-D query, key and value");
+  const int64_t flops = grad_out ? SdpaBackwardFlops(grad_out->sizes, q->sizes, k->sizes, v->sizes)
+                                 : SdpaForwardFlops(q->sizes, k->sizes, v->sizes);
+  if (flops < 0) return ShapeMismatch(call, "query/key/value shapes are inconsistent");
+  return FormulaResult::Complete(flops);
+}
+
+FormulaResult Varlen(const OpCall& call) {
+  return FormulaResult::Unavailable(
+      "unsupported_operator_formula",
+      std::string(call.name) +
+          ": variable-length (cumulative sequence offsets) attention needs offset values, "
+          "which TorchScan does not read");
+}
+
+}  // namespace
+
+int64_t SdpaForwardFlops(absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                         absl::Span<const int64_t> v) {
+  if (!Consistent(q, k, v)) return -1;
+  const int64_t bh = q[0] * q[1], sq = q[2], d = q[3], sk = k[2], dv = v[3];
+  return bh * (matmul::MmFlops(sq, d, sk) + matmul::MmFlops(sq, sk, dv));
+}
+
+int64_t SdpaBackwardFlops(absl::Span<const int64_t> g, absl::Span<const int64_t> q,
+                          absl::Span<const int64_t> k, absl::Span<const int64_t> v) {
+  if (!Consistent(q, k, v) || g.size() != 4 || g[0] != q[0] || g[1] != q[1] || g[2] != q[2] ||
+      g[3] != v[3]) {
+    return -1;
+  }
+  const int64_t bh = q[0] * q[1], sq = q[2], d = q[3], sk = k[2], dv = v[3];
+  return bh * (matmul::MmFlops(sq, d, sk)      // recompute scores
+               + matmul::MmFlops(sq, dv, sk)   // grad scores = grad_out @ v^T
+               + matmul::MmFlops(sk, sq, dv)   // grad v = scores^T @ grad_out
+               + matmul::MmFlops(sq, sk, d)    // grad q = grad scores @ k
+               + matmul::MmFlops(d, sq, sk));  // grad k = q^T @ grad scores
+}
+
+FormulaResult SdpaForward(const OpCall& call) { return FromShapes(call, 0, nullptr); }
+
+FormulaResult SdpaBackward(const OpCall& call) {
+  const TensorMeta* g = TensorArg(call, 0, 4);
+  if (!g) return ShapeMismatch(call, "expected a 4-D grad_out");
+  return FromShapes(call, 1, g);
+}
+
+// _flash_attention_forward(query, key, value, cum_seq_q, cum_seq_k, ...).
+// Like torch.utils.flop_counter, the dense case reads the shapes in the
+// (b, h, s, d) order of the other kernels, so both views agree exactly.
+FormulaResult FlashForward(const OpCall& call) {
+  if (!call.arg(3).is_none()) return Varlen(call);
+  return FromShapes(call, 0, nullptr);
+}
+// _efficient_attention_forward(query, key, value, bias, cu_seqlens_q, ...).
+FormulaResult EfficientForward(const OpCall& call) {
+  if (!call.arg(4).is_none()) return Varlen(call);
+  return FromShapes(call, 0, nullptr);
+}
+// _flash_attention_backward(grad_out, query, key, value, out, logsumexp, cum_seq_q, ...).
+FormulaResult FlashBackward(const OpCall& call) {
+  if (!call.arg(6).is_none()) return Varlen(call);
+  return SdpaBackward(call);
+}
+// _efficient_attention_backward(grad_out, query, key, value, bias, out, cu_seqlens_q, ...).
+FormulaResult EfficientBackward(const OpCall& call) {
+  if (!call.arg(6).is_none()) return Varlen(call);
+  return SdpaBackward(call);
+}
+
+}  // namespace torchscan::attention

@@ -1,0 +1,67 @@
+#include "formulas/matmul.h"
+
+#include "formulas/shapes.h"
+
+namespace torchscan::matmul {
+namespace {
+
+// (m x k) @ (k x n) read from arguments ia, ib.
+FormulaResult Matrix(const OpCall& call, size_t ia, size_t ib) {
+  const TensorMeta* a = TensorArg(call, ia, 2);
+  const TensorMeta* b = TensorArg(call, ib, 2);
+  if (!a || !b) return ShapeMismatch(call, "expected two 2-D tensors");
+  if (a->size(1) != b->size(0)) return ShapeMismatch(call, "inner dimensions differ");
+  return FormulaResult::Complete(MmFlops(a->size(0), a->size(1), b->size(1)));
+}
+
+// (B x m x k) @ (B x k x n): B independent matrix products.
+FormulaResult Batched(const OpCall& call, size_t ia, size_t ib) {
+  const TensorMeta* a = TensorArg(call, ia, 3);
+  const TensorMeta* b = TensorArg(call, ib, 3);
+  if (!a || !b) return ShapeMismatch(call, "expected two 3-D tensors");
+  if (a->size(0) != b->size(0) || a->size(2) != b->size(1)) {
+    return ShapeMismatch(call, "batch or inner dimensions differ");
+  }
+  return FormulaResult::Complete(a->size(0) * MmFlops(a->size(1), a->size(2), b->size(2)));
+}
+
+}  // namespace
+
+FormulaResult Mm(const OpCall& call) { return Matrix(call, 0, 1); }
+FormulaResult Addmm(const OpCall& call) { return Matrix(call, 1, 2); }  // bias omitted
+FormulaResult ScaledMm(const OpCall& call) { return Matrix(call, 0, 1); }  // scales omitted
+FormulaResult IntMm(const OpCall& call) { return Matrix(call, 0, 1); }  // integers count
+FormulaResult Bmm(const OpCall& call) { return Batched(call, 0, 1); }
+FormulaResult Baddbmm(const OpCall& call) { return Batched(call, 1, 2); }
+// addbmm sums the B products into one matrix: the B*m*n dots are the work;
+// the reduction over the batch is the accumulation the 2K convention already
+// charges (one K-term dot of length B*k per output).
+FormulaResult Addbmm(const OpCall& call) { return Batched(call, 1, 2); }
+
+// One dot of K terms: 2K.
+FormulaResult Dot(const OpCall& call) {
+  const TensorMeta* a = TensorArg(call, 0, 1);
+  const TensorMeta* b = TensorArg(call, 1, 1);
+  if (!a || !b || a->size(0) != b->size(0)) return ShapeMismatch(call, "expected two equal 1-D tensors");
+  return FormulaResult::Complete(2 * a->size(0));
+}
+
+// (m x k) @ (k): m dots of k terms.
+static FormulaResult MatVec(const OpCall& call, size_t im, size_t iv) {
+  const TensorMeta* m = TensorArg(call, im, 2);
+  const TensorMeta* v = TensorArg(call, iv, 1);
+  if (!m || !v || m->size(1) != v->size(0)) return ShapeMismatch(call, "expected (m x k) and (k)");
+  return FormulaResult::Complete(MmFlops(m->size(0), m->size(1), 1));
+}
+FormulaResult Mv(const OpCall& call) { return MatVec(call, 0, 1); }
+FormulaResult Addmv(const OpCall& call) { return MatVec(call, 1, 2); }
+
+// Outer product (m) x (n): m*n one-term dots, 2 each (the K=1 case of 2K).
+FormulaResult Addr(const OpCall& call) {
+  const TensorMeta* a = TensorArg(call, 1, 1);
+  const TensorMeta* b = TensorArg(call, 2, 1);
+  if (!a || !b) return ShapeMismatch(call, "expected two 1-D tensors");
+  return FormulaResult::Complete(MmFlops(a->size(0), 1, b->size(0)));
+}
+
+}  // namespace torchscan::matmul

@@ -1,0 +1,27 @@
+// Operator-view FLOPs of the matrix-product family (native convention:
+// 2K per K-term dot; fused bias and alpha/beta scaling omitted).
+#pragma once
+
+#include "formulas/op_call.h"
+#include "formulas/result.h"
+
+namespace torchscan::matmul {
+
+// Pure counts, reusable by other families (attention, convolution).
+// (m x k) @ (k x n): m*n dots of k terms -> 2*m*n*k.
+inline int64_t MmFlops(int64_t m, int64_t k, int64_t n) { return 2 * m * n * k; }
+
+FormulaResult Mm(const OpCall& call);        // aten::mm(a, b)
+FormulaResult Addmm(const OpCall& call);     // aten::addmm(self, a, b)
+FormulaResult Bmm(const OpCall& call);       // aten::bmm(a, b)
+FormulaResult Baddbmm(const OpCall& call);   // aten::baddbmm(self, a, b)
+FormulaResult ScaledMm(const OpCall& call);  // aten::_scaled_mm(a, b, ...)
+// TorchScan fallbacks for products native PyTorch does not count.
+FormulaResult Dot(const OpCall& call);       // aten::dot / vdot(a, b)
+FormulaResult Mv(const OpCall& call);        // aten::mv(mat, vec)
+FormulaResult Addmv(const OpCall& call);     // aten::addmv(self, mat, vec)
+FormulaResult Addbmm(const OpCall& call);    // aten::addbmm(self, a, b)
+FormulaResult Addr(const OpCall& call);      // aten::addr(self, v1, v2)
+FormulaResult IntMm(const OpCall& call);     // aten::_int_mm(a, b)
+
+}  // namespace torchscan::matmul

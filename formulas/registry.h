@@ -1,0 +1,52 @@
+// The built-in formula table and the zero-cost rules: immutable, shared by
+// every scan. Sessions layer caller overrides on top (caller > native >
+// fallback); nothing here is ever mutated at run time.
+#pragma once
+
+#include <ATen/core/function_schema.h>
+
+#include <string_view>
+
+#include "absl/types/span.h"
+#include "formulas/op_call.h"
+#include "formulas/result.h"
+
+namespace torchscan {
+
+using FormulaFn = FormulaResult (*)(const OpCall&);
+
+// Where an operator-view formula comes from.
+enum class FormulaSource : uint8_t {
+  kCaller,    // supplied for one scan
+  kNative,    // same formula and convention as torch.utils.flop_counter
+  kFallback,  // TorchScan's own (torchscan_flops_v1) where PyTorch has none
+};
+const char* FormulaSourceName(FormulaSource s);
+
+struct OperatorFormula {
+  std::string_view op;  // qualified operator name without overload: "aten::mm"
+  FormulaFn flops;
+  FormulaSource source;
+};
+
+// Every built-in operator-view formula (the coverage audit reads this list).
+absl::Span<const OperatorFormula> BuiltinOperatorFormulas();
+// Formula for "ns::name" (all overloads; in-place "name_" shares "name").
+const OperatorFormula* FindOperatorFormula(std::string_view op);
+
+// Why an operator costs no FLOPs at all.
+enum class ZeroCostReason : uint8_t {
+  kNone,        // not zero-cost: needs a formula
+  kView,        // returns an alias of an input (from its schema)
+  kMetadata,    // reads or sets tensor metadata only
+  kAllocation,  // allocates uninitialised memory
+  kFill,        // writes constants
+  kCopy,        // copies / converts / gathers values, no arithmetic
+};
+const char* ZeroCostReasonName(ZeroCostReason r);
+
+// Zero-cost rule for an operator: an explicit name list first, then the
+// schema rule (every return aliases an input without writing it).
+ZeroCostReason ClassifyZeroCost(const c10::FunctionSchema& schema);
+
+}  // namespace torchscan

@@ -1,0 +1,7 @@
+"""TorchScan: what a PyTorch model call costs, counted inside the dispatcher."""
+
+from torchscan.flops import FlopScan, measure_flops, scan, tls_mode_included
+
+__version__ = "0.1.0"
+
+__all__ = ["FlopScan", "measure_flops", "scan", "tls_mode_included", "__version__"]

@@ -1,0 +1,142 @@
+"""Operator-view FLOP counting: `scan()` and `measure_flops()`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Mapping, Optional
+
+import torch
+
+from torchscan._library import Session
+
+__all__ = ["scan", "measure_flops", "tls_mode_included", "FlopScan"]
+
+
+def tls_mode_included() -> bool:
+    """Whether this thread's dispatch TLS includes TorchScan's mode key."""
+    return bool(Session.mode_key_included())
+
+
+def _op_name(key: Any) -> str:
+    if isinstance(key, torch._ops.OpOverloadPacket):
+        return key._qualified_op_name
+    if isinstance(key, torch._ops.OpOverload):
+        raise TypeError(
+            f"torchscan: custom_mapping keys are operator packets like torch.ops.aten.mm, "
+            f"not overloads like {key}; use {key.overloadpacket}")
+    raise TypeError(
+        f"torchscan: custom_mapping keys are operator packets like torch.ops.aten.mm; got {key!r}")
+
+
+class _TensorMeta:
+    """What a `_get_raw` caller formula receives instead of a tensor."""
+
+    __slots__ = ("shape", "dtype", "device")
+
+    def __init__(self, shape, dtype, device):
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+
+    def size(self, dim: Optional[int] = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self):
+        return f"TensorMeta(shape={tuple(self.shape)}, dtype={self.dtype}, device={self.device})"
+
+
+def _decode(value, raw: bool):
+    if isinstance(value, list):
+        return [_decode(v, raw) for v in value]
+    if isinstance(value, dict):
+        if "__tensor__" in value:
+            t = value["__tensor__"]
+            shape = None if t["shape"] is None else torch.Size(t["shape"])
+            if not raw:
+                return shape
+            return _TensorMeta(shape, getattr(torch, t["dtype"], None), torch.device(t["device"]))
+        return None  # "__other__": not representable as a value
+    return value
+
+
+class FlopScan:
+    """One scan of the calling thread. Use as a context manager:
+
+    >>> with torchscan.scan() as s:
+    ...     model(x)
+    >>> s.report()["total"]["status"]
+    """
+
+    def __init__(self, custom_mapping: Optional[Mapping[Any, Callable]] = None, *, scope: str = "workload"):
+        self._formulas = {}
+        for key, fn in (custom_mapping or {}).items():
+            if not callable(fn):
+                raise TypeError(f"torchscan: custom_mapping[{key}] must be callable, got {type(fn).__name__}")
+            self._formulas[_op_name(key)] = fn
+        self._session = Session(scope)
+        for name in self._formulas:
+            self._session.defer_formula(name)
+        self._report = None
+
+    def __enter__(self) -> "FlopScan":
+        self._session.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self._session.stop()
+        return False  # exceptions propagate unchanged
+
+    def report(self) -> dict:
+        """The schema-v1 FlopReport, once the scan has stopped."""
+        if self._session.active():
+            raise RuntimeError("torchscan: the report is available once the scan has stopped")
+        if self._report is None:
+            if self._formulas:
+                self._resolve_caller_formulas()
+            self._report = json.loads(self._session.flop_report())
+        return self._report
+
+    def _resolve_caller_formulas(self) -> None:
+        values = {}
+        for call in json.loads(self._session.deferred_calls()):
+            fn = self._lookup(call["op"])
+            raw = getattr(fn, "_get_raw", False)
+            args = [_decode(a, raw) for a in call["args"]]
+            kwargs = {k: _decode(v, raw) for k, v in call["kwargs"].items()}
+            out = _decode(call["out"], raw)
+            # FlopCounterMode's calling convention: shapes for tensors, the
+            # output as out_shape (or out_val for raw formulas).
+            result = fn(*args, **kwargs, out_val=out) if raw else fn(*args, out_shape=out, **kwargs)
+            values[str(call["index"])] = int(result)
+        self._session.set_deferred_results(json.dumps(values))
+
+    def _lookup(self, packet: str) -> Callable:
+        name = packet.replace(".", "::", 1)
+        if name in self._formulas:
+            return self._formulas[name]
+        return self._formulas[name[:-1]]  # in-place variant shares the formula
+
+
+def scan(custom_mapping: Optional[Mapping[Any, Callable]] = None) -> FlopScan:
+    """Scan the calling thread for the duration of a `with` block."""
+    return FlopScan(custom_mapping)
+
+
+def measure_flops(workload: Callable[[], Any], *, custom_mapping: Optional[Mapping[Any, Callable]] = None) -> dict:
+    """Run `workload()` once and return its operator-view FlopReport.
+
+    custom_mapping: FlopCounterMode-style formulas ({torch.ops.aten.foo: fn},
+    fn(*arg_shapes, out_shape=..., **kwargs)) for this call only; they take
+    priority over the built-in ones. Errors raised by the workload propagate
+    unchanged.
+    """
+    if not callable(workload):
+        raise TypeError("torchscan.measure_flops(workload): workload must be a zero-argument callable, "
+                        f"got {type(workload).__name__}")
+    s = FlopScan(custom_mapping)
+    with s:
+        workload()
+    return s.report()

@@ -1,0 +1,39 @@
+// The FlopReport (reference: report schema, "FlopReport"): built from
+// per-operator tallies, independent of the dispatcher.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "reports/metric.h"
+
+namespace torchscan::reports {
+
+inline constexpr char kOperatorMethod[] = "operator_dispatch";
+inline constexpr char kOperatorConvention[] =
+    "torchscan_flops_v1 operator view: native PyTorch formulas (2K per K-term dot; fused bias "
+    "and alpha/beta scaling omitted) with TorchScan fallbacks where PyTorch has none";
+
+struct IgnoredOperator {
+  int64_t calls = 0;
+  std::string reason;
+};
+
+struct FlopTally {
+  std::string torch_version;
+  std::string scope = "workload";  // "forward" for a single model forward
+  bool complete = true;
+  int64_t known = 0;
+  std::map<std::string, int64_t> by_operator;  // "aten.mm" -> FLOPs
+  std::map<std::string, std::map<std::string, int64_t>> by_module;  // label -> op -> FLOPs
+  std::map<std::string, IgnoredOperator> ignored;
+  std::vector<Diagnostic> diagnostics;
+};
+
+nlohmann::json FlopReportJson(const FlopTally& t);
+
+}  // namespace torchscan::reports

@@ -1,0 +1,495 @@
+#!/usr/bin/env python3
+"""TorchScan overhead benchmark.
+
+Every figure printed comes from this one run; the script reports ratios and
+differences measured side by side, never compares against stored timings and
+asserts nothing about speed.
+
+  a. Per-operator interception overhead: N calls of ``torch.add(a, b)`` on
+     4-element CPU tensors, unscanned, under ``torchscan.scan()`` and under
+     ``torch.utils.flop_counter.FlopCounterMode(display=False)``.  Reports the
+     median over repeats of ns per call for each arm, the ns each mode adds per
+     call, and how many times more FlopCounterMode adds than TorchScan.
+  b. End-to-end scanned/unscanned time ratios for ResNet-50 at batch 1
+     (1x3x224x224) and for one TinyDecoder decoding step (after a prefill),
+     eval + no_grad, with FlopCounterMode's ratio for the same workloads.
+
+Arm order rotates through every permutation across repeats (so each arm runs
+first, middle and last equally often) to limit drift; each scanned sample uses
+a fresh scan.  Reports (``s.report()`` / ``get_total_flops()``) are built once
+per arm outside the timed region.
+
+Usage:
+  python3 tools/benchmark.py                 # full run (a few minutes on 2 cores)
+  python3 tools/benchmark.py --quick         # smoke test (< 60 s)
+  python3 tools/benchmark.py --json out.json # also write every figure as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import itertools
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+
+import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+ns = time.perf_counter_ns
+
+UNSCANNED = "unscanned"
+TORCHSCAN = "torchscan"
+FCM = "flop_counter_mode"
+
+
+# --------------------------------------------------------------------------- #
+# Environment
+# --------------------------------------------------------------------------- #
+
+
+def _import_torchscan():
+    """Import the in-repo ``torchscan`` shim; return (module, None) or (None, why)."""
+    shim = REPO / "python_shim"
+    if (shim / "torchscan" / "__init__.py").exists() and str(shim) not in sys.path:
+        sys.path.insert(0, str(shim))
+    try:
+        import torchscan  # type: ignore
+    except Exception as e:  # noqa: BLE001 - report any load failure, keep benchmarking
+        return None, f"{type(e).__name__}: {e}"
+    if not hasattr(torchscan, "scan"):
+        return None, "torchscan has no scan()"
+    return torchscan, None
+
+
+def _import_models():
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tests.fixtures import models  # noqa: WPS433
+    return models
+
+
+def _cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def machine_info() -> Dict[str, Any]:
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = None
+    return {
+        "processor": platform.processor(),
+        "cpu_model": _cpu_model_name(),
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "release": platform.release(),
+        "nproc": affinity if affinity is not None else os.cpu_count(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+
+
+# --------------------------------------------------------------------------- #
+# Helpers
+# --------------------------------------------------------------------------- #
+
+
+def _median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def _arm_orders(arms: Sequence[str]) -> List[List[str]]:
+    """All permutations, ordered so consecutive repeats alternate direction."""
+    perms = [list(p) for p in itertools.permutations(arms)]
+    out: List[List[str]] = []
+    for p in perms:
+        if p not in out:
+            out.append(p)
+            rev = list(reversed(p))
+            if rev not in out:
+                out.append(rev)
+    return out
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+class Arms:
+    """Context factories for the three arms."""
+
+    def __init__(self, torchscan_mod) -> None:
+        self.ts = torchscan_mod
+        self.names = [UNSCANNED] + ([TORCHSCAN] if torchscan_mod else []) + [FCM]
+
+    def ctx(self, arm: str):
+        if arm == UNSCANNED:
+            return contextlib.nullcontext()
+        if arm == TORCHSCAN:
+            return self.ts.scan()
+        if arm == FCM:
+            return FlopCounterMode(display=False)
+        raise KeyError(arm)
+
+
+def _summarize_flops(arm: str, handle) -> Dict[str, Any]:
+    """Build the arm's report once (outside timing) and extract a FLOP total."""
+    t0 = ns()
+    if arm == TORCHSCAN:
+        rep = handle.report()
+        build_ms = (ns() - t0) / 1e6
+        total = rep.get("total", {}) if isinstance(rep, dict) else {}
+        if not isinstance(total, dict):
+            total = {"value": total}
+        return {
+            "report_build_ms": build_ms,
+            "status": total.get("status"),
+            "value": total.get("value"),
+            "known_value": total.get("known_value", total.get("value")),
+            "report_keys": sorted(rep.keys()) if isinstance(rep, dict) else None,
+        }
+    if arm == FCM:
+        total = handle.get_total_flops()
+        return {"report_build_ms": (ns() - t0) / 1e6, "status": "complete",
+                "value": int(total), "known_value": int(total)}
+    return {}
+
+
+def _count_dispatch_ops(fn: Callable[[], Any]) -> Optional[int]:
+    """ATen calls seen by an empty TorchDispatchMode (below autograd; for scale)."""
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode
+    except ImportError:
+        return None
+
+    class _Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            _Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Count():
+        fn()
+    return _Count.n
+
+
+# --------------------------------------------------------------------------- #
+# a. per-operator overhead
+# --------------------------------------------------------------------------- #
+
+
+def bench_per_op(arms: Arms, n_calls: int, repeats: int) -> Dict[str, Any]:
+    a = torch.ones(4)
+    b = torch.ones(4)
+    add = torch.add
+    loop = range(n_calls)
+
+    def one(arm: str):
+        with _gc_paused():
+            with arms.ctx(arm) as handle:
+                t0 = ns()
+                for _ in loop:
+                    add(a, b)
+                t1 = ns()
+        return (t1 - t0) / n_calls, handle
+
+    # warm-up (small) and one report per scanned arm, outside timing
+    reports: Dict[str, Any] = {}
+    for arm in arms.names:
+        with arms.ctx(arm) as h:
+            for _ in range(min(n_calls, 2000)):
+                add(a, b)
+        if arm != UNSCANNED:
+            reports[arm] = _summarize_flops(arm, h)
+
+    samples: Dict[str, List[float]] = {arm: [] for arm in arms.names}
+    orders = _arm_orders(arms.names)
+    full_report_done = False
+    for r in range(repeats):
+        for arm in orders[r % len(orders)]:
+            per_call, h = one(arm)
+            samples[arm].append(per_call)
+            if arm == TORCHSCAN and not full_report_done:
+                # a report over a full N-call scan, outside timing
+                reports[arm + "_full_scan"] = _summarize_flops(arm, h)
+                full_report_done = True
+            del h
+
+    med = {arm: _median(v) for arm, v in samples.items()}
+    added: Dict[str, Optional[float]] = {}
+    added_paired: Dict[str, Optional[float]] = {}
+    for arm in arms.names:
+        if arm == UNSCANNED:
+            continue
+        added[arm] = med[arm] - med[UNSCANNED]
+        added_paired[arm] = _median([x - y for x, y in zip(samples[arm], samples[UNSCANNED])])
+    ratio = None
+    if TORCHSCAN in added and added[TORCHSCAN] and added[TORCHSCAN] > 0:
+        ratio = added[FCM] / added[TORCHSCAN]
+    return {
+        "op": "torch.add(a, b), a and b float32[4] on CPU",
+        "n_calls": n_calls,
+        "repeats": repeats,
+        "ns_per_call": med,
+        "added_ns_per_call": added,
+        "added_ns_per_call_paired_median": added_paired,
+        "ratio_fcm_added_over_torchscan_added": ratio,
+        "samples_ns_per_call": samples,
+        "reports": reports,
+    }
+
+
+# --------------------------------------------------------------------------- #
+# b. end-to-end
+# --------------------------------------------------------------------------- #
+
+
+def bench_workload(arms: Arms, name: str, desc: str, fn: Callable[[], Any],
+                   repeats: int, warmup: int) -> Dict[str, Any]:
+    def one(arm: str):
+        with _gc_paused():
+            t0 = ns()
+            with arms.ctx(arm) as handle:
+                t1 = ns()
+                fn()
+                t2 = ns()
+            t3 = ns()
+        return t3 - t0, t2 - t1, handle
+
+    reports: Dict[str, Any] = {}
+    for arm in arms.names:
+        for i in range(warmup):
+            _, _, h = one(arm)
+            if i == 0 and arm != UNSCANNED:
+                reports[arm] = _summarize_flops(arm, h)
+            del h
+
+    whole: Dict[str, List[int]] = {arm: [] for arm in arms.names}
+    inner: Dict[str, List[int]] = {arm: [] for arm in arms.names}
+    orders = _arm_orders(arms.names)
+    for r in range(repeats):
+        for arm in orders[r % len(orders)]:
+            w, i, h = one(arm)
+            del h
+            whole[arm].append(w)
+            inner[arm].append(i)
+
+    med_whole = {arm: _median(v) for arm, v in whole.items()}
+    med_inner = {arm: _median(v) for arm, v in inner.items()}
+    ratio = {}
+    ratio_paired = {}
+    ratio_inner = {}
+    for arm in arms.names:
+        if arm == UNSCANNED:
+            continue
+        ratio[arm] = med_whole[arm] / med_whole[UNSCANNED]
+        ratio_paired[arm] = _median([x / y for x, y in zip(whole[arm], whole[UNSCANNED])])
+        ratio_inner[arm] = med_inner[arm] / med_inner[UNSCANNED]
+    ops = _count_dispatch_ops(fn)
+    added_per_op = None
+    if ops:
+        added_per_op = {arm: (med_whole[arm] - med_whole[UNSCANNED]) / ops
+                        for arm in arms.names if arm != UNSCANNED}
+    return {
+        "workload": name,
+        "description": desc,
+        "repeats": repeats,
+        "warmup": warmup,
+        "median_ms": {arm: v / 1e6 for arm, v in med_whole.items()},
+        "median_ms_inside_context": {arm: v / 1e6 for arm, v in med_inner.items()},
+        "ratio_vs_unscanned": ratio,
+        "ratio_vs_unscanned_paired_median": ratio_paired,
+        "ratio_vs_unscanned_inside_context": ratio_inner,
+        "aten_ops_seen_by_torch_dispatch_mode": ops,
+        "added_ns_per_dispatch_mode_op": added_per_op,
+        "samples_ms": {arm: [x / 1e6 for x in v] for arm, v in whole.items()},
+        "reports": reports,
+    }
+
+
+# --------------------------------------------------------------------------- #
+# main
+# --------------------------------------------------------------------------- #
+
+
+def _fmt_ratio(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{x:.3f}x"
+
+
+def _fmt_flops(rep: Dict[str, Any]) -> str:
+    if not rep:
+        return ""
+    kv = rep.get("known_value")
+    kv_s = f"{kv:,}" if isinstance(kv, (int, float)) else str(kv)
+    return f"{rep.get('status')} {kv_s} FLOPs (report built in {rep['report_build_ms']:.1f} ms)"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small N and repeats (smoke test)")
+    p.add_argument("--json", metavar="PATH", help="write all figures as JSON")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    p.add_argument("--n-calls", type=int, help="calls per sample for the per-op test "
+                   "(default 200000; 20000 with --quick)")
+    p.add_argument("--op-repeats", type=int, help="repeats for the per-op test (default 7; 3)")
+    p.add_argument("--resnet-repeats", type=int, help="ResNet-50 repeats (default 15; 3)")
+    p.add_argument("--decoder-repeats", type=int, help="decoder-step repeats (default 101; 12)")
+    p.add_argument("--prefill", type=int, default=32, help="decoder prompt length (default 32)")
+    p.add_argument("--skip-e2e", action="store_true", help="only run the per-op test")
+    p.add_argument("--no-torchscan", action="store_true", help="skip the torchscan arms")
+    args = p.parse_args(argv)
+
+    q = args.quick
+    n_calls = args.n_calls or (20_000 if q else 200_000)
+    op_repeats = args.op_repeats or (3 if q else 7)
+    resnet_repeats = args.resnet_repeats or (3 if q else 15)
+    decoder_repeats = args.decoder_repeats or (12 if q else 101)
+    warmup = 1 if q else 2
+
+    torch.set_num_threads(args.threads)
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(1)
+    torch.manual_seed(0)
+
+    ts, why = (None, "disabled by --no-torchscan") if args.no_torchscan else _import_torchscan()
+    arms = Arms(ts)
+    mach = machine_info()
+    t_start = time.perf_counter()
+
+    print("TorchScan benchmark" + (" (--quick)" if q else ""))
+    print(f"  torch        {torch.__version__}  ({torch.__file__})")
+    if ts is not None:
+        print(f"  torchscan    {getattr(ts, '__version__', '?')}  ({ts.__file__})")
+    else:
+        print(f"  torchscan    NOT AVAILABLE -> torchscan arms skipped ({why})")
+    print(f"  threads      torch.get_num_threads()={torch.get_num_threads()}, "
+          f"interop={torch.get_num_interop_threads()}")
+    print(f"  machine      processor={mach['processor']!r} cpu={mach['cpu_model']!r} "
+          f"nproc={mach['nproc']} ({mach['system']} {mach['release']}, Python {mach['python']})")
+    print()
+
+    result: Dict[str, Any] = {
+        "schema": "torchscan-benchmark/1",
+        "torch_version": torch.__version__,
+        "torchscan_version": getattr(ts, "__version__", None) if ts else None,
+        "torchscan_available": ts is not None,
+        "torchscan_unavailable_reason": why,
+        "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+        "machine": mach,
+        "quick": q,
+        "config": {"n_calls": n_calls, "op_repeats": op_repeats,
+                   "resnet_repeats": resnet_repeats, "decoder_repeats": decoder_repeats,
+                   "warmup": warmup, "prefill": args.prefill},
+    }
+
+    # ---- a. per-operator ------------------------------------------------- #
+    print(f"[a] per-operator overhead: torch.add on float32[4], N={n_calls:,} calls, "
+          f"median of {op_repeats} repeats")
+    per_op = bench_per_op(arms, n_calls, op_repeats)
+    result["per_op"] = per_op
+    for arm in arms.names:
+        line = f"    {arm:<18} {per_op['ns_per_call'][arm]:9.1f} ns/call"
+        if arm != UNSCANNED:
+            line += (f"   added {per_op['added_ns_per_call'][arm]:9.1f} ns/call"
+                     f" (paired {per_op['added_ns_per_call_paired_median'][arm]:.1f})")
+        print(line)
+    r = per_op["ratio_fcm_added_over_torchscan_added"]
+    if r is not None:
+        print(f"    FlopCounterMode adds {r:.1f}x the per-call overhead TorchScan adds")
+    for k, rep in per_op["reports"].items():
+        print(f"    report[{k}]: {_fmt_flops(rep)}")
+    print()
+
+    # ---- b. end-to-end --------------------------------------------------- #
+    if not args.skip_e2e:
+        models = _import_models()
+        e2e: Dict[str, Any] = {}
+
+        resnet = models.resnet50().eval()
+        x = torch.randn(1, 3, 224, 224)
+
+        def resnet_fn():
+            with torch.no_grad():
+                return resnet(x)
+
+        dec = models.TinyDecoder().eval()
+        prompt = torch.randint(0, dec.vocab_size, (1, args.prefill))
+        with torch.no_grad():
+            logits, cache = dec.prefill(prompt)
+        tok = logits[:, -1:].argmax(-1)
+
+        def decoder_fn():
+            with torch.no_grad():
+                return dec.decode_one(tok, cache)
+
+        workloads = [
+            ("resnet50_b1", "ResNet-50 forward, 1x3x224x224, eval, no_grad",
+             resnet_fn, resnet_repeats),
+            ("tiny_decoder_step",
+             f"TinyDecoder one-token decode after a {args.prefill}-token prefill "
+             "(KV cache), eval, no_grad", decoder_fn, decoder_repeats),
+        ]
+        print("[b] end-to-end scanned/unscanned time ratio "
+              "(whole `with` block incl. enter/exit; median over repeats)")
+        for name, desc, fn, reps in workloads:
+            res = bench_workload(arms, name, desc, fn, reps, warmup)
+            e2e[name] = res
+            print(f"    {name}: {desc}; {reps} repeats, warm-up {warmup}; "
+                  f"{res['aten_ops_seen_by_torch_dispatch_mode']} ATen ops "
+                  "(as seen by a TorchDispatchMode)")
+            for arm in arms.names:
+                line = f"      {arm:<18} {res['median_ms'][arm]:10.3f} ms"
+                if arm != UNSCANNED:
+                    line += (f"   ratio {_fmt_ratio(res['ratio_vs_unscanned'][arm])}"
+                             f" (paired {_fmt_ratio(res['ratio_vs_unscanned_paired_median'][arm])},"
+                             f" inside-context {_fmt_ratio(res['ratio_vs_unscanned_inside_context'][arm])})")
+                print(line)
+            for k, rep in res["reports"].items():
+                print(f"      report[{k}]: {_fmt_flops(rep)}")
+        result["end_to_end"] = e2e
+        print()
+
+    elapsed = time.perf_counter() - t_start
+    result["elapsed_s"] = elapsed
+    print(f"total benchmark time {elapsed:.1f} s")
+
+    if args.json:
+        path = Path(args.json)
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(result, f, indent=2, sort_keys=True, default=str)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

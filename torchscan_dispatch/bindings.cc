@@ -1,0 +1,52 @@
+// The `torchscan` TORCH_LIBRARY: a custom class is the control surface, so
+// starting/stopping a scan never goes through the dispatcher (and is never
+// recorded by it).
+#include <torch/custom_class.h>
+#include <torch/library.h>
+
+#include "torchscan_built_against.h"
+#include "torchscan_dispatch/fallback.h"
+#include "torchscan_dispatch/torchscan.h"
+
+namespace torchscan {
+namespace {
+
+void Raise(const absl::Status& st) {
+  if (st.ok()) return;
+  if (st.code() == absl::StatusCode::kInvalidArgument) TORCH_CHECK_VALUE(false, std::string(st.message()));
+  TORCH_CHECK(false, std::string(st.message()));
+}
+
+template <class T>
+T Value(absl::StatusOr<T> v) {
+  Raise(v.status());
+  return *std::move(v);
+}
+
+struct ScriptSession : torch::CustomClassHolder {
+  explicit ScriptSession(std::string scope) : session(ScanOptions{std::move(scope)}) {}
+  Session session;
+};
+
+using Self = c10::intrusive_ptr<ScriptSession>;
+
+}  // namespace
+
+TORCH_LIBRARY(torchscan, m) {
+  m.class_<ScriptSession>("Session")
+      .def(torch::init<std::string>())
+      .def("defer_formula", [](const Self& s, std::string op) { Raise(s->session.DeferOperatorFormula(op)); })
+      .def("start", [](const Self& s) { Raise(s->session.Start()); })
+      .def("stop", [](const Self& s) { Raise(s->session.Stop()); })
+      .def("active", [](const Self& s) { return s->session.active(); })
+      .def("recorded_calls", [](const Self& s) { return static_cast<int64_t>(s->session.recorded_calls()); })
+      .def("deferred_calls", [](const Self& s) { return Value(s->session.DeferredCallsJson()); })
+      .def("set_deferred_results",
+           [](const Self& s, std::string json) { Raise(s->session.SetDeferredResultsJson(json)); })
+      .def("flop_report", [](const Self& s) { return Value(s->session.FlopReportJson()); })
+      .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
+      .def_static("mode_key_included", []() { return ModeKeyIncluded(); })
+      .def_static("built_against", []() { return std::string(TORCHSCAN_BUILT_TORCH_VERSION); });
+}
+
+}  // namespace torchscan

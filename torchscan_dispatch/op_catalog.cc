@@ -1,0 +1,44 @@
+#include "torchscan_dispatch/op_catalog.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace torchscan {
+
+const OpInfo& OpCatalog::Get(const c10::OperatorHandle& op) {
+  auto it = infos_.find(op);
+  if (it != infos_.end()) return it->second;
+  OpInfo info;
+  const auto& name = op.operator_name();
+  info.name = name.name;
+  info.overload = name.overload_name;
+  info.packet = absl::StrReplaceAll(name.name, {{"::", "."}});
+  if (op.hasSchema()) info.zero_cost = ClassifyZeroCost(op.schema());
+  info.builtin = FindOperatorFormula(info.name);
+  info.has_math_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+  return infos_.emplace(op, std::move(info)).first->second;
+}
+
+bool OpCatalog::RanDecomposition(const c10::OperatorHandle& op, c10::DispatchKeySet keys) {
+  if (!Get(op).has_math_kernel) return false;
+  auto it = tables_.find(op);
+  if (it == tables_.end()) it = tables_.emplace(op, op.dumpComputedTable()).first;
+  const std::string& table = it->second;
+  for (c10::DispatchKeySet rest = keys; !rest.empty();) {
+    const c10::DispatchKey k = rest.highestPriorityTypeId();
+    rest = rest.remove(k);
+    if (k == c10::DispatchKey::Undefined) break;
+    // Lines read "<Key>: registered at <file>:<line> [<kind>]".
+    const std::string prefix = absl::StrCat(c10::toString(k), ": ");
+    size_t pos = absl::StartsWith(table, prefix) ? 0 : table.find("\n" + prefix);
+    if (pos == std::string::npos) continue;  // no entry: falls through to the next key
+    const size_t end = table.find('\n', pos + 1);
+    const absl::string_view line(table.data() + pos, (end == std::string::npos ? table.size() : end) - pos);
+    if (absl::StrContains(line, "fallthrough") || absl::StrContains(line, "[backend fallback]")) continue;
+    return absl::StrContains(line, "[math kernel]");
+  }
+  return false;
+}
+
+}  // namespace torchscan

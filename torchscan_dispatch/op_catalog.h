@@ -1,0 +1,39 @@
+// What TorchScan knows about an operator: names, zero-cost rule, built-in
+// formula, and whether a given call ran a CompositeImplicitAutograd
+// decomposition. Built lazily when a report is made, never on the hot path.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <string>
+#include <unordered_map>
+
+#include "formulas/registry.h"
+
+namespace torchscan {
+
+struct OpInfo {
+  std::string name;      // "aten::mm"
+  std::string overload;  // "" / "out"
+  std::string packet;    // "aten.mm", the report key (FlopCounterMode's spelling)
+  ZeroCostReason zero_cost = ZeroCostReason::kNone;
+  const OperatorFormula* builtin = nullptr;
+  bool has_math_kernel = false;  // registered CompositeImplicitAutograd kernel
+};
+
+class OpCatalog {
+ public:
+  const OpInfo& Get(const c10::OperatorHandle& op);
+  // True when the kernel this call reached below the mode key is the
+  // operator's CompositeImplicitAutograd decomposition (its children are then
+  // the whole of its work). Asks the dispatcher's computed table, highest
+  // priority key first, so backend, autograd and CompositeExplicit kernels
+  // that win over the decomposition are respected.
+  bool RanDecomposition(const c10::OperatorHandle& op, c10::DispatchKeySet keys);
+
+ private:
+  std::unordered_map<c10::OperatorHandle, OpInfo> infos_;
+  std::unordered_map<c10::OperatorHandle, std::string> tables_;
+};
+
+}  // namespace torchscan

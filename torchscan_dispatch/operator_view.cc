@@ -1,0 +1,163 @@
+#include "torchscan_dispatch/operator_view.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+
+namespace torchscan {
+namespace {
+
+// In-place "name_" falls back to "name" (shared formula), as in the registry.
+template <class Map>
+auto FindInPlaceAware(const Map& m, const std::string& op) -> decltype(m.find(op)) {
+  auto it = m.find(op);
+  if (it != m.end() || op.size() < 2 || op.back() != '_' || op[op.size() - 2] == '_') return it;
+  return m.find(op.substr(0, op.size() - 1));
+}
+
+OpCall CallOf(const Event& e, const OpInfo& info) {
+  return OpCall{info.name, info.overload, e.args, e.outputs};
+}
+
+}  // namespace
+
+bool Overrides::Has(const std::string& op) const { return Find(op) != nullptr || IsDeferred(op); }
+
+const CallerFormula* Overrides::Find(const std::string& op) const {
+  auto it = FindInPlaceAware(formulas, op);
+  return it == formulas.end() ? nullptr : &it->second;
+}
+
+bool Overrides::IsDeferred(const std::string& op) const {
+  return FindInPlaceAware(deferred, op) != deferred.end();
+}
+
+OperatorPlan PlanOperatorView(const std::vector<Event>& events, OpCatalog& catalog,
+                              const Overrides& overrides) {
+  OperatorPlan plan;
+  plan.kind.resize(events.size());
+  plan.covered.resize(events.size());
+  plan.in_opaque.resize(events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
+    const OpInfo& info = catalog.Get(e.op);
+    CallKind k;
+    if (overrides.Find(info.name)) {
+      k = CallKind::kFormula;
+    } else if (overrides.IsDeferred(info.name)) {
+      k = CallKind::kDeferred;
+    } else if (info.builtin) {
+      k = CallKind::kFormula;
+    } else if (info.zero_cost != ZeroCostReason::kNone) {
+      k = CallKind::kZeroCost;
+    } else if (catalog.RanDecomposition(e.op, e.keys)) {
+      k = CallKind::kDecomposition;
+    } else {
+      k = CallKind::kOpaque;
+    }
+    plan.kind[i] = k;
+    if (e.parent >= 0) {
+      const CallKind pk = plan.kind[e.parent];
+      plan.covered[i] = plan.covered[e.parent] || pk == CallKind::kFormula ||
+                        pk == CallKind::kDeferred || pk == CallKind::kZeroCost;
+      plan.in_opaque[i] = plan.in_opaque[e.parent] || pk == CallKind::kOpaque;
+    }
+  }
+  return plan;
+}
+
+reports::FlopTally TallyOperatorView(const std::vector<Event>& events, const OperatorPlan& plan,
+                                     OpCatalog& catalog, const Overrides& overrides,
+                                     const TallyContext& context) {
+  reports::FlopTally t;
+  t.torch_version = context.torch_version;
+  t.scope = context.scope;
+  std::map<std::string, int64_t> uncounted, raised;
+  // (code, packet) -> (calls, first message)
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, std::string>> formula_issues;
+
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (plan.covered[i]) continue;
+    const Event& e = events[i];
+    const OpInfo& info = catalog.Get(e.op);
+    if (e.raised) {
+      // Its kernel threw and the model caught it: its work is unknown.
+      ++raised[info.packet];
+      t.complete = false;
+      continue;
+    }
+    switch (plan.kind[i]) {
+      case CallKind::kFormula: {
+        const CallerFormula* caller = overrides.Find(info.name);
+        const FormulaResult r = caller ? (*caller)(CallOf(e, info)) : info.builtin->flops(CallOf(e, info));
+        if (r.status != MetricStatus::kUnavailable) {
+          t.by_operator[info.packet] += r.value;
+          t.known += r.value;
+        }
+        if (r.status != MetricStatus::kComplete) {
+          t.complete = false;
+          auto& issue = formula_issues[{r.code.empty() ? "incomplete_operator_formula" : r.code, info.packet}];
+          if (issue.first++ == 0) issue.second = r.message;
+        }
+        break;
+      }
+      case CallKind::kDeferred: {
+        auto it = overrides.deferred_values.find(static_cast<int32_t>(i));
+        if (it == overrides.deferred_values.end()) {
+          t.complete = false;
+          auto& issue = formula_issues[{"unsupported_operator_formula", info.packet}];
+          if (issue.first++ == 0) issue.second = "the caller formula was not evaluated";
+        } else {
+          t.by_operator[info.packet] += it->second;
+          t.known += it->second;
+        }
+        break;
+      }
+      case CallKind::kZeroCost: {
+        auto& ig = t.ignored[info.packet];
+        ++ig.calls;
+        ig.reason = ZeroCostReasonName(info.zero_cost);
+        break;
+      }
+      case CallKind::kDecomposition:
+        break;  // its children are visited on their own
+      case CallKind::kOpaque:
+        // The outermost uncounted call names the missing work; calls inside
+        // it are part of that work (their formulas still count as known).
+        if (!plan.in_opaque[i]) ++uncounted[info.packet];
+        t.complete = false;
+        break;
+    }
+  }
+
+  for (const auto& [op, calls] : uncounted) {
+    t.diagnostics.push_back(
+        {"uncounted_operator", "warning", "operator_flops",
+         absl::StrCat(op, " ran ", calls, " time(s) with no FLOP formula; the total is a lower bound"),
+         op, std::nullopt, calls});
+  }
+  for (const auto& [key, issue] : formula_issues) {
+    t.diagnostics.push_back({key.first, "warning", "operator_flops",
+                             absl::StrCat(key.second, ": ", issue.second), key.second,
+                             std::nullopt, issue.first});
+  }
+  for (const auto& [op, calls] : raised) {
+    t.diagnostics.push_back(
+        {"operator_raised", "warning", "operator_flops",
+         absl::StrCat(op, " raised ", calls, " time(s) inside the workload (the error was caught); "
+                      "its work is not counted"),
+         op, std::nullopt, calls});
+  }
+  if (context.unattributed_calls > 0) {
+    t.complete = false;
+    t.diagnostics.push_back(
+        {"unattributed_thread_work", "warning", "operator_flops",
+         absl::StrCat(context.unattributed_calls,
+                      " operator call(s) ran in other threads that inherited the scan's dispatch "
+                      "state (e.g. torch.jit.fork); they are not counted"),
+         std::nullopt, std::nullopt, context.unattributed_calls});
+  }
+  return t;
+}
+
+}  // namespace torchscan

@@ -1,0 +1,56 @@
+// The operator view: decides, per recorded call, who owns its FLOPs
+// (DESIGN.md "Calls form a tree; formulas own subtrees") and tallies them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "reports/flop_report.h"
+#include "torchscan_dispatch/torchscan.h"
+#include "torchscan_dispatch/op_catalog.h"
+#include "torchscan_dispatch/scan_state.h"
+
+namespace torchscan {
+
+// Caller formulas of one scan, keyed "aten::relu".
+struct Overrides {
+  absl::flat_hash_map<std::string, CallerFormula> formulas;
+  absl::flat_hash_set<std::string> deferred;
+  absl::flat_hash_map<int32_t, int64_t> deferred_values;  // event index -> FLOPs
+
+  bool Has(const std::string& op) const;  // exact name, or in-place "name_"
+  const CallerFormula* Find(const std::string& op) const;
+  bool IsDeferred(const std::string& op) const;
+};
+
+enum class CallKind : uint8_t {
+  kFormula,        // a built-in or caller formula owns the call and its subtree
+  kDeferred,       // a caller formula valued after the scan (Python)
+  kZeroCost,       // view/metadata/allocation/fill/copy: zero, owns its subtree
+  kDecomposition,  // CompositeImplicitAutograd: its children are its work
+  kOpaque,         // no formula: uncounted
+};
+
+struct OperatorPlan {
+  std::vector<CallKind> kind;
+  std::vector<bool> covered;    // an ancestor owns this call's FLOPs
+  std::vector<bool> in_opaque;  // an ancestor is uncounted (reported there)
+};
+
+OperatorPlan PlanOperatorView(const std::vector<Event>& events, OpCatalog& catalog,
+                              const Overrides& overrides);
+
+struct TallyContext {
+  std::string torch_version;
+  std::string scope;
+  int64_t unattributed_calls = 0;  // other threads' calls that carried the mode key
+};
+
+reports::FlopTally TallyOperatorView(const std::vector<Event>& events, const OperatorPlan& plan,
+                                     OpCatalog& catalog, const Overrides& overrides,
+                                     const TallyContext& context);
+
+}  // namespace torchscan

@@ -1,0 +1,40 @@
+#include "torchscan_dispatch/scan_state.h"
+
+#include "torchscan_dispatch/recorder.h"
+
+namespace torchscan {
+
+// initial-exec: one pointer read per intercepted call, no __tls_get_addr.
+static thread_local Recorder* tls_top __attribute__((tls_model("initial-exec"))) = nullptr;
+
+Recorder*& ThreadTopRecorder() { return tls_top; }
+
+std::atomic<int64_t>& UnattributedCalls() {
+  static std::atomic<int64_t> calls{0};
+  return calls;
+}
+
+int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                        absl::Span<const c10::IValue> args) {
+  const int32_t index = static_cast<int32_t>(events_.size());
+  Event& e = events_.emplace_back(op, keys, open_);
+  e.args = RecordValues(arena_, args);
+  open_ = index;
+  return index;
+}
+
+void Recorder::End(int32_t index, absl::Span<const c10::IValue> outputs) {
+  Event& e = events_[index];
+  e.outputs = RecordValues(arena_, outputs);
+  e.finished = true;
+  open_ = e.parent;
+}
+
+void Recorder::Abort(int32_t index) {
+  Event& e = events_[index];
+  e.raised = true;
+  e.finished = true;
+  open_ = e.parent;
+}
+
+}  // namespace torchscan

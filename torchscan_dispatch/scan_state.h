@@ -1,0 +1,62 @@
+// The per-scan event tree and the thread-local link the fallback follows.
+// Internal to the engine: the public API is torchscan_dispatch/torchscan.h.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DispatchKey.h>
+#include <c10/core/DispatchKeySet.h>
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "formulas/op_call.h"
+#include "torchscan_dispatch/arena.h"
+
+namespace torchscan {
+
+// The one mode-style key the plugin uses (see DESIGN.md for why this one).
+inline constexpr c10::DispatchKey kModeKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
+
+// One intercepted operator call. Children follow their parent in `events`
+// (pre-order), so a reverse walk visits children before parents.
+struct Event {
+  Event(const c10::OperatorHandle& o, c10::DispatchKeySet k, int32_t p) : op(o), keys(k), parent(p) {}
+  c10::OperatorHandle op;
+  c10::DispatchKeySet keys;  // the set the call was redispatched with
+  int32_t parent;            // -1: called from outside any operator
+  bool finished = false;
+  bool raised = false;       // the kernel threw (the exception propagated)
+  absl::Span<const ArgMeta> args;
+  absl::Span<const ArgMeta> outputs;
+};
+
+// Records the calls of one scan on one thread. Nested scans chain through
+// `outer`; every recorder in the chain sees each call.
+class Recorder {
+ public:
+  Recorder() { events_.reserve(4096); }
+
+  int32_t Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                absl::Span<const c10::IValue> args);
+  void End(int32_t index, absl::Span<const c10::IValue> outputs);
+  void Abort(int32_t index);
+
+  const std::vector<Event>& events() const { return events_; }
+  Recorder* outer = nullptr;
+
+ private:
+  std::vector<Event> events_;
+  Arena arena_;
+  int32_t open_ = -1;  // innermost call still running
+};
+
+// Innermost active recorder of this thread (nullptr outside scans).
+Recorder*& ThreadTopRecorder();
+
+// Calls that reached the fallback in a thread with no scan: threads that
+// inherited the mode key through PyTorch's thread-local-state propagation.
+std::atomic<int64_t>& UnattributedCalls();
+
+}  // namespace torchscan

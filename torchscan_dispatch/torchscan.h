@@ -1,0 +1,84 @@
+// TorchScan's public C++ API.
+//
+//   #include "torchscan_dispatch/torchscan.h"
+//
+//   torchscan::Session session;
+//   {
+//     torchscan::ScanGuard scan(session);   // this thread is scanned
+//     auto y = model.forward({x});
+//   }                                       // scan stopped, TLS restored
+//   std::string report = session.FlopReportJson().value();
+//
+// A Session scans once. Scans nest in one thread (stop in reverse order);
+// a scan never records another thread's work.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "formulas/op_call.h"
+#include "formulas/result.h"
+
+namespace torchscan {
+
+class Recorder;
+
+// A caller formula: one call's metadata in, FLOPs out (operator view).
+using CallerFormula = std::function<FormulaResult(const OpCall&)>;
+
+struct ScanOptions {
+  // Scope label of the totals: "workload" (any work) or "forward".
+  std::string scope = "workload";
+};
+
+class Session {
+ public:
+  explicit Session(ScanOptions options = {});
+  ~Session();  // stops an active scan of this thread
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Overrides for this scan only ("aten::relu" names every overload and the
+  // in-place variant). Must be set before Start().
+  absl::Status SetOperatorFormula(std::string_view op, CallerFormula formula);
+  // An override whose values are supplied after Stop() (by the Python shim).
+  absl::Status DeferOperatorFormula(std::string_view op);
+
+  absl::Status Start();  // scan the calling thread
+  absl::Status Stop();   // same thread; innermost scan first
+  bool active() const;
+  size_t recorded_calls() const;
+
+  // After Stop(): the calls that deferred formulas must value, as JSON
+  // [{"index", "op", "overload", "args": [...], "kwargs": {...}, "out": ...}].
+  absl::StatusOr<std::string> DeferredCallsJson();
+  // {"<index>": flops, ...} for every call DeferredCallsJson listed.
+  absl::Status SetDeferredResultsJson(std::string_view json);
+  // The schema-v1 FlopReport as JSON text.
+  absl::StatusOr<std::string> FlopReportJson();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// Starts a scan for the guard's lifetime; throws c10::Error when it cannot.
+class ScanGuard {
+ public:
+  explicit ScanGuard(Session& session);
+  ~ScanGuard();
+  ScanGuard(const ScanGuard&) = delete;
+  ScanGuard& operator=(const ScanGuard&) = delete;
+
+ private:
+  Session& session_;
+};
+
+// True while this thread's dispatch TLS includes TorchScan's mode key.
+bool ModeKeyIncluded();
+
+}  // namespace torchscan
