@@ -428,6 +428,23 @@ def test_custom_mapping_is_scoped_to_one_call(torchscan, checks):
     assert s.report()["by_operator"] == plain["by_operator"]
 
 
+def test_custom_mapping_does_not_leak_across_nested_scans(torchscan, checks):
+    # Each mapping belongs to the scan it was given to; the enclosing or the
+    # nested scan uses the built-in mm formula (2*3*4*5 = 120) for the same call.
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    seven = {torch.ops.aten.mm: lambda *a, **k: 7}
+
+    with torchscan.scan() as outer:
+        inner = torchscan.measure_flops(lambda: torch.mm(a, b), custom_mapping=seven)
+    assert inner["by_operator"] == {"aten.mm": 7}
+    assert outer.report()["by_operator"] == {"aten.mm": 120}
+
+    with torchscan.scan(custom_mapping=seven) as outer:
+        inner = torchscan.measure_flops(lambda: torch.mm(a, b))
+    assert inner["by_operator"] == {"aten.mm": 120}
+    assert outer.report()["by_operator"] == {"aten.mm": 7}
+
+
 def test_scan_accepts_custom_mapping(torchscan, checks):
     a, b = torch.randn(3, 4), torch.randn(4, 5)
     with torchscan.scan(custom_mapping={torch.ops.aten.relu: _elementwise_flop}) as s:

@@ -155,6 +155,33 @@ def test_exception_from_nested_module_forward(torchscan, checks):
     assert report["total"]["value"] == fcm_total == 2 * 2 * 4 * 6  # addmm (2,4)@(4,6)
 
 
+class _FailingBackward(torch.autograd.Function):
+    error = None
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise _FailingBackward.error
+
+
+def test_exception_from_backward_propagates_unchanged(torchscan, checks, mats):
+    # Plain torch hands the very same exception object back from backward();
+    # scanning the backward pass must not change that.
+    a, b = mats
+    error = BoomError("raised in backward")
+    _FailingBackward.error = error
+    x = torch.randn(3, requires_grad=True)
+
+    with pytest.raises(BoomError) as excinfo:
+        torchscan.measure_flops(lambda: _FailingBackward.apply(x).sum().backward())
+    assert excinfo.value is error
+    _assert_tls_clean(torchscan, checks)
+    assert torchscan.measure_flops(lambda: torch.mm(a, b))["by_operator"] == {"aten.mm": MM}
+
+
 def test_successful_scan_leaves_module_state_and_hooks(torchscan):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2))

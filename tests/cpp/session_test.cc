@@ -1,0 +1,218 @@
+// The engine on real ATen calls: call tree, ownership, TLS, nesting,
+// exceptions, threads and caller formulas.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "torchscan_dispatch/scan_state.h"
+#include "torchscan_dispatch/torchscan.h"
+
+namespace torchscan {
+namespace {
+
+nlohmann::json Report(Session& s) { return nlohmann::json::parse(s.FlopReportJson().value()); }
+
+template <class F>
+nlohmann::json Scan(F&& workload) {
+  Session s;
+  {
+    ScanGuard guard(s);
+    workload();
+  }
+  return Report(s);
+}
+
+const nlohmann::json* FindDiagnostic(const nlohmann::json& r, const std::string& code, const std::string& op) {
+  for (const auto& d : r["diagnostics"]) {
+    if (d["code"] == code && d.value("operator", "") == op) return &d;
+  }
+  return nullptr;
+}
+
+TEST(Session, EmptyScanIsCompleteZero) {
+  const auto r = Scan([] {});
+  EXPECT_EQ(r["schema_version"], 1);
+  EXPECT_EQ(r["total"]["status"], "complete");
+  EXPECT_EQ(r["total"]["value"], 0);
+  EXPECT_TRUE(r["by_operator"].empty());
+}
+
+TEST(Session, CountsMmComplete) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  const auto r = Scan([&] { at::mm(a, b); });
+  // 8 outputs x 3 terms x 2 = 48.
+  EXPECT_EQ(r["by_operator"]["aten.mm"], 48);
+  EXPECT_EQ(r["total"]["status"], "complete");
+  EXPECT_EQ(r["total"]["value"], 48);
+}
+
+TEST(Session, DecompositionIsCompleteWhenChildrenAre) {
+  // linear is CompositeImplicitAutograd: t (a view) + addmm (2*3*4*5 = 120... bias omitted):
+  // x (2,5) @ w^T (5,3): 6 outputs x 5 terms x 2 = 60.
+  const at::Tensor x = at::ones({2, 5}), w = at::ones({3, 5}), bias = at::ones({3});
+  const auto r = Scan([&] { at::linear(x, w, bias); });
+  EXPECT_EQ(r["by_operator"]["aten.addmm"], 60);
+  EXPECT_EQ(r["total"]["status"], "complete") << r.dump(1);
+  EXPECT_TRUE(r["ignored_operators"].contains("aten.t"));
+  EXPECT_FALSE(r["by_operator"].contains("aten.linear"));
+}
+
+TEST(Session, UncountedOperatorMakesPartialAndNamesOutermostOnly) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  const auto r = Scan([&] { at::relu(at::mm(a, b)); });
+  EXPECT_EQ(r["total"]["status"], "partial");
+  EXPECT_TRUE(r["total"]["value"].is_null());
+  EXPECT_EQ(r["total"]["known_value"], 48);
+  const auto* d = FindDiagnostic(r, "uncounted_operator", "aten.relu");
+  ASSERT_NE(d, nullptr) << r.dump(1);
+  EXPECT_EQ((*d)["calls"], 1);
+  // relu's kernel calls clamp_min: part of relu's missing work, not a second gap.
+  EXPECT_EQ(FindDiagnostic(r, "uncounted_operator", "aten.clamp_min"), nullptr);
+}
+
+TEST(Session, TlsRestoredExactly) {
+  EXPECT_FALSE(ModeKeyIncluded());
+  Session s;
+  ASSERT_TRUE(s.Start().ok());
+  EXPECT_TRUE(ModeKeyIncluded());
+  ASSERT_TRUE(s.Stop().ok());
+  EXPECT_FALSE(ModeKeyIncluded());
+  // A key that was already on stays on.
+  c10::impl::tls_set_dispatch_key_included(kModeKey, true);
+  Session s2;
+  ASSERT_TRUE(s2.Start().ok());
+  ASSERT_TRUE(s2.Stop().ok());
+  EXPECT_TRUE(ModeKeyIncluded());
+  c10::impl::tls_set_dispatch_key_included(kModeKey, false);
+}
+
+TEST(Session, ExceptionPropagatesUnchangedAndRestoresTls) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({4, 4});
+  Session s;
+  bool caught = false;
+  try {
+    ScanGuard guard(s);
+    at::mm(a, b);  // shapes mismatch: the kernel throws c10::Error
+  } catch (const c10::Error& e) {
+    caught = true;
+    EXPECT_NE(std::string(e.what()).find("mat1 and mat2 shapes cannot be multiplied"), std::string::npos);
+  }
+  EXPECT_TRUE(caught);
+  EXPECT_FALSE(ModeKeyIncluded());
+  EXPECT_FALSE(s.active());
+  const auto r = Report(s);
+  EXPECT_NE(FindDiagnostic(r, "operator_raised", "aten.mm"), nullptr) << r.dump(1);
+  EXPECT_EQ(r["total"]["status"], "partial");
+}
+
+TEST(Session, NestedScansNest) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  const at::Tensor x = at::ones({5, 2, 3}), y = at::ones({5, 3, 4});
+  Session outer, inner;
+  {
+    ScanGuard g1(outer);
+    at::mm(a, b);
+    {
+      ScanGuard g2(inner);
+      at::bmm(x, y);
+    }
+  }
+  const auto ro = Report(outer), ri = Report(inner);
+  EXPECT_EQ(ri["by_operator"].size(), 1u);
+  EXPECT_EQ(ri["by_operator"]["aten.bmm"], 240);  // 5 x 48
+  EXPECT_EQ(ro["by_operator"]["aten.mm"], 48);
+  EXPECT_EQ(ro["by_operator"]["aten.bmm"], 240);
+  EXPECT_EQ(ro["total"]["value"], 288);
+}
+
+TEST(Session, StopsInReverseOrderOnly) {
+  Session a, b;
+  ASSERT_TRUE(a.Start().ok());
+  ASSERT_TRUE(b.Start().ok());
+  const absl::Status wrong = a.Stop();
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(wrong.message()).find("reverse order"), std::string::npos);
+  EXPECT_TRUE(b.Stop().ok());
+  EXPECT_TRUE(a.Stop().ok());
+  EXPECT_FALSE(ModeKeyIncluded());
+}
+
+TEST(Session, ScansOnceAndReportsOnlyAfterStop) {
+  Session s;
+  EXPECT_FALSE(s.FlopReportJson().ok());
+  ASSERT_TRUE(s.Start().ok());
+  EXPECT_FALSE(s.FlopReportJson().ok());
+  EXPECT_EQ(s.Start().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(s.Stop().ok());
+  EXPECT_EQ(s.Start().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(s.FlopReportJson().ok());
+}
+
+TEST(Session, OtherThreadsAreNotRecorded) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  Session s;
+  {
+    ScanGuard guard(s);
+    std::thread t([&] { at::mm(a, b); });
+    t.join();
+  }
+  EXPECT_EQ(s.recorded_calls(), 0u);
+  // And a scan inside a worker thread records that thread's work.
+  nlohmann::json worker_report;
+  std::thread t([&] { worker_report = Scan([&] { at::mm(a, b); }); });
+  t.join();
+  EXPECT_EQ(worker_report["by_operator"]["aten.mm"], 48);
+}
+
+TEST(Session, CallerFormulaOverridesAndIsScoped) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  Session s;
+  ASSERT_TRUE(s.SetOperatorFormula("aten::mm", [](const OpCall&) { return FormulaResult::Complete(7); }).ok());
+  ASSERT_TRUE(s.SetOperatorFormula("aten::relu", [](const OpCall& c) {
+                 return FormulaResult::Complete(c.output(0).tensor.numel());
+               }).ok());
+  {
+    ScanGuard guard(s);
+    at::relu(at::mm(a, b));
+    at::mm(a, b);
+  }
+  const auto r = Report(s);
+  EXPECT_EQ(r["by_operator"]["aten.mm"], 14);   // 2 calls x 7
+  EXPECT_EQ(r["by_operator"]["aten.relu"], 8);  // one per output element of (2x4)
+  EXPECT_EQ(r["total"]["status"], "complete");
+  // A later scan without the override uses the built-in formula.
+  EXPECT_EQ(Scan([&] { at::mm(a, b); })["by_operator"]["aten.mm"], 48);
+  EXPECT_EQ(s.SetOperatorFormula("relu", nullptr).code(), absl::StatusCode::kFailedPrecondition);
+  Session bad;
+  EXPECT_EQ(bad.SetOperatorFormula("relu", [](const OpCall&) { return FormulaResult::Complete(0); }).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Session, BackwardIsSeen) {
+  at::Tensor x = at::ones({2, 5}).requires_grad_(true);
+  const at::Tensor w = at::ones({3, 5}).requires_grad_(true);
+  Session s;
+  {
+    ScanGuard guard(s);
+    at::mm(x, w.t()).sum().backward();
+  }
+  const auto r = Report(s);
+  // forward (2x5)(5x3): 6*5*2 = 60; backward: grad_x = g (2x3) @ w (3x5): 10*3*2 = 60,
+  // grad_w = g^T (3x2) @ x (2x5): 15*2*2 = 60. Total mm: 180.
+  EXPECT_EQ(r["by_operator"]["aten.mm"], 180) << r.dump(1);
+}
+
+TEST(Session, MetaTensorsAreCounted) {
+  const at::Tensor a = at::empty({200000, 3000}, at::TensorOptions().device(at::kMeta));
+  const at::Tensor b = at::empty({3000, 4000}, at::TensorOptions().device(at::kMeta));
+  const auto r = Scan([&] { at::mm(a, b); });
+  EXPECT_EQ(r["by_operator"]["aten.mm"], int64_t{2} * 200000 * 4000 * 3000);
+}
+
+}  // namespace
+}  // namespace torchscan
