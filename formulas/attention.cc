@@ -18,8 +18,8 @@ FormulaResult FromShapes(const OpCall& call, size_t first_qkv, const TensorMeta*
   const TensorMeta* k = TensorArg(call, first_qkv + 1, 4);
   const TensorMeta* v = TensorArg(call, first_qkv + 2, 4);
   if (!q || !k || !v) return ShapeMismatch(call, "expected dense 4-D query, key and value");
-  const int64_t flops = grad_out ? SdpaBackwardFlops(grad_out->sizes, q->sizes, k->sizes, v->sizes)
-                                 : SdpaForwardFlops(q->sizes, k->sizes, v->sizes);
+  const int64_t flops = grad_out ? SdpaBackwardFlops(grad_out->sizes(), q->sizes(), k->sizes(), v->sizes())
+                                 : SdpaForwardFlops(q->sizes(), k->sizes(), v->sizes());
   if (flops < 0) return ShapeMismatch(call, "query/key/value shapes are inconsistent");
   return FormulaResult::Complete(flops);
 }

@@ -19,10 +19,10 @@ FormulaResult Forward(const OpCall& call, bool transposed) {
   const TensorMeta* w = TensorArg(call, 1);
   const ArgMeta& out = call.output(0);
   if (!x || !w || !out.is_tensor() || x->dim() < 3 || x->dim() != w->dim() ||
-      out.tensor.dim() != x->dim()) {
+      out.tensor().nested || out.tensor().dim() != x->dim()) {
     return ShapeMismatch(call, "expected batched input, weight and output of equal rank");
   }
-  return FormulaResult::Complete(ConvFlops(x->sizes, w->sizes, out.tensor.sizes, transposed));
+  return FormulaResult::Complete(ConvFlops(x->sizes(), w->sizes(), out.tensor().sizes(), transposed));
 }
 
 // Swap the first two dimensions (batch <-> channels), as the weight
@@ -37,7 +37,7 @@ std::vector<int64_t> SwapFirstTwo(absl::Span<const int64_t> s) {
 
 FormulaResult Convolution(const OpCall& call) {
   const ArgMeta& t = call.arg(6);
-  return Forward(call, t.kind == ArgKind::kBool && t.i != 0);
+  return Forward(call, t.kind == ArgKind::kBool && t.to_bool());
 }
 
 FormulaResult DirectConvolution(const OpCall& call) { return Forward(call, false); }
@@ -53,22 +53,22 @@ FormulaResult ConvolutionBackward(const OpCall& call) {
   const ArgMeta& transposed_arg = call.arg(7);
   const ArgMeta& mask = call.arg(10);
   if (!gy || !x || !w || gy->dim() < 3 || x->dim() != gy->dim() || w->dim() != gy->dim() ||
-      mask.kind != ArgKind::kBoolList || mask.ints.size() < 2) {
+      mask.kind != ArgKind::kBoolList || mask.ints().size() < 2) {
     return ShapeMismatch(call, "expected grad_output, input, weight and output_mask");
   }
-  const bool transposed = transposed_arg.kind == ArgKind::kBool && transposed_arg.i != 0;
+  const bool transposed = transposed_arg.kind == ArgKind::kBool && transposed_arg.to_bool();
   int64_t flops = 0;
-  if (mask.ints[0]) {
+  if (mask.ints()[0]) {
     const ArgMeta& gx = call.output(0);
-    if (!gx.is_tensor()) return ShapeMismatch(call, "grad_input missing");
-    flops += ConvFlops(gy->sizes, w->sizes, gx.tensor.sizes, !transposed);
+    if (!gx.is_tensor() || gx.tensor().nested) return ShapeMismatch(call, "grad_input missing");
+    flops += ConvFlops(gy->sizes(), w->sizes(), gx.tensor().sizes(), !transposed);
   }
-  if (mask.ints[1]) {
+  if (mask.ints()[1]) {
     const ArgMeta& gw = call.output(1);
-    if (!gw.is_tensor()) return ShapeMismatch(call, "grad_weight missing");
-    const auto gy_t = SwapFirstTwo(gy->sizes);
-    const auto x_t = SwapFirstTwo(x->sizes);
-    const auto gw_t = SwapFirstTwo(gw.tensor.sizes);
+    if (!gw.is_tensor() || gw.tensor().nested) return ShapeMismatch(call, "grad_weight missing");
+    const auto gy_t = SwapFirstTwo(gy->sizes());
+    const auto x_t = SwapFirstTwo(x->sizes());
+    const auto gw_t = SwapFirstTwo(gw.tensor().sizes());
     flops += transposed ? ConvFlops(gy_t, x_t, gw_t, false) : ConvFlops(x_t, gy_t, gw_t, false);
   }
   return FormulaResult::Complete(flops);

@@ -2,8 +2,9 @@
 //
 // The recorder (torchscan_dispatch/) fills these from the boxed stack; tests
 // build them by hand. Nothing here refers to a tensor: sizes, strides, dtype,
-// device and scalar values only. All spans point into storage owned by the
-// recorder's arena (or by the test), which outlives the formula call.
+// device and scalar values only. Pointers refer to storage owned by the
+// recorder's arena (or by the test), which outlives every formula call. The
+// structs are kept small because one is written per argument of every call.
 #pragma once
 
 #include <c10/core/DeviceType.h>
@@ -18,47 +19,90 @@ namespace torchscan {
 
 struct TensorMeta {
   bool defined = false;
+  bool nested = false;  // ragged nested or symbolic: no concrete rectangular shape
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   c10::DeviceType device = c10::DeviceType::CPU;
-  bool nested = false;  // ragged nested tensor: sizes are not rectangular
-  absl::Span<const int64_t> sizes;
-  absl::Span<const int64_t> strides;
+  int32_t ndim = 0;
+  const int64_t* size_data = nullptr;    // ndim values
+  const int64_t* stride_data = nullptr;  // ndim values, or nullptr (non-strided layouts)
 
-  int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
-  int64_t size(int64_t d) const { return sizes[d < 0 ? d + dim() : d]; }
+  absl::Span<const int64_t> sizes() const { return {size_data, static_cast<size_t>(ndim)}; }
+  absl::Span<const int64_t> strides() const {
+    return {stride_data, stride_data ? static_cast<size_t>(ndim) : 0};
+  }
+  int64_t dim() const { return ndim; }
+  int64_t size(int64_t d) const { return size_data[d < 0 ? d + ndim : d]; }
   int64_t numel() const {
     int64_t n = 1;
-    for (int64_t s : sizes) n *= s;
+    for (int32_t i = 0; i < ndim; ++i) n *= size_data[i];
     return n;
   }
 };
 
 enum class ArgKind : uint8_t {
-  kNone,        // None / undefined optional
+  kNone,        // None / undefined tensor / undefined optional
   kTensor,
   kInt,         // also SymInt with a concrete value
   kDouble,
   kBool,
   kIntList,     // int[] / SymInt[]
-  kBoolList,    // bool[] (stored as 0/1 in ints)
+  kBoolList,    // bool[] (stored as 0/1 ints)
   kDoubleList,  // float[]
   kTensorList,  // Tensor[] / Tensor?[] (undefined entries stay undefined)
   kString,
-  kOther,       // Layout, Device, Generator, ScalarType-as-int, objects ...
+  kOther,       // Device, Generator, complex, objects ...
 };
 
-struct ArgMeta {
+class ArgMeta {
+ public:
   ArgKind kind = ArgKind::kNone;
-  int64_t i = 0;  // kInt, kBool
-  double d = 0;   // kDouble
-  TensorMeta tensor;                     // kTensor
-  absl::Span<const int64_t> ints;        // kIntList, kBoolList
-  absl::Span<const double> doubles;      // kDoubleList
-  absl::Span<const TensorMeta> tensors;  // kTensorList
-  std::string_view str;                  // kString
+  uint32_t count = 0;  // list length / string length
 
   bool is_none() const { return kind == ArgKind::kNone; }
-  bool is_tensor() const { return kind == ArgKind::kTensor && tensor.defined; }
+  bool is_tensor() const { return kind == ArgKind::kTensor; }
+  const TensorMeta& tensor() const { return *u_.tensor; }
+  int64_t to_int() const { return u_.i; }  // kInt, kBool
+  double to_double() const { return u_.d; }
+  bool to_bool() const { return u_.i != 0; }
+  absl::Span<const int64_t> ints() const { return {u_.ints, count}; }  // kIntList, kBoolList
+  absl::Span<const double> doubles() const { return {u_.doubles, count}; }
+  absl::Span<const TensorMeta> tensors() const { return {u_.tensors, count}; }
+  std::string_view str() const { return {u_.str, count}; }
+
+  static ArgMeta None() { return ArgMeta(); }
+  static ArgMeta Tensor(const TensorMeta* t) { return Make(ArgKind::kTensor, 0, [&](U& u) { u.tensor = t; }); }
+  static ArgMeta Int(int64_t v) { return Make(ArgKind::kInt, 0, [&](U& u) { u.i = v; }); }
+  static ArgMeta Bool(bool v) { return Make(ArgKind::kBool, 0, [&](U& u) { u.i = v ? 1 : 0; }); }
+  static ArgMeta Double(double v) { return Make(ArgKind::kDouble, 0, [&](U& u) { u.d = v; }); }
+  static ArgMeta Ints(ArgKind k, const int64_t* p, uint32_t n) { return Make(k, n, [&](U& u) { u.ints = p; }); }
+  static ArgMeta Doubles(const double* p, uint32_t n) {
+    return Make(ArgKind::kDoubleList, n, [&](U& u) { u.doubles = p; });
+  }
+  static ArgMeta Tensors(const TensorMeta* p, uint32_t n) {
+    return Make(ArgKind::kTensorList, n, [&](U& u) { u.tensors = p; });
+  }
+  static ArgMeta String(const char* p, uint32_t n) { return Make(ArgKind::kString, n, [&](U& u) { u.str = p; }); }
+  static ArgMeta Other() { return Make(ArgKind::kOther, 0, [](U&) {}); }
+
+ private:
+  union U {
+    int64_t i;
+    double d;
+    const TensorMeta* tensor;
+    const int64_t* ints;
+    const double* doubles;
+    const TensorMeta* tensors;
+    const char* str;
+  };
+  template <class F>
+  static ArgMeta Make(ArgKind k, uint32_t n, F&& set) {
+    ArgMeta a;
+    a.kind = k;
+    a.count = n;
+    set(a.u_);
+    return a;
+  }
+  U u_{0};
 };
 
 // One call: the operator's identity, its arguments in schema order
@@ -70,14 +114,10 @@ struct OpCall {
   absl::Span<const ArgMeta> outputs;
 
   // Argument i, or a None argument when the call has fewer.
-  const ArgMeta& arg(size_t i) const {
-    static const ArgMeta kNoneArg;
-    return i < args.size() ? args[i] : kNoneArg;
-  }
-  const ArgMeta& output(size_t i) const {
-    static const ArgMeta kNoneArg;
-    return i < outputs.size() ? outputs[i] : kNoneArg;
-  }
+  const ArgMeta& arg(size_t i) const { return i < args.size() ? args[i] : kNoneArg; }
+  const ArgMeta& output(size_t i) const { return i < outputs.size() ? outputs[i] : kNoneArg; }
+
+  static inline const ArgMeta kNoneArg{};
 };
 
 }  // namespace torchscan

@@ -20,9 +20,9 @@ inline int64_t Product(absl::Span<const int64_t> xs) {
 // `rank` (any rank when rank < 0); nullptr otherwise.
 inline const TensorMeta* TensorArg(const OpCall& call, size_t i, int rank = -1) {
   const ArgMeta& a = call.arg(i);
-  if (!a.is_tensor() || a.tensor.nested) return nullptr;
-  if (rank >= 0 && a.tensor.dim() != rank) return nullptr;
-  return &a.tensor;
+  if (!a.is_tensor() || a.tensor().nested) return nullptr;
+  if (rank >= 0 && a.tensor().dim() != rank) return nullptr;
+  return &a.tensor();
 }
 
 inline FormulaResult ShapeMismatch(const OpCall& call, const char* what) {

@@ -1,48 +1,87 @@
-// A bump allocator in fixed blocks: addresses never move, so recorded spans
-// stay valid for the life of a scan; no per-call heap allocation once a block
-// is warm.
+// Memory for recorded metadata: fixed-size blocks from a process-wide pool,
+// handed out by a bump allocator. Addresses never move (recorded pointers
+// stay valid for the life of a scan), nothing is copied as a scan grows, and
+// blocks are reused by the next scan instead of being faulted in afresh.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <new>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace torchscan {
 
+inline constexpr size_t kBlockBytes = 64 * 1024;
+
+// Process-wide pool of kBlockBytes blocks (mutex-protected; touched once per
+// block, not per call). Keeps at most a bounded number of idle blocks.
+unsigned char* AcquireBlock();
+void ReleaseBlock(unsigned char* block);
+
 class Arena {
  public:
-  static constexpr size_t kBlockBytes = 256 * 1024;
+  Arena() = default;
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  ~Arena();
 
   template <class T>
   T* Alloc(size_t n) {
     static_assert(std::is_trivially_destructible_v<T>, "arena memory is never destroyed");
-    const size_t bytes = n * sizeof(T);
+    static_assert(alignof(T) <= alignof(std::max_align_t));
     size_t offset = (used_ + alignof(T) - 1) & ~(alignof(T) - 1);
-    if (blocks_.empty() || offset + bytes > capacity_) {
-      NewBlock(bytes + alignof(T));
-      offset = (used_ + alignof(T) - 1) & ~(alignof(T) - 1);
+    const size_t bytes = n * sizeof(T);
+    if (offset + bytes > capacity_) {
+      NewBlock(bytes);
+      offset = 0;
     }
     used_ = offset + bytes;
-    return reinterpret_cast<T*>(blocks_.back().get() + offset);
+    return reinterpret_cast<T*>(current_ + offset);
   }
-
-  size_t bytes_reserved() const { return reserved_; }
 
  private:
-  void NewBlock(size_t at_least) {
-    capacity_ = at_least > kBlockBytes ? at_least : kBlockBytes;
-    blocks_.emplace_back(new unsigned char[capacity_]);  // new[] aligns to max_align_t
-    used_ = 0;
-    reserved_ += capacity_;
-  }
+  void NewBlock(size_t at_least);
 
-  std::vector<std::unique_ptr<unsigned char[]>> blocks_;
+  std::vector<unsigned char*> blocks_;  // pooled blocks
+  std::vector<unsigned char*> large_;   // one-off allocations above kBlockBytes
+  unsigned char* current_ = nullptr;
   size_t used_ = 0;
   size_t capacity_ = 0;
-  size_t reserved_ = 0;
+};
+
+// An append-only sequence with stable element addresses, stored in pooled
+// blocks (no reallocation copies as it grows).
+template <class T>
+class BlockLog {
+  static constexpr size_t kPerBlock = kBlockBytes / sizeof(T);
+
+ public:
+  BlockLog() = default;
+  BlockLog(const BlockLog&) = delete;
+  BlockLog& operator=(const BlockLog&) = delete;
+  ~BlockLog() {
+    for (size_t i = 0; i < size_; ++i) (*this)[i].~T();
+    for (unsigned char* b : blocks_) ReleaseBlock(b);
+  }
+
+  template <class... A>
+  T& Emplace(A&&... args) {
+    if (size_ == blocks_.size() * kPerBlock) blocks_.push_back(AcquireBlock());
+    T* slot = reinterpret_cast<T*>(blocks_.back()) + size_ % kPerBlock;
+    ++size_;
+    return *new (slot) T(std::forward<A>(args)...);
+  }
+  T& operator[](size_t i) { return reinterpret_cast<T*>(blocks_[i / kPerBlock])[i % kPerBlock]; }
+  const T& operator[](size_t i) const {
+    return reinterpret_cast<const T*>(blocks_[i / kPerBlock])[i % kPerBlock];
+  }
+  size_t size() const { return size_; }
+
+ private:
+  std::vector<unsigned char*> blocks_;
+  size_t size_ = 0;
 };
 
 }  // namespace torchscan

@@ -32,7 +32,7 @@ bool Overrides::IsDeferred(const std::string& op) const {
   return FindInPlaceAware(deferred, op) != deferred.end();
 }
 
-OperatorPlan PlanOperatorView(const std::vector<Event>& events, OpCatalog& catalog,
+OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
                               const Overrides& overrides) {
   OperatorPlan plan;
   plan.kind.resize(events.size());
@@ -66,7 +66,7 @@ OperatorPlan PlanOperatorView(const std::vector<Event>& events, OpCatalog& catal
   return plan;
 }
 
-reports::FlopTally TallyOperatorView(const std::vector<Event>& events, const OperatorPlan& plan,
+reports::FlopTally TallyOperatorView(const BlockLog<Event>& events, const OperatorPlan& plan,
                                      OpCatalog& catalog, const Overrides& overrides,
                                      const TallyContext& context) {
   reports::FlopTally t;

@@ -40,7 +40,7 @@ struct OperatorPlan {
   std::vector<bool> in_opaque;  // an ancestor is uncounted (reported there)
 };
 
-OperatorPlan PlanOperatorView(const std::vector<Event>& events, OpCatalog& catalog,
+OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
                               const Overrides& overrides);
 
 struct TallyContext {
@@ -49,7 +49,7 @@ struct TallyContext {
   int64_t unattributed_calls = 0;  // other threads' calls that carried the mode key
 };
 
-reports::FlopTally TallyOperatorView(const std::vector<Event>& events, const OperatorPlan& plan,
+reports::FlopTally TallyOperatorView(const BlockLog<Event>& events, const OperatorPlan& plan,
                                      OpCatalog& catalog, const Overrides& overrides,
                                      const TallyContext& context);
 

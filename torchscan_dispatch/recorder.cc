@@ -1,131 +1,118 @@
 #include "torchscan_dispatch/recorder.h"
 
-#include <ATen/core/Tensor.h>
 #include <ATen/core/List.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstring>
 
 namespace torchscan {
 namespace {
 
-absl::Span<const int64_t> CopyInts(Arena& arena, c10::IntArrayRef xs) {
-  int64_t* out = arena.Alloc<int64_t>(xs.size());
-  if (!xs.empty()) std::memcpy(out, xs.data(), xs.size() * sizeof(int64_t));
-  return {out, xs.size()};
-}
-
+// Fills `m` from `t`; sizes and strides share one arena allocation.
 void FillTensor(Arena& arena, const at::Tensor& t, TensorMeta& m) {
-  m.defined = t.defined();
-  if (!m.defined) return;
+  m = TensorMeta();
+  if (!t.defined()) return;
+  m.defined = true;
   m.dtype = t.scalar_type();
   m.device = t.device().type();
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  if (impl->is_nested()) {
-    m.nested = true;  // ragged: no rectangular shape to report
+  if (impl->is_nested() || impl->has_symbolic_sizes_strides()) {
+    m.nested = true;  // no concrete rectangular shape: formulas must not guess
     return;
   }
-  if (impl->has_symbolic_sizes_strides()) {
-    m.nested = true;  // symbolic shapes: not concrete, formulas must not guess
-    return;
+  const c10::IntArrayRef sizes = impl->sizes();
+  const size_t n = sizes.size();
+  const bool strided = impl->layout() == c10::kStrided;
+  int64_t* out = arena.Alloc<int64_t>(strided ? 2 * n : n);
+  if (n) std::memcpy(out, sizes.data(), n * sizeof(int64_t));
+  m.ndim = static_cast<int32_t>(n);
+  m.size_data = out;
+  if (strided) {
+    const c10::IntArrayRef strides = impl->strides();
+    if (n) std::memcpy(out + n, strides.data(), n * sizeof(int64_t));
+    m.stride_data = out + n;
   }
-  m.sizes = CopyInts(arena, t.sizes());
-  if (t.layout() == c10::kStrided) m.strides = CopyInts(arena, t.strides());
 }
 
-void Fill(Arena& arena, const c10::IValue& v, ArgMeta& a) {
-  if (v.isNone()) {
-    a.kind = ArgKind::kNone;
-  } else if (v.isTensor()) {
+ArgMeta Record(Arena& arena, const c10::IValue& v) {
+  if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
-    a.kind = t.defined() ? ArgKind::kTensor : ArgKind::kNone;
-    FillTensor(arena, t, a.tensor);
-  } else if (v.isInt()) {
-    a.kind = ArgKind::kInt;
-    a.i = v.toInt();
-  } else if (v.isSymInt()) {
+    if (!t.defined()) return ArgMeta::None();
+    TensorMeta* m = arena.Alloc<TensorMeta>(1);
+    FillTensor(arena, t, *m);
+    return ArgMeta::Tensor(m);
+  }
+  if (v.isNone()) return ArgMeta::None();
+  if (v.isInt()) return ArgMeta::Int(v.toInt());
+  if (v.isDouble()) return ArgMeta::Double(v.toDouble());
+  if (v.isBool()) return ArgMeta::Bool(v.toBool());
+  if (v.isSymInt()) {
     auto maybe = v.toSymInt().maybe_as_int();
-    a.kind = maybe ? ArgKind::kInt : ArgKind::kOther;
-    a.i = maybe.value_or(0);
-  } else if (v.isDouble()) {
-    a.kind = ArgKind::kDouble;
-    a.d = v.toDouble();
-  } else if (v.isBool()) {
-    a.kind = ArgKind::kBool;
-    a.i = v.toBool() ? 1 : 0;
-  } else if (v.isIntList()) {
-    a.kind = ArgKind::kIntList;
+    return maybe ? ArgMeta::Int(*maybe) : ArgMeta::Other();
+  }
+  if (v.isIntList()) {
     const auto list = v.toIntList();
     int64_t* out = arena.Alloc<int64_t>(list.size());
     for (size_t i = 0; i < list.size(); ++i) out[i] = list.get(i);
-    a.ints = {out, list.size()};
-  } else if (v.isSymIntList()) {
+    return ArgMeta::Ints(ArgKind::kIntList, out, list.size());
+  }
+  if (v.isSymIntList()) {
     const auto list = v.toSymIntList();
     int64_t* out = arena.Alloc<int64_t>(list.size());
-    a.kind = ArgKind::kIntList;
     for (size_t i = 0; i < list.size(); ++i) {
       auto maybe = list.get(i).maybe_as_int();
-      if (!maybe) {
-        a.kind = ArgKind::kOther;
-        return;
-      }
+      if (!maybe) return ArgMeta::Other();
       out[i] = *maybe;
     }
-    a.ints = {out, list.size()};
-  } else if (v.isBoolList()) {
-    a.kind = ArgKind::kBoolList;
+    return ArgMeta::Ints(ArgKind::kIntList, out, list.size());
+  }
+  if (v.isBoolList()) {
     const auto list = v.toBoolList();
     int64_t* out = arena.Alloc<int64_t>(list.size());
     for (size_t i = 0; i < list.size(); ++i) out[i] = list.get(i) ? 1 : 0;
-    a.ints = {out, list.size()};
-  } else if (v.isDoubleList()) {
-    a.kind = ArgKind::kDoubleList;
+    return ArgMeta::Ints(ArgKind::kBoolList, out, list.size());
+  }
+  if (v.isDoubleList()) {
     const auto list = v.toDoubleList();
     double* out = arena.Alloc<double>(list.size());
     for (size_t i = 0; i < list.size(); ++i) out[i] = list.get(i);
-    a.doubles = {out, list.size()};
-  } else if (v.isTensorList()) {
-    a.kind = ArgKind::kTensorList;
+    return ArgMeta::Doubles(out, list.size());
+  }
+  if (v.isTensorList()) {
     const auto list = v.toTensorList();
     TensorMeta* out = arena.Alloc<TensorMeta>(list.size());
-    for (size_t i = 0; i < list.size(); ++i) {
-      new (&out[i]) TensorMeta();
-      FillTensor(arena, list.get(i), out[i]);
-    }
-    a.tensors = {out, list.size()};
-  } else if (v.isList()) {
+    for (size_t i = 0; i < list.size(); ++i) FillTensor(arena, list.get(i), out[i]);
+    return ArgMeta::Tensors(out, list.size());
+  }
+  if (v.isList()) {
     // Tensor?[] arrives as a generic list of optional tensors.
     const auto list = v.toListRef();
     TensorMeta* out = arena.Alloc<TensorMeta>(list.size());
-    a.kind = ArgKind::kTensorList;
     for (size_t i = 0; i < list.size(); ++i) {
-      new (&out[i]) TensorMeta();
       if (list[i].isTensor()) {
         FillTensor(arena, list[i].toTensor(), out[i]);
-      } else if (!list[i].isNone()) {
-        a.kind = ArgKind::kOther;
-        return;
+      } else if (list[i].isNone()) {
+        out[i] = TensorMeta();
+      } else {
+        return ArgMeta::Other();
       }
     }
-    a.tensors = {out, list.size()};
-  } else if (v.isString()) {
-    a.kind = ArgKind::kString;
+    return ArgMeta::Tensors(out, list.size());
+  }
+  if (v.isString()) {
     const auto& s = v.toStringRef();
     char* out = arena.Alloc<char>(s.size());
     std::memcpy(out, s.data(), s.size());
-    a.str = {out, s.size()};
-  } else {
-    a.kind = ArgKind::kOther;  // Device, Generator, complex, objects ...
+    return ArgMeta::String(out, s.size());
   }
+  return ArgMeta::Other();
 }
 
 }  // namespace
 
 absl::Span<const ArgMeta> RecordValues(Arena& arena, absl::Span<const c10::IValue> values) {
   ArgMeta* out = arena.Alloc<ArgMeta>(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    new (&out[i]) ArgMeta();
-    Fill(arena, values[i], out[i]);
-  }
+  for (size_t i = 0; i < values.size(); ++i) out[i] = Record(arena, values[i]);
   return {out, values.size()};
 }
 

@@ -17,7 +17,7 @@ std::atomic<int64_t>& UnattributedCalls() {
 int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         absl::Span<const c10::IValue> args) {
   const int32_t index = static_cast<int32_t>(events_.size());
-  Event& e = events_.emplace_back(op, keys, open_);
+  Event& e = events_.Emplace(op, keys, open_);
   e.args = RecordValues(arena_, args);
   open_ = index;
   return index;

@@ -36,18 +36,16 @@ struct Event {
 // `outer`; every recorder in the chain sees each call.
 class Recorder {
  public:
-  Recorder() { events_.reserve(4096); }
-
   int32_t Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                 absl::Span<const c10::IValue> args);
   void End(int32_t index, absl::Span<const c10::IValue> outputs);
   void Abort(int32_t index);
 
-  const std::vector<Event>& events() const { return events_; }
+  const BlockLog<Event>& events() const { return events_; }
   Recorder* outer = nullptr;
 
  private:
-  std::vector<Event> events_;
+  BlockLog<Event> events_;
   Arena arena_;
   int32_t open_ = -1;  // innermost call still running
 };

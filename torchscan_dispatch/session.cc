@@ -70,7 +70,7 @@ nlohmann::json TensorJson(const TensorMeta& t) {
   if (t.nested) {
     j["shape"] = nullptr;
   } else {
-    j["shape"] = std::vector<int64_t>(t.sizes.begin(), t.sizes.end());
+    j["shape"] = std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
   }
   return {{"__tensor__", j}};
 }
@@ -78,23 +78,23 @@ nlohmann::json TensorJson(const TensorMeta& t) {
 nlohmann::json ArgJson(const ArgMeta& a) {
   switch (a.kind) {
     case ArgKind::kNone: return nullptr;
-    case ArgKind::kTensor: return TensorJson(a.tensor);
-    case ArgKind::kInt: return a.i;
-    case ArgKind::kDouble: return a.d;
-    case ArgKind::kBool: return a.i != 0;
-    case ArgKind::kIntList: return std::vector<int64_t>(a.ints.begin(), a.ints.end());
+    case ArgKind::kTensor: return TensorJson(a.tensor());
+    case ArgKind::kInt: return a.to_int();
+    case ArgKind::kDouble: return a.to_double();
+    case ArgKind::kBool: return a.to_bool();
+    case ArgKind::kIntList: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
     case ArgKind::kBoolList: {
       nlohmann::json l = nlohmann::json::array();
-      for (int64_t b : a.ints) l.push_back(b != 0);
+      for (int64_t b : a.ints()) l.push_back(b != 0);
       return l;
     }
-    case ArgKind::kDoubleList: return std::vector<double>(a.doubles.begin(), a.doubles.end());
+    case ArgKind::kDoubleList: return std::vector<double>(a.doubles().begin(), a.doubles().end());
     case ArgKind::kTensorList: {
       nlohmann::json l = nlohmann::json::array();
-      for (const auto& t : a.tensors) l.push_back(TensorJson(t));
+      for (const auto& t : a.tensors()) l.push_back(TensorJson(t));
       return l;
     }
-    case ArgKind::kString: return std::string(a.str);
+    case ArgKind::kString: return std::string(a.str());
     case ArgKind::kOther: return {{"__other__", true}};
   }
   return nullptr;

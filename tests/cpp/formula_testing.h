@@ -18,57 +18,41 @@ class CallBuilder {
     args_.push_back(MakeTensor(sizes, dtype));
     return *this;
   }
-  CallBuilder& None() {
-    args_.emplace_back();
-    return *this;
-  }
-  CallBuilder& Int(int64_t v) {
-    ArgMeta a;
-    a.kind = ArgKind::kInt;
-    a.i = v;
-    args_.push_back(a);
-    return *this;
-  }
-  CallBuilder& Bool(bool v) {
-    ArgMeta a;
-    a.kind = ArgKind::kBool;
-    a.i = v;
-    args_.push_back(a);
-    return *this;
-  }
+  CallBuilder& None() { return Push(args_, ArgMeta::None()); }
+  CallBuilder& Int(int64_t v) { return Push(args_, ArgMeta::Int(v)); }
+  CallBuilder& Bool(bool v) { return Push(args_, ArgMeta::Bool(v)); }
+  CallBuilder& Double(double v) { return Push(args_, ArgMeta::Double(v)); }
   CallBuilder& Ints(std::initializer_list<int64_t> v, ArgKind kind = ArgKind::kIntList) {
     auto& store = lists_.emplace_back(v);
-    ArgMeta a;
-    a.kind = kind;
-    a.ints = store;
-    args_.push_back(a);
-    return *this;
+    return Push(args_, ArgMeta::Ints(kind, store.data(), store.size()));
   }
   CallBuilder& Bools(std::initializer_list<int64_t> v) { return Ints(v, ArgKind::kBoolList); }
   CallBuilder& Out(std::initializer_list<int64_t> sizes, c10::ScalarType dtype = c10::kFloat) {
     outs_.push_back(MakeTensor(sizes, dtype));
     return *this;
   }
-  CallBuilder& OutNone() {
-    outs_.emplace_back();
-    return *this;
-  }
+  CallBuilder& OutNone() { return Push(outs_, ArgMeta::None()); }
 
   OpCall Call() const { return OpCall{name_, "", args_, outs_}; }
 
  private:
+  CallBuilder& Push(std::vector<ArgMeta>& to, ArgMeta a) {
+    to.push_back(a);
+    return *this;
+  }
   ArgMeta MakeTensor(std::initializer_list<int64_t> sizes, c10::ScalarType dtype) {
     auto& store = lists_.emplace_back(sizes);
-    ArgMeta a;
-    a.kind = ArgKind::kTensor;
-    a.tensor.defined = true;
-    a.tensor.dtype = dtype;
-    a.tensor.sizes = store;
-    return a;
+    TensorMeta& t = tensors_.emplace_back();
+    t.defined = true;
+    t.dtype = dtype;
+    t.ndim = static_cast<int32_t>(store.size());
+    t.size_data = store.data();
+    return ArgMeta::Tensor(&t);
   }
 
   std::string name_;
-  std::deque<std::vector<int64_t>> lists_;  // stable addresses for the spans
+  std::deque<std::vector<int64_t>> lists_;  // stable addresses for the pointers
+  std::deque<TensorMeta> tensors_;
   std::vector<ArgMeta> args_, outs_;
 };
 

@@ -174,7 +174,7 @@ TEST(Session, CallerFormulaOverridesAndIsScoped) {
   Session s;
   ASSERT_TRUE(s.SetOperatorFormula("aten::mm", [](const OpCall&) { return FormulaResult::Complete(7); }).ok());
   ASSERT_TRUE(s.SetOperatorFormula("aten::relu", [](const OpCall& c) {
-                 return FormulaResult::Complete(c.output(0).tensor.numel());
+                 return FormulaResult::Complete(c.output(0).tensor().numel());
                }).ok());
   {
     ScanGuard guard(s);
