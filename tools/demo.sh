@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# README command 1: set up (idempotent) and run the main job.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+python3 tools/demo.py "$@"
