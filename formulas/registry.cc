@@ -143,13 +143,15 @@ const char* ZeroCostReasonName(ZeroCostReason r) {
 
 absl::Span<const OperatorFormula> BuiltinOperatorFormulas() { return kFormulas; }
 
+std::string_view FunctionalName(std::string_view op) {
+  if (op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_') return op.substr(0, op.size() - 1);
+  return op;
+}
+
 const OperatorFormula* FindOperatorFormula(std::string_view op) {
   const auto& index = FormulaIndex();
   if (auto it = index.find(op); it != index.end()) return it->second;
-  // In-place variants ("add_") share the functional operator's formula.
-  if (op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_') {
-    if (auto it = index.find(op.substr(0, op.size() - 1)); it != index.end()) return it->second;
-  }
+  if (auto it = index.find(FunctionalName(op)); it != index.end()) return it->second;
   return nullptr;
 }
 

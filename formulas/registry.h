@@ -29,6 +29,10 @@ struct OperatorFormula {
   FormulaSource source;
 };
 
+// "aten::add_" -> "aten::add": in-place variants share the functional
+// operator's formula; other names (including "__and__") are returned as is.
+std::string_view FunctionalName(std::string_view op);
+
 // Every built-in operator-view formula (the coverage audit reads this list).
 absl::Span<const OperatorFormula> BuiltinOperatorFormulas();
 // Formula for "ns::name" (all overloads; in-place "name_" shares "name").

@@ -7,12 +7,12 @@
 namespace torchscan {
 namespace {
 
-// In-place "name_" falls back to "name" (shared formula), as in the registry.
+// Exact name first, then the functional name of an in-place variant.
 template <class Map>
 auto FindInPlaceAware(const Map& m, const std::string& op) -> decltype(m.find(op)) {
   auto it = m.find(op);
-  if (it != m.end() || op.size() < 2 || op.back() != '_' || op[op.size() - 2] == '_') return it;
-  return m.find(op.substr(0, op.size() - 1));
+  if (it != m.end()) return it;
+  return m.find(std::string(FunctionalName(op)));
 }
 
 OpCall CallOf(const Event& e, const OpInfo& info) {
