@@ -7,6 +7,7 @@
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 
@@ -27,7 +28,9 @@ void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
     return;
   }
   const auto& schema = op.schema();
-  const size_t num_args = schema.arguments().size();
+  // Vararg schemas do not say how many values are theirs: record none.
+  const bool fixed = !schema.is_vararg() && !schema.is_varret();
+  const size_t num_args = fixed ? std::min(schema.arguments().size(), stack->size()) : 0;
   absl::Span<const c10::IValue> args(stack->data() + stack->size() - num_args, num_args);
 
   if (C10_LIKELY(top->outer == nullptr)) {
@@ -38,7 +41,7 @@ void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
       top->Abort(index);
       throw;
     }
-    const size_t num_out = schema.returns().size();
+    const size_t num_out = fixed ? std::min(schema.returns().size(), stack->size()) : 0;
     top->End(index, absl::Span<const c10::IValue>(stack->data() + stack->size() - num_out, num_out));
     return;
   }
@@ -52,7 +55,7 @@ void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
     for (auto& [r, i] : open) r->Abort(i);
     throw;
   }
-  const size_t num_out = schema.returns().size();
+  const size_t num_out = fixed ? std::min(schema.returns().size(), stack->size()) : 0;
   absl::Span<const c10::IValue> outs(stack->data() + stack->size() - num_out, num_out);
   for (auto& [r, i] : open) r->End(i, outs);
 }

@@ -423,3 +423,28 @@ def test_measure_flops_in_worker_thread_with_backward(torchscan, checks):
     report = result["report"]
     checks.assert_valid_report(report)
     checks.assert_parity(report, fcm_counts)
+
+
+def test_forked_work_in_other_threads_is_flagged_not_silently_dropped(torchscan):
+    """TorchScript's fork runs `work` on an inter-op thread that inherits the
+    scan's dispatch state; that thread has no scan, so its mm is not counted
+    and the report says so instead of looking complete."""
+
+    @torch.jit.script
+    def work(a, b):
+        return torch.mm(a, b)
+
+    @torch.jit.script
+    def run(a, b):
+        fut = torch.jit.fork(work, a, b)
+        c = torch.mm(a, b)
+        return torch.jit.wait(fut) + c
+
+    a, b = torch.ones(20, 30), torch.ones(30, 40)
+    run(a, b)  # warm up the scripted functions outside the scan
+    report = torchscan.measure_flops(lambda: run(a, b))
+    # only the main thread's mm: 20*40 outputs x 30 terms x 2 = 48000
+    assert report["by_operator"]["aten.mm"] == 48000
+    assert report["total"]["status"] == "partial"
+    codes = [d["code"] for d in report["diagnostics"]]
+    assert "unattributed_thread_work" in codes
