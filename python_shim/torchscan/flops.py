@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Mapping as _MappingABC
 from typing import Any, Callable, Mapping, Optional
 
 import torch
@@ -72,6 +74,9 @@ class FlopScan:
 
     def __init__(self, custom_mapping: Optional[Mapping[Any, Callable]] = None, *, scope: str = "workload"):
         self._formulas = {}
+        if custom_mapping is not None and not isinstance(custom_mapping, _MappingABC):
+            raise TypeError("torchscan: custom_mapping must be a dict {torch.ops.aten.<op>: formula}, "
+                            f"got {type(custom_mapping).__name__}")
         for key, fn in (custom_mapping or {}).items():
             if not callable(fn):
                 raise TypeError(f"torchscan: custom_mapping[{key}] must be callable, got {type(fn).__name__}")
@@ -86,7 +91,13 @@ class FlopScan:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self._session.stop()
+        try:
+            self._session.stop()
+        except RuntimeError as e:
+            if exc_type is None:
+                raise
+            # Never replace the workload's own exception with ours.
+            warnings.warn(f"torchscan: could not stop the scan cleanly: {e}", RuntimeWarning)
         return False  # exceptions propagate unchanged
 
     def report(self) -> dict:

@@ -513,3 +513,15 @@ def test_report_is_deterministic(torchscan, checks):
     checks.assert_valid_report(first)
     assert first == second
     assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
+
+
+def test_bad_arguments_are_rejected_with_a_clear_message(torchscan):
+    with pytest.raises(TypeError, match="zero-argument callable"):
+        torchscan.measure_flops(42)
+    with pytest.raises(TypeError, match="custom_mapping must be a dict"):
+        torchscan.measure_flops(lambda: None, custom_mapping=[torch.ops.aten.mm])
+    with pytest.raises(TypeError, match="not overloads"):
+        torchscan.measure_flops(lambda: None, custom_mapping={torch.ops.aten.mm.default: lambda *a, **k: 1})
+    with pytest.raises(TypeError, match="must be callable"):
+        torchscan.measure_flops(lambda: None, custom_mapping={torch.ops.aten.mm: 3})
+    assert not torchscan.tls_mode_included()
