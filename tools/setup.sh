@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+. tools/env.sh
 
 log() { printf '[setup] %s\n' "$*"; }
 
