@@ -38,6 +38,8 @@ TORCH_LIBRARY(torchscan, m) {
       .def("defer_formula", [](const Self& s, std::string op) { Raise(s->session.DeferOperatorFormula(op)); })
       .def("start", [](const Self& s) { Raise(s->session.Start()); })
       .def("stop", [](const Self& s) { Raise(s->session.Stop()); })
+      .def("set_module_labels",
+           [](const Self& s, std::vector<std::string> labels) { Raise(s->session.SetModuleLabels(std::move(labels))); })
       .def("active", [](const Self& s) { return s->session.active(); })
       .def("recorded_calls", [](const Self& s) { return static_cast<int64_t>(s->session.recorded_calls()); })
       .def("deferred_calls", [](const Self& s) { return Value(s->session.DeferredCallsJson()); })

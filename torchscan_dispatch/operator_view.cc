@@ -15,6 +15,13 @@ auto FindInPlaceAware(const Map& m, const std::string& op) -> decltype(m.find(op
   return m.find(std::string(FunctionalName(op)));
 }
 
+// FlopCounterMode's attribution: a call counts for every module label active
+// when it ran (so parents include their children).
+void AddToModules(reports::FlopTally& t, const std::vector<std::string>& labels,
+                  const std::string& packet, int64_t flops) {
+  for (const auto& label : labels) t.by_module[label][packet] += flops;
+}
+
 OpCall CallOf(const Event& e, const OpInfo& info) {
   return OpCall{info.name, info.overload, e.args, e.outputs};
 }
@@ -66,9 +73,10 @@ OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
   return plan;
 }
 
-reports::FlopTally TallyOperatorView(const BlockLog<Event>& events, const OperatorPlan& plan,
-                                     OpCatalog& catalog, const Overrides& overrides,
-                                     const TallyContext& context) {
+reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
+                                     const std::vector<std::vector<std::string>>& label_sets,
+                                     const OperatorPlan& plan, OpCatalog& catalog,
+                                     const Overrides& overrides, const TallyContext& context) {
   reports::FlopTally t;
   t.torch_version = context.torch_version;
   t.scope = context.scope;
@@ -93,6 +101,7 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events, const Operat
         if (r.status != MetricStatus::kUnavailable) {
           t.by_operator[info.packet] += r.value;
           t.known += r.value;
+          AddToModules(t, label_sets[e.labels], info.packet, r.value);
         }
         if (r.status != MetricStatus::kComplete) {
           t.complete = false;
@@ -110,6 +119,7 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events, const Operat
         } else {
           t.by_operator[info.packet] += it->second;
           t.known += it->second;
+          AddToModules(t, label_sets[e.labels], info.packet, it->second);
         }
         break;
       }

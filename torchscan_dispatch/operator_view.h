@@ -49,8 +49,9 @@ struct TallyContext {
   int64_t unattributed_calls = 0;  // other threads' calls that carried the mode key
 };
 
-reports::FlopTally TallyOperatorView(const BlockLog<Event>& events, const OperatorPlan& plan,
-                                     OpCatalog& catalog, const Overrides& overrides,
-                                     const TallyContext& context);
+reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
+                                     const std::vector<std::vector<std::string>>& label_sets,
+                                     const OperatorPlan& plan, OpCatalog& catalog,
+                                     const Overrides& overrides, const TallyContext& context);
 
 }  // namespace torchscan

@@ -18,9 +18,16 @@ int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         absl::Span<const c10::IValue> args) {
   const int32_t index = static_cast<int32_t>(events_.size());
   Event& e = events_.Emplace(op, keys, open_);
+  e.labels = labels_;
   e.args = RecordValues(arena_, args);
   open_ = index;
   return index;
+}
+
+void Recorder::SetLabels(std::vector<std::string> sorted_labels) {
+  auto [it, inserted] = label_index_.emplace(sorted_labels, static_cast<int32_t>(label_sets_.size()));
+  if (inserted) label_sets_.push_back(std::move(sorted_labels));
+  labels_ = it->second;
 }
 
 void Recorder::End(int32_t index, absl::Span<const c10::IValue> outputs) {

@@ -7,6 +7,8 @@
 #include <c10/core/DispatchKeySet.h>
 
 #include <atomic>
+#include <map>
+#include <string>
 #include <cstdint>
 #include <vector>
 
@@ -26,6 +28,7 @@ struct Event {
   c10::OperatorHandle op;
   c10::DispatchKeySet keys;  // the set the call was redispatched with
   int32_t parent;            // -1: called from outside any operator
+  int32_t labels = 0;        // module label set active at the call (Recorder::labels)
   bool finished = false;
   bool raised = false;       // the kernel threw (the exception propagated)
   absl::Span<const ArgMeta> args;
@@ -44,10 +47,18 @@ class Recorder {
   const BlockLog<Event>& events() const { return events_; }
   Recorder* outer = nullptr;
 
+  // Module attribution: calls are tagged with the label set active when they
+  // start (index into label_sets(); 0 is the empty set).
+  void SetLabels(std::vector<std::string> sorted_labels);
+  const std::vector<std::vector<std::string>>& label_sets() const { return label_sets_; }
+
  private:
   BlockLog<Event> events_;
   Arena arena_;
   int32_t open_ = -1;  // innermost call still running
+  int32_t labels_ = 0;
+  std::vector<std::vector<std::string>> label_sets_{{}};
+  std::map<std::vector<std::string>, int32_t> label_index_{{{}, 0}};
 };
 
 // Innermost active recorder of this thread (nullptr outside scans).

@@ -3,6 +3,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <optional>
 #include <thread>
 
@@ -174,6 +175,14 @@ absl::Status Session::Stop() {
   return absl::OkStatus();
 }
 
+absl::Status Session::SetModuleLabels(std::vector<std::string> labels) {
+  if (state_->phase != Phase::kActive) return absl::FailedPreconditionError("torchscan: this scan is not active");
+  std::sort(labels.begin(), labels.end());
+  labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
+  state_->recorder.SetLabels(std::move(labels));
+  return absl::OkStatus();
+}
+
 bool Session::active() const { return state_->phase == Phase::kActive; }
 
 size_t Session::recorded_calls() const { return state_->recorder.events().size(); }
@@ -233,7 +242,7 @@ absl::StatusOr<std::string> Session::FlopReportJson() {
   }
   TallyContext ctx{TORCHSCAN_BUILT_TORCH_VERSION, s.options.scope, s.unattributed};
   return reports::FlopReportJson(
-             TallyOperatorView(s.recorder.events(), s.Plan(), s.catalog, s.overrides, ctx))
+             TallyOperatorView(s.recorder.events(), s.recorder.label_sets(), s.Plan(), s.catalog, s.overrides, ctx))
       .dump();
 }
 

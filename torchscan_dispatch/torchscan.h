@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -52,6 +53,11 @@ class Session {
   absl::Status Stop();   // same thread; innermost scan first
   bool active() const;
   size_t recorded_calls() const;
+
+  // Labels of the modules running now (FlopCounterMode's ModuleTracker
+  // spelling, e.g. {"Global", "Sequential", "Sequential.0"}): calls made
+  // from here on count for each of them in the report's by_module.
+  absl::Status SetModuleLabels(std::vector<std::string> labels);
 
   // After Stop(): the calls that deferred formulas must value, as JSON
   // [{"index", "op", "overload", "args": [...], "kwargs": {...}, "out": ...}].

@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 
 from torchscan._library import Session
+from torchscan._modules import ModuleLabels
 
 __all__ = ["scan", "measure_flops", "tls_mode_included", "FlopScan"]
 
@@ -72,7 +73,8 @@ class FlopScan:
     >>> s.report()["total"]["status"]
     """
 
-    def __init__(self, custom_mapping: Optional[Mapping[Any, Callable]] = None, *, scope: str = "workload"):
+    def __init__(self, custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False,
+                 scope: str = "workload"):
         self._formulas = {}
         if custom_mapping is not None and not isinstance(custom_mapping, _MappingABC):
             raise TypeError("torchscan: custom_mapping must be a dict {torch.ops.aten.<op>: formula}, "
@@ -85,12 +87,21 @@ class FlopScan:
         for name in self._formulas:
             self._session.defer_formula(name)
         self._report = None
+        self._modules = ModuleLabels(self._session) if modules else None
 
     def __enter__(self) -> "FlopScan":
         self._session.start()
+        if self._modules is not None:
+            try:
+                self._modules.install()
+            except BaseException:
+                self._session.stop()
+                raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        if self._modules is not None:
+            self._modules.remove()
         try:
             self._session.stop()
         except RuntimeError as e:
@@ -131,23 +142,29 @@ class FlopScan:
         return self._formulas[name[:-1]]  # in-place variant shares the formula
 
 
-def scan(custom_mapping: Optional[Mapping[Any, Callable]] = None) -> FlopScan:
+def scan(custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False) -> FlopScan:
     """Scan the calling thread for the duration of a `with` block."""
-    return FlopScan(custom_mapping)
+    return FlopScan(custom_mapping, modules=modules)
 
 
-def measure_flops(workload: Callable[[], Any], *, custom_mapping: Optional[Mapping[Any, Callable]] = None) -> dict:
+def measure_flops(workload: Callable[[], Any], *, custom_mapping: Optional[Mapping[Any, Callable]] = None,
+                  modules: bool = False) -> dict:
     """Run `workload()` once and return its operator-view FlopReport.
 
     custom_mapping: FlopCounterMode-style formulas ({torch.ops.aten.foo: fn},
     fn(*arg_shapes, out_shape=..., **kwargs)) for this call only; they take
-    priority over the built-in ones. Errors raised by the workload propagate
-    unchanged.
+    priority over the built-in ones.
+    modules: also attribute FLOPs to the nn.Modules running (forward and
+    backward) in `by_module`, keyed by FlopCounterMode's module labels. Off by
+    default: it adds Python hooks to every module call.
+    Errors raised by the workload propagate unchanged.
     """
     if not callable(workload):
         raise TypeError("torchscan.measure_flops(workload): workload must be a zero-argument callable, "
                         f"got {type(workload).__name__}")
-    s = FlopScan(custom_mapping)
+    if not isinstance(modules, bool):
+        raise TypeError(f"torchscan.measure_flops: modules must be True or False, got {type(modules).__name__}")
+    s = FlopScan(custom_mapping, modules=modules)
     with s:
         workload()
     return s.report()

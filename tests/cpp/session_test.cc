@@ -207,6 +207,24 @@ TEST(Session, BackwardIsSeen) {
   EXPECT_EQ(r["by_operator"]["aten.mm"], 180) << r.dump(1);
 }
 
+TEST(Session, ModuleLabelsAttributeCallsToEveryActiveLabel) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  Session s;
+  EXPECT_EQ(s.SetModuleLabels({"Global"}).code(), absl::StatusCode::kFailedPrecondition);
+  {
+    ScanGuard guard(s);
+    ASSERT_TRUE(s.SetModuleLabels({"Global", "Net", "Net.fc"}).ok());
+    at::mm(a, b);  // 48, for all three labels
+    ASSERT_TRUE(s.SetModuleLabels({"Net", "Global", "Net"}).ok());  // order and repeats do not matter
+    at::mm(a, b);  // 48 more for Global and Net
+    ASSERT_TRUE(s.SetModuleLabels({}).ok());
+    at::mm(a, b);  // counted in the total only
+  }
+  const auto r = Report(s);
+  EXPECT_EQ(r["total"]["value"], 144);
+  EXPECT_EQ(r["by_module"], nlohmann::json({{"Global", 96}, {"Net", 96}, {"Net.fc", 48}}));
+}
+
 TEST(Session, MetaTensorsAreCounted) {
   const at::Tensor a = at::empty({200000, 3000}, at::TensorOptions().device(at::kMeta));
   const at::Tensor b = at::empty({3000, 4000}, at::TensorOptions().device(at::kMeta));

@@ -525,3 +525,77 @@ def test_bad_arguments_are_rejected_with_a_clear_message(torchscan):
     with pytest.raises(TypeError, match="must be callable"):
         torchscan.measure_flops(lambda: None, custom_mapping={torch.ops.aten.mm: 3})
     assert not torchscan.tls_mode_included()
+
+
+# ------------------------------------------------------------ by_module
+
+
+def _fcm_by_module(workload):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    mode = FlopCounterMode(display=False)
+    with mode:
+        workload()
+    return {label: sum(int(v) for v in ops.values()) for label, ops in mode.get_flop_counts().items()}
+
+
+class _Twice(nn.Module):
+    """Calls one shared Linear twice: both calls count under its one label."""
+
+    def __init__(self):
+        super().__init__()
+        self.shared = nn.Linear(6, 6)
+        self.head = nn.Sequential(nn.Conv1d(2, 3, 3), nn.Flatten(), nn.Linear(12, 2))
+
+    def forward(self, x):
+        y = self.shared(self.shared(x))
+        return self.head(y.view(x.shape[0], 2, 3).repeat(1, 1, 2))
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "fwd_bwd"])
+@pytest.mark.parametrize("case", ["mlp", "cnn", "conv_transposed", "twice"])
+def test_by_module_matches_flop_counter_mode_labels(torchscan, case, backward):
+    # Workloads whose operators FlopCounterMode fully covers (no CPU SDPA), so
+    # its per-module sums are the independent reference for ours.
+    def factory():
+        torch.manual_seed(0)
+        if case == "twice":
+            model, x = _Twice(), torch.randn(4, 6)
+        else:
+            build, shape = MODULE_CASES[case]
+            model, x = build(), torch.randn(*shape)
+
+        def workload():
+            y = model(x)
+            if backward:
+                y.sum().backward()
+
+        return workload
+
+    expected = _fcm_by_module(factory())
+    if case == "twice" and backward:
+        # shared = Linear(6, 6) on (4, 6), called twice. Forward: 2 addmm of
+        # 4*6*6*2 = 288. Backward: the first call's input needs no grad, so
+        # grad W only (288); the second call: grad input + grad W (2 * 288).
+        # Total 5 * 288 = 1440. FlopCounterMode's ModuleTracker keeps a *set* of
+        # labels, so when the second call's backward leaves "shared" the first
+        # call's backward (entering the same label) is dropped: 1152.
+        assert expected["_Twice.shared"] == 4 * 288
+        expected["_Twice.shared"] = 5 * 288
+    report = torchscan.measure_flops(factory(), modules=True)
+    assert report["by_module"] == expected
+    assert report["by_module"]["Global"] == report["total"]["known_value"]
+
+
+def test_by_module_is_empty_unless_requested_and_hooks_are_removed(torchscan):
+    from torch.nn.modules import module as nn_module
+
+    model, x = nn.Sequential(nn.Linear(3, 4)), torch.randn(2, 3)
+    before = (len(nn_module._global_forward_pre_hooks), len(nn_module._global_forward_hooks))
+    assert torchscan.measure_flops(lambda: model(x))["by_module"] == {}
+    assert torchscan.measure_flops(lambda: model(x), modules=True)["by_module"]["Sequential.0"] == 2 * 3 * 4 * 2
+    with pytest.raises(ValueError):
+        torchscan.measure_flops(lambda: (model(x), (_ for _ in ()).throw(ValueError("boom"))), modules=True)
+    assert (len(nn_module._global_forward_pre_hooks), len(nn_module._global_forward_hooks)) == before
+    with pytest.raises(TypeError, match="modules must be True or False"):
+        torchscan.measure_flops(lambda: model(x), modules=model)
