@@ -20,6 +20,7 @@ namespace torchscan {
 struct TensorMeta {
   bool defined = false;
   bool nested = false;  // ragged nested or symbolic: no concrete rectangular shape
+  bool strided = true;  // false for sparse / mkldnn / other non-strided layouts
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   c10::DeviceType device = c10::DeviceType::CPU;
   int32_t ndim = 0;

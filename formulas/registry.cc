@@ -6,7 +6,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "formulas/attention.h"
 #include "formulas/convolution.h"
+#include "formulas/elementwise.h"
 #include "formulas/matmul.h"
+#include "formulas/misc.h"
+#include "formulas/normalization.h"
+#include "formulas/pooling.h"
+#include "formulas/reduction.h"
+#include "formulas/softmax.h"
 
 namespace torchscan {
 namespace {
@@ -49,6 +55,109 @@ const OperatorFormula kFormulas[] = {
     {"aten::addbmm", matmul::Addbmm, kF},
     {"aten::addr", matmul::Addr, kF},
     {"aten::_int_mm", matmul::IntMm, kF},
+
+    // torchscan_flops_v1 fallbacks: one op per value for scalar arithmetic,
+    // exp/sqrt/erf-like math, comparison and selection.
+#define TS_ROW(name, fn) {"aten::" name, fn, kF}
+    TS_ROW("add", elementwise::AddSub), TS_ROW("sub", elementwise::AddSub),
+    TS_ROW("rsub", elementwise::AddSub), TS_ROW("div", elementwise::Div),
+    TS_ROW("floor_divide", elementwise::PerOutput<2>),  // divide + floor
+    TS_ROW("mul", elementwise::PerOutput<1>), TS_ROW("maximum", elementwise::PerOutput<1>),
+    TS_ROW("minimum", elementwise::PerOutput<1>), TS_ROW("fmax", elementwise::PerOutput<1>),
+    TS_ROW("fmin", elementwise::PerOutput<1>), TS_ROW("atan2", elementwise::PerOutput<1>),
+    TS_ROW("remainder", elementwise::PerOutput<1>), TS_ROW("fmod", elementwise::PerOutput<1>),
+    TS_ROW("hypot", elementwise::PerOutput<1>), TS_ROW("copysign", elementwise::PerOutput<1>),
+    TS_ROW("pow", elementwise::PerOutput<1>), TS_ROW("float_power", elementwise::PerOutput<1>),
+    TS_ROW("eq", elementwise::PerOutput<1>), TS_ROW("ne", elementwise::PerOutput<1>),
+    TS_ROW("lt", elementwise::PerOutput<1>), TS_ROW("le", elementwise::PerOutput<1>),
+    TS_ROW("gt", elementwise::PerOutput<1>), TS_ROW("ge", elementwise::PerOutput<1>),
+    TS_ROW("where", elementwise::PerOutput<1>), TS_ROW("masked_fill", elementwise::PerOutput<1>),
+    TS_ROW("logical_and", elementwise::PerOutput<1>), TS_ROW("logical_or", elementwise::PerOutput<1>),
+    TS_ROW("logical_xor", elementwise::PerOutput<1>), TS_ROW("logical_not", elementwise::PerOutput<1>),
+    TS_ROW("bitwise_not", elementwise::PerOutput<1>), TS_ROW("bitwise_and", elementwise::PerOutput<1>),
+    TS_ROW("bitwise_or", elementwise::PerOutput<1>), TS_ROW("bitwise_xor", elementwise::PerOutput<1>),
+    TS_ROW("clamp", elementwise::Clamp), TS_ROW("clamp_min", elementwise::PerOutput<1>),
+    TS_ROW("clamp_max", elementwise::PerOutput<1>), TS_ROW("relu", elementwise::PerOutput<1>),
+    TS_ROW("isnan", elementwise::PerOutput<1>), TS_ROW("sign", elementwise::PerOutput<1>),
+    TS_ROW("sgn", elementwise::PerOutput<1>), TS_ROW("neg", elementwise::PerOutput<1>),
+    TS_ROW("abs", elementwise::PerOutput<1>), TS_ROW("exp", elementwise::PerOutput<1>),
+    TS_ROW("exp2", elementwise::PerOutput<1>), TS_ROW("expm1", elementwise::PerOutput<1>),
+    TS_ROW("log", elementwise::PerOutput<1>), TS_ROW("log2", elementwise::PerOutput<1>),
+    TS_ROW("log10", elementwise::PerOutput<1>), TS_ROW("log1p", elementwise::PerOutput<1>),
+    TS_ROW("sqrt", elementwise::PerOutput<1>), TS_ROW("rsqrt", elementwise::PerOutput<1>),
+    TS_ROW("sin", elementwise::PerOutput<1>), TS_ROW("cos", elementwise::PerOutput<1>),
+    TS_ROW("tan", elementwise::PerOutput<1>), TS_ROW("asin", elementwise::PerOutput<1>),
+    TS_ROW("acos", elementwise::PerOutput<1>), TS_ROW("atan", elementwise::PerOutput<1>),
+    TS_ROW("sinh", elementwise::PerOutput<1>), TS_ROW("cosh", elementwise::PerOutput<1>),
+    TS_ROW("asinh", elementwise::PerOutput<1>), TS_ROW("acosh", elementwise::PerOutput<1>),
+    TS_ROW("atanh", elementwise::PerOutput<1>), TS_ROW("erf", elementwise::PerOutput<1>),
+    TS_ROW("erfc", elementwise::PerOutput<1>), TS_ROW("erfinv", elementwise::PerOutput<1>),
+    TS_ROW("reciprocal", elementwise::PerOutput<1>), TS_ROW("ceil", elementwise::PerOutput<1>),
+    TS_ROW("floor", elementwise::PerOutput<1>), TS_ROW("round", elementwise::PerOutput<1>),
+    TS_ROW("trunc", elementwise::PerOutput<1>), TS_ROW("frac", elementwise::PerOutput<1>),
+    TS_ROW("addcmul", elementwise::Addc), TS_ROW("addcdiv", elementwise::Addc),
+    TS_ROW("lerp", elementwise::Lerp),
+    // Activations: the table's symbolic expansions per element.
+    TS_ROW("hardtanh", elementwise::PerOutput<2>), TS_ROW("threshold", elementwise::PerOutput<2>),
+    TS_ROW("hardshrink", elementwise::PerOutput<3>), TS_ROW("leaky_relu", elementwise::PerOutput<4>),
+    TS_ROW("prelu", elementwise::PerOutput<4>), TS_ROW("_prelu_kernel", elementwise::PerOutput<4>),
+    TS_ROW("rrelu_with_noise", elementwise::RreluWithNoise),
+    TS_ROW("hardsigmoid", elementwise::PerOutput<4>), TS_ROW("sigmoid", elementwise::PerOutput<4>),
+    TS_ROW("hardswish", elementwise::PerOutput<5>), TS_ROW("softshrink", elementwise::PerOutput<5>),
+    TS_ROW("silu", elementwise::PerOutput<5>), TS_ROW("glu", elementwise::PerOutput<5>),
+    TS_ROW("gelu", elementwise::Gelu), TS_ROW("elu", elementwise::PerOutput<6>),
+    TS_ROW("tanh", elementwise::PerOutput<6>), TS_ROW("celu", elementwise::PerOutput<7>),
+    TS_ROW("selu", elementwise::PerOutput<7>), TS_ROW("log_sigmoid", elementwise::PerOutput<7>),
+    TS_ROW("log_sigmoid_forward", elementwise::PerOutput<7>), TS_ROW("softplus", elementwise::PerOutput<7>),
+    TS_ROW("mish", elementwise::PerOutput<10>),
+    // Reductions and scans.
+    TS_ROW("sum", reduction::Sum), TS_ROW("nansum", reduction::Sum), TS_ROW("prod", reduction::Sum),
+    TS_ROW("mean", reduction::Mean), TS_ROW("amax", reduction::Fold), TS_ROW("amin", reduction::Fold),
+    TS_ROW("max", reduction::MaxMin), TS_ROW("min", reduction::MaxMin),
+    TS_ROW("cumsum", reduction::Cumulative), TS_ROW("cumprod", reduction::Cumulative),
+    TS_ROW("linalg_vector_norm", reduction::VectorNorm), TS_ROW("norm", reduction::VectorNorm),
+    // Softmax family.
+    TS_ROW("_softmax", softmax::Softmax), TS_ROW("_safe_softmax", softmax::SafeSoftmax),
+    TS_ROW("_log_softmax", softmax::LogSoftmax),
+    // Normalization.
+    TS_ROW("native_layer_norm", normalization::LayerNorm),
+    TS_ROW("native_group_norm", normalization::GroupNorm),
+    TS_ROW("native_batch_norm", normalization::BatchNorm),
+    TS_ROW("_native_batch_norm_legit", normalization::BatchNorm),
+    TS_ROW("_native_batch_norm_legit_no_training", normalization::BatchNorm),
+    TS_ROW("rms_norm", normalization::RmsNorm), TS_ROW("_weight_norm", normalization::WeightNorm),
+    TS_ROW("_weight_norm_interface", normalization::WeightNorm),
+    // Pooling.
+    TS_ROW("max_pool1d", pooling::MaxPool), TS_ROW("max_pool2d", pooling::MaxPool),
+    TS_ROW("max_pool3d", pooling::MaxPool), TS_ROW("max_pool1d_with_indices", pooling::MaxPool),
+    TS_ROW("max_pool2d_with_indices", pooling::MaxPool), TS_ROW("max_pool3d_with_indices", pooling::MaxPool),
+    TS_ROW("avg_pool1d", pooling::AvgPool), TS_ROW("avg_pool2d", pooling::AvgPool),
+    TS_ROW("avg_pool3d", pooling::AvgPool),
+    TS_ROW("adaptive_avg_pool1d", pooling::AdaptiveAvgPool), TS_ROW("adaptive_avg_pool2d", pooling::AdaptiveAvgPool),
+    TS_ROW("adaptive_avg_pool3d", pooling::AdaptiveAvgPool), TS_ROW("_adaptive_avg_pool2d", pooling::AdaptiveAvgPool),
+    TS_ROW("_adaptive_avg_pool3d", pooling::AdaptiveAvgPool),
+    TS_ROW("adaptive_max_pool1d", pooling::AdaptiveMaxPool), TS_ROW("adaptive_max_pool2d", pooling::AdaptiveMaxPool),
+    TS_ROW("adaptive_max_pool3d", pooling::AdaptiveMaxPool),
+    // Dropout, lookups, interpolation.
+    TS_ROW("dropout", misc::Dropout), TS_ROW("native_dropout", misc::Dropout),
+    TS_ROW("feature_dropout", misc::Dropout),
+    TS_ROW("embedding", misc::Embedding), TS_ROW("embedding_renorm_", misc::EmbeddingRenorm),
+    TS_ROW("upsample_nearest1d", misc::Nearest), TS_ROW("upsample_nearest2d", misc::Nearest),
+    TS_ROW("upsample_nearest3d", misc::Nearest), TS_ROW("_upsample_nearest_exact1d", misc::Nearest),
+    TS_ROW("_upsample_nearest_exact2d", misc::Nearest), TS_ROW("_upsample_nearest_exact3d", misc::Nearest),
+    TS_ROW("upsample_linear1d", misc::Weighted<2>), TS_ROW("upsample_bilinear2d", misc::Weighted<4>),
+    TS_ROW("upsample_trilinear3d", misc::Weighted<8>), TS_ROW("upsample_bicubic2d", misc::Weighted<16>),
+    // Visible exclusions: random sampling has no count.
+    TS_ROW("rand", misc::RandomSampling), TS_ROW("randn", misc::RandomSampling),
+    TS_ROW("rand_like", misc::RandomSampling), TS_ROW("randn_like", misc::RandomSampling),
+    TS_ROW("randint", misc::RandomSampling), TS_ROW("randint_like", misc::RandomSampling),
+    TS_ROW("randperm", misc::RandomSampling), TS_ROW("bernoulli", misc::RandomSampling),
+    TS_ROW("normal", misc::RandomSampling), TS_ROW("uniform", misc::RandomSampling),
+    TS_ROW("exponential", misc::RandomSampling), TS_ROW("geometric", misc::RandomSampling),
+    TS_ROW("cauchy", misc::RandomSampling), TS_ROW("log_normal", misc::RandomSampling),
+    TS_ROW("random", misc::RandomSampling), TS_ROW("multinomial", misc::RandomSampling),
+    TS_ROW("poisson", misc::RandomSampling), TS_ROW("_standard_gamma", misc::RandomSampling),
+#undef TS_ROW
 };
 
 const absl::flat_hash_map<std::string_view, const OperatorFormula*>& FormulaIndex() {

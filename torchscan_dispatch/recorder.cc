@@ -23,6 +23,7 @@ void FillTensor(Arena& arena, const at::Tensor& t, TensorMeta& m) {
   const c10::IntArrayRef sizes = impl->sizes();
   const size_t n = sizes.size();
   const bool strided = impl->layout() == c10::kStrided;
+  m.strided = strided;
   int64_t* out = arena.Alloc<int64_t>(strided ? 2 * n : n);
   if (n) std::memcpy(out, sizes.data(), n * sizeof(int64_t));
   m.ndim = static_cast<int32_t>(n);

@@ -18,10 +18,12 @@ std::string CountFlops(const at::Tensor& x, const at::Tensor& w) {
 }
 // --- README example ends ---
 
-TEST(ApiExample, CountsTheMatmulAndFlagsTheRelu) {
+TEST(ApiExample, CountsTheMatmulAndTheRelu) {
   const auto report = nlohmann::json::parse(CountFlops(at::ones({8, 16}), at::ones({16, 4})));
-  // (8x16)@(16x4): 32 outputs x 16 terms x 2 = 1024; relu has no formula yet.
+  // (8x16)@(16x4): 32 outputs x 16 terms x 2 = 1024; relu: one selection per
+  // value of the (8x4) result = 32.
   EXPECT_EQ(report["by_operator"]["aten.mm"], 1024);
-  EXPECT_EQ(report["total"]["status"], "partial");
-  EXPECT_EQ(report["total"]["known_value"], 1024);
+  EXPECT_EQ(report["by_operator"]["aten.relu"], 32);
+  EXPECT_EQ(report["total"]["status"], "complete");
+  EXPECT_EQ(report["total"]["value"], 1056);
 }

@@ -1,0 +1,35 @@
+// Fallback (torchscan_flops_v1) FLOPs of pointwise operators: one operation
+// per output value for scalar arithmetic, exp/sqrt/erf-like math, comparison
+// and selection; the table's symbolic expansions for activations. Both FLOP
+// views use these counts (PyTorch has no native formula for them).
+#pragma once
+
+#include "formulas/op_call.h"
+#include "formulas/result.h"
+
+namespace torchscan::elementwise {
+
+// K operations per output element, real arithmetic only (the dtype rule of
+// formulas/arithmetic.h applies; scalar operands take part in promotion).
+template <int K>
+FormulaResult PerOutput(const OpCall& call);
+
+// add/sub/rsub(self, other, alpha): one op per output, plus the alpha
+// multiply when alpha != 1.
+FormulaResult AddSub(const OpCall& call);
+// div(self, other, rounding_mode): a divide, plus the rounding when a mode is given.
+FormulaResult Div(const OpCall& call);
+// clamp(self, min, max): one comparison/selection per bound present.
+FormulaResult Clamp(const OpCall& call);
+// gelu(self, approximate): exact 5, tanh approximation 14 per element.
+FormulaResult Gelu(const OpCall& call);
+// addcmul/addcdiv(self, t1, t2, value): product/quotient and add (2N), plus the
+// coefficient multiply when value != 1; tensor operands decide the dtype.
+FormulaResult Addc(const OpCall& call);
+// lerp(self, end, weight): self + weight * (end - self): 3 per element.
+FormulaResult Lerp(const OpCall& call);
+// rrelu_with_noise(self, noise, lower, upper, training): eval is a leaky ReLU
+// (4 per element); training samples noise (RNG: unsupported).
+FormulaResult RreluWithNoise(const OpCall& call);
+
+}  // namespace torchscan::elementwise

@@ -1,0 +1,56 @@
+#include "formulas/misc.h"
+
+#include <string>
+
+#include "formulas/arithmetic.h"
+
+namespace torchscan::misc {
+
+FormulaResult Dropout(const OpCall& call) {
+  const TensorMeta* x = DenseArg(call, 0);
+  if (!x) return NotDense(call);
+  const auto p = ScalarArg(call, 1);
+  const ArgMeta& train = call.arg(2);
+  // native_dropout's `train` is optional; None means training.
+  const bool training = train.kind == ArgKind::kBool ? train.to_bool() : true;
+  if (!training || !p || *p == 0.0) return FormulaResult::Complete(0);
+  return CountFor(call, ArithmeticOf(call), (*p == 1.0 ? 1 : 2) * x->numel());
+}
+
+FormulaResult Embedding(const OpCall& call) {
+  if (!DenseArg(call, 0) || !DenseArg(call, 1)) return NotDense(call);
+  return FormulaResult::Complete(0);
+}
+
+FormulaResult EmbeddingRenorm(const OpCall& call) {
+  return FormulaResult::Unavailable("unsupported_embedding_max_norm",
+                                    "embedding max_norm renormalization has no TorchScan count");
+}
+
+FormulaResult Nearest(const OpCall& call) {
+  if (!DenseArg(call, 0) || !DenseOutput(call)) return NotDense(call);
+  return FormulaResult::Complete(0);
+}
+
+template <int K>
+FormulaResult Weighted(const OpCall& call) {
+  const TensorMeta* out = DenseOutput(call);
+  if (!DenseArg(call, 0) || !out) return NotDense(call);
+  const Arithmetic a = ArithmeticOf(call);
+  if (a == Arithmetic::kInteger) {
+    return FormulaResult::Unavailable("unsupported_operator_formula",
+                                      std::string(call.name) + ": weighted interpolation of integer inputs");
+  }
+  return CountFor(call, a, (2 * K - 1) * out->numel());
+}
+template FormulaResult Weighted<2>(const OpCall&);
+template FormulaResult Weighted<4>(const OpCall&);
+template FormulaResult Weighted<8>(const OpCall&);
+template FormulaResult Weighted<16>(const OpCall&);
+
+FormulaResult RandomSampling(const OpCall& call) {
+  return FormulaResult::Unavailable(
+      "random_sampling", std::string(call.name) + ": random sampling is a visible exclusion of torchscan_flops_v1");
+}
+
+}  // namespace torchscan::misc

@@ -1,0 +1,27 @@
+// Fallback FLOPs of dropout, embedding lookups, interpolation and the
+// operators the table names as visible exclusions (random sampling).
+#pragma once
+
+#include "formulas/op_call.h"
+#include "formulas/result.h"
+
+namespace torchscan::misc {
+
+// dropout/native_dropout/feature_dropout(input, p, train): eval or p = 0 cost
+// nothing; training masks and rescales (2N), or only masks at p = 1 (N). The
+// random mask itself is excluded (RNG is not arithmetic in this convention).
+FormulaResult Dropout(const OpCall& call);
+// embedding(weight, indices, ...): a lookup, zero FLOPs.
+FormulaResult Embedding(const OpCall& call);
+// embedding_renorm_ (max_norm): unsupported, reported, never zero.
+FormulaResult EmbeddingRenorm(const OpCall& call);
+// upsample_nearest*: copies values (zero FLOPs), integer inputs included.
+FormulaResult Nearest(const OpCall& call);
+// upsample_linear1d / bilinear2d / trilinear3d / bicubic2d: K = 2/4/8/16
+// neighbours blended per output: (2K - 1) N; floating inputs only.
+template <int K>
+FormulaResult Weighted(const OpCall& call);
+// rand/randn/bernoulli/normal/...: sampling has no count (partial, visible).
+FormulaResult RandomSampling(const OpCall& call);
+
+}  // namespace torchscan::misc

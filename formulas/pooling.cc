@@ -1,0 +1,72 @@
+#include "formulas/pooling.h"
+
+#include <numeric>
+
+#include "formulas/arithmetic.h"
+
+namespace torchscan::pooling {
+namespace {
+
+// Values per window: the kernel's product over the output's spatial axes (a
+// single kernel size applies to every axis).
+bool WindowValues(const OpCall& call, const TensorMeta& out, int64_t& k) {
+  const ArgMeta& kernel = call.arg(1);
+  if (kernel.kind != ArgKind::kIntList || kernel.ints().empty()) return false;
+  const int64_t spatial = kernel.ints().size() == 1 ? (out.dim() >= 3 ? out.dim() - 2 : 1)
+                                                    : static_cast<int64_t>(kernel.ints().size());
+  k = 1;
+  for (int64_t i = 0; i < spatial; ++i) {
+    k *= kernel.ints().size() == 1 ? kernel.ints()[0] : kernel.ints()[i];
+  }
+  return true;
+}
+
+FormulaResult Fixed(const OpCall& call, int64_t per_window_offset) {
+  const TensorMeta* out = DenseOutput(call);
+  int64_t k = 0;
+  if (!out || !DenseArg(call, 0) || !WindowValues(call, *out, k)) return NotDense(call);
+  return CountFor(call, ArithmeticOf(call), (k + per_window_offset) * out->numel());
+}
+
+// V and O of an adaptive pooling call: spatial axes are the output's last
+// len(output_size) axes.
+bool Visits(const OpCall& call, int64_t& visited, int64_t& outputs) {
+  const TensorMeta* in = DenseArg(call, 0);
+  const TensorMeta* out = DenseOutput(call);
+  if (!in || !out || in->dim() != out->dim() || in->dim() == 0) return false;
+  const ArgMeta& size = call.arg(1);
+  if (size.kind != ArgKind::kIntList) return false;
+  const int64_t spatial = static_cast<int64_t>(size.ints().size());
+  if (spatial > in->dim()) return false;
+  visited = 1;
+  for (int64_t d = 0; d < in->dim(); ++d) {
+    const bool axis = d >= in->dim() - spatial;
+    visited *= axis ? AdaptiveAxisVisits(in->size(d), out->size(d)) : in->size(d);
+  }
+  outputs = out->numel();
+  return true;
+}
+
+}  // namespace
+
+int64_t AdaptiveAxisVisits(int64_t in, int64_t out) {
+  if (in == 0 || out == 0) return 0;
+  return in + out - std::gcd(in, out);
+}
+
+FormulaResult MaxPool(const OpCall& call) { return Fixed(call, -1); }
+FormulaResult AvgPool(const OpCall& call) { return Fixed(call, 0); }
+
+FormulaResult AdaptiveAvgPool(const OpCall& call) {
+  int64_t v = 0, o = 0;
+  if (!Visits(call, v, o)) return NotDense(call);
+  return CountFor(call, ArithmeticOf(call), v);
+}
+
+FormulaResult AdaptiveMaxPool(const OpCall& call) {
+  int64_t v = 0, o = 0;
+  if (!Visits(call, v, o)) return NotDense(call);
+  return CountFor(call, ArithmeticOf(call), v - o);
+}
+
+}  // namespace torchscan::pooling

@@ -1,0 +1,28 @@
+// Fallback FLOPs of pooling (torchscan_flops_v1 "Fixed pooling", "Adaptive
+// pooling").
+#pragma once
+
+#include <cstdint>
+
+#include "formulas/op_call.h"
+#include "formulas/result.h"
+
+namespace torchscan::pooling {
+
+// Values visited along one axis by adaptive pooling from L to O positions:
+// window i spans [floor(iL/O), ceil((i+1)L/O)), and the windows' lengths sum
+// to L + O - gcd(L, O).
+int64_t AdaptiveAxisVisits(int64_t in, int64_t out);
+
+// max_pool*_with_indices / max_pool*(self, kernel_size, ...): K - 1
+// comparisons per output for K values per window (nominal padded/ceil windows).
+FormulaResult MaxPool(const OpCall& call);
+// avg_pool*(self, kernel_size, ...): K - 1 adds and one divide -> K per output.
+FormulaResult AvgPool(const OpCall& call);
+// adaptive_avg_pool*(self, output_size): all visited values summed (V - O adds)
+// plus one divide per window (O) -> V, V = batch*channels*prod(axis visits).
+FormulaResult AdaptiveAvgPool(const OpCall& call);
+// adaptive_max_pool*(self, output_size): V - O comparisons.
+FormulaResult AdaptiveMaxPool(const OpCall& call);
+
+}  // namespace torchscan::pooling

@@ -1,0 +1,27 @@
+// Fallback FLOPs of reductions and scans (torchscan_flops_v1 "Broadcast/
+// reduction", "Cumulative sums", "Norm orders").
+#pragma once
+
+#include "formulas/op_call.h"
+#include "formulas/result.h"
+
+namespace torchscan::reduction {
+
+// N input values folded into R outputs take max(N - R, 0) binary operations
+// (adds for sum, comparisons for max/min, multiplies for prod).
+FormulaResult Fold(const OpCall& call);
+// max/min: a full or per-dim reduction folds (N - R); the binary overload
+// (self, other) is one comparison per output.
+FormulaResult MaxMin(const OpCall& call);
+// sum(self, ..., dtype): Fold with the reduction dtype (dtype > out > input).
+FormulaResult Sum(const OpCall& call);
+// mean: the sum plus one divide per output.
+FormulaResult Mean(const OpCall& call);
+// cumsum/cumprod(self, dim, dtype): N minus the number of rows along dim.
+FormulaResult Cumulative(const OpCall& call);
+// linalg_vector_norm(self, ord, dim, keepdim, dtype) and norm(self, p, dim, ...):
+// ord 1: N abs + (N - R) adds; ord 2: N squares + (N - R) adds + R square roots;
+// ord +-inf: N abs + (N - R) comparisons; other orders are partial.
+FormulaResult VectorNorm(const OpCall& call);
+
+}  // namespace torchscan::reduction

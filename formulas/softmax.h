@@ -1,0 +1,20 @@
+// Fallback FLOPs of softmax-family kernels (torchscan_flops_v1 "Stable/safe
+// softmax", "LogSoftmax / Softmin"). N = elements, R = rows along `dim`.
+#pragma once
+
+#include "formulas/op_call.h"
+#include "formulas/result.h"
+
+namespace torchscan::softmax {
+
+// _softmax(self, dim, half_to_float): max (N-R), subtract N, exp N, sum (N-R),
+// divide N -> 5N - 2R.
+FormulaResult Softmax(const OpCall& call);
+// _safe_softmax(self, dim, dtype): softmax plus 2N comparisons/selections
+// guarding fully masked rows -> 7N - 2R.
+FormulaResult SafeSoftmax(const OpCall& call);
+// _log_softmax(self, dim, half_to_float): max (N-R), subtract N, exp N,
+// sum (N-R), log R, subtract N -> 4N - R.
+FormulaResult LogSoftmax(const OpCall& call);
+
+}  // namespace torchscan::softmax
