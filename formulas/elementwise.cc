@@ -8,6 +8,9 @@ namespace {
 FormulaResult Count(const OpCall& call, int64_t ops_per_output, Arithmetic a) {
   const TensorMeta* out = DenseOutput(call);
   if (!out) return NotDense(call);
+  for (const ArgMeta& arg : call.args) {
+    if (arg.is_tensor() && (arg.tensor().nested || !arg.tensor().strided)) return NotDense(call);
+  }
   return CountFor(call, a, ops_per_output * out->numel());
 }
 

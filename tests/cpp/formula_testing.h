@@ -22,6 +22,10 @@ class CallBuilder {
   CallBuilder& Int(int64_t v) { return Push(args_, ArgMeta::Int(v)); }
   CallBuilder& Bool(bool v) { return Push(args_, ArgMeta::Bool(v)); }
   CallBuilder& Double(double v) { return Push(args_, ArgMeta::Double(v)); }
+  CallBuilder& Str(std::string v) {
+    auto& store = strings_.emplace_back(std::move(v));
+    return Push(args_, ArgMeta::String(store.data(), store.size()));
+  }
   CallBuilder& Ints(std::initializer_list<int64_t> v, ArgKind kind = ArgKind::kIntList) {
     auto& store = lists_.emplace_back(v);
     return Push(args_, ArgMeta::Ints(kind, store.data(), store.size()));
@@ -53,6 +57,7 @@ class CallBuilder {
   std::string name_;
   std::deque<std::vector<int64_t>> lists_;  // stable addresses for the pointers
   std::deque<TensorMeta> tensors_;
+  std::deque<std::string> strings_;
   std::vector<ArgMeta> args_, outs_;
 };
 

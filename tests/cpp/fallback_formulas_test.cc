@@ -1,0 +1,312 @@
+// torchscan_flops_v1 fallback rows, one test per row, on tiny calls whose
+// expected counts are written as arithmetic from the row's formula.
+#include <gtest/gtest.h>
+
+#include "formulas/elementwise.h"
+#include "formulas/misc.h"
+#include "formulas/normalization.h"
+#include "formulas/pooling.h"
+#include "formulas/reduction.h"
+#include "formulas/registry.h"
+#include "formulas/softmax.h"
+#include "tests/cpp/formula_testing.h"
+
+namespace torchscan {
+namespace {
+
+using testing::CallBuilder;
+
+FormulaResult Evaluate(std::string_view op, const CallBuilder& b) {
+  const OperatorFormula* f = FindOperatorFormula(op);
+  EXPECT_NE(f, nullptr) << op;
+  return f ? f->flops(b.Call()) : FormulaResult::Unavailable("missing", "");
+}
+
+int64_t Flops(std::string_view op, const CallBuilder& b) {
+  const FormulaResult r = Evaluate(op, b);
+  EXPECT_EQ(r.status, MetricStatus::kComplete) << op << ": " << r.message;
+  return r.value;
+}
+
+// (2,3) float input and output: N = 6.
+CallBuilder Unary(const char* op, c10::ScalarType t = c10::kFloat) {
+  CallBuilder b(op);
+  b.Tensor({2, 3}, t).Out({2, 3}, t);
+  return b;
+}
+
+TEST(ScalarArithmetic, OneOperationPerOutputValue) {
+  // exp/sqrt/erf, comparison and selection: 1 per value -> 6.
+  for (const char* op : {"aten::exp", "aten::sqrt", "aten::erf", "aten::relu", "aten::neg", "aten::sin",
+                         "aten::reciprocal", "aten::ceil", "aten::log"}) {
+    EXPECT_EQ(Flops(op, Unary(op)), 6) << op;
+  }
+  // Broadcast binary ops count per output: (2,1) * (1,3) -> (2,3): 6.
+  EXPECT_EQ(Flops("aten::mul", CallBuilder("aten::mul").Tensor({2, 1}).Tensor({1, 3}).Out({2, 3})), 6);
+  EXPECT_EQ(Flops("aten::lt", CallBuilder("aten::lt").Tensor({2, 3}).Tensor({2, 3}).Out({2, 3}, c10::kBool)), 6);
+  EXPECT_EQ(Flops("aten::where",
+                  CallBuilder("aten::where").Tensor({2, 3}, c10::kBool).Tensor({2, 3}).Tensor({2, 3}).Out({2, 3})),
+            6);
+}
+
+TEST(ScalarArithmetic, AlphaAddsAMultiplyAndRoundingAddsAnOperation) {
+  // add(x, y, alpha=1): 6; alpha=2: 6 adds + 6 multiplies = 12.
+  EXPECT_EQ(Flops("aten::add", CallBuilder("aten::add").Tensor({2, 3}).Tensor({2, 3}).Int(1).Out({2, 3})), 6);
+  EXPECT_EQ(Flops("aten::add", CallBuilder("aten::add").Tensor({2, 3}).Tensor({2, 3}).Int(2).Out({2, 3})), 12);
+  // Reverse subtraction other - alpha*self with alpha = 0.5: 12.
+  EXPECT_EQ(Flops("aten::rsub", CallBuilder("aten::rsub").Tensor({2, 3}).Double(3.0).Double(0.5).Out({2, 3})), 12);
+  // div with rounding_mode="floor": divide + floor = 12; without: 6.
+  EXPECT_EQ(Flops("aten::div", CallBuilder("aten::div").Tensor({2, 3}).Tensor({2, 3}).Str("floor").Out({2, 3})), 12);
+  EXPECT_EQ(Flops("aten::div", CallBuilder("aten::div").Tensor({2, 3}).Tensor({2, 3}).Out({2, 3})), 6);
+  // In-place variants share the functional formula.
+  EXPECT_EQ(Flops("aten::add_", CallBuilder("aten::add_").Tensor({2, 3}).Tensor({2, 3}).Int(1).Out({2, 3})), 6);
+}
+
+TEST(ScalarArithmetic, PowersCountOnePerValueWhateverTheExponent) {
+  // pow(x, 2) (squaring unchanged), pow(x, 0.5), pow(x, y): one per value -> 6.
+  EXPECT_EQ(Flops("aten::pow", CallBuilder("aten::pow").Tensor({2, 3}).Int(2).Out({2, 3})), 6);
+  EXPECT_EQ(Flops("aten::pow", CallBuilder("aten::pow").Tensor({2, 3}).Double(0.5).Out({2, 3})), 6);
+  EXPECT_EQ(Flops("aten::pow", CallBuilder("aten::pow").Tensor({2, 3}).Tensor({2, 3}).Out({2, 3})), 6);
+  // Integer base with a float exponent computes in floating point: counted.
+  EXPECT_EQ(Flops("aten::pow", CallBuilder("aten::pow").Tensor({2, 3}, c10::kLong).Double(0.5).Out({2, 3})), 6);
+}
+
+TEST(DtypeRules, IntegerExcludedComplexIncompleteConstantsExcluded) {
+  // Integer/boolean fallback arithmetic is excluded: zero, complete.
+  EXPECT_EQ(Flops("aten::add", CallBuilder("aten::add").Tensor({2, 3}, c10::kInt).Tensor({2, 3}, c10::kInt)
+                                   .Int(1).Out({2, 3}, c10::kInt)),
+            0);
+  EXPECT_EQ(Flops("aten::bitwise_not", Unary("aten::bitwise_not", c10::kBool)), 0);
+  // Complex stays incomplete without a caller override.
+  const FormulaResult c = Evaluate("aten::exp", Unary("aten::exp", c10::kComplexFloat));
+  EXPECT_EQ(c.status, MetricStatus::kUnavailable);
+  EXPECT_EQ(c.code, "complex_arithmetic");
+  // addcmul: the tensor operands set the dtype (float), not the scalar value.
+  // self + value * t1 * t2 with value = 1: multiply + add = 2 per value -> 12;
+  // value = 0.5 adds the coefficient multiply -> 18.
+  auto addcmul = [](double value) {
+    CallBuilder b("aten::addcmul");
+    b.Tensor({2, 3}).Tensor({2, 3}).Tensor({2, 3}).Double(value).Out({2, 3});
+    return b;
+  };
+  EXPECT_EQ(Flops("aten::addcmul", addcmul(1.0)), 12);
+  EXPECT_EQ(Flops("aten::addcmul", addcmul(0.5)), 18);
+  // Sparse tensors are not counted.
+  CallBuilder sparse("aten::exp");
+  sparse.Tensor({2, 3}).Out({2, 3});
+  OpCall call = sparse.Call();
+  TensorMeta t = call.args[0].tensor();
+  t.strided = false;
+  ArgMeta args[] = {ArgMeta::Tensor(&t)};
+  call.args = args;
+  EXPECT_EQ(FindOperatorFormula("aten::exp")->flops(call).status, MetricStatus::kUnavailable);
+}
+
+TEST(Activations, SymbolicExpansionsPerElement) {
+  // N = 6; counts per element from the table.
+  const std::pair<const char*, int> rows[] = {
+      {"aten::hardtanh", 2},    {"aten::threshold", 2}, {"aten::hardshrink", 3}, {"aten::leaky_relu", 4},
+      {"aten::_prelu_kernel", 4}, {"aten::hardsigmoid", 4}, {"aten::sigmoid", 4}, {"aten::hardswish", 5},
+      {"aten::softshrink", 5},  {"aten::silu", 5},      {"aten::elu", 6},        {"aten::tanh", 6},
+      {"aten::celu", 7},        {"aten::selu", 7},      {"aten::log_sigmoid_forward", 7},
+      {"aten::softplus", 7},    {"aten::mish", 10},
+  };
+  for (const auto& [op, per] : rows) EXPECT_EQ(Flops(op, Unary(op)), 6 * per) << op;
+}
+
+TEST(Activations, GeluExactAndTanhGluHalvesItsSplitDimension) {
+  // Exact GELU: 5N = 30; tanh approximation: 14N = 84.
+  EXPECT_EQ(Flops("aten::gelu", CallBuilder("aten::gelu").Tensor({2, 3}).Str("none").Out({2, 3})), 30);
+  EXPECT_EQ(Flops("aten::gelu", CallBuilder("aten::gelu").Tensor({2, 3}).Str("tanh").Out({2, 3})), 84);
+  // GLU over dim 1 of (2,4): output (2,2), N = 4 output values -> 5N = 20.
+  EXPECT_EQ(Flops("aten::glu", CallBuilder("aten::glu").Tensor({2, 4}).Int(1).Out({2, 2})), 20);
+}
+
+TEST(Activations, RreluEvalIsLeakyTrainingSamples) {
+  auto rrelu = [](bool training) {
+    CallBuilder b("aten::rrelu_with_noise");
+    b.Tensor({2, 3}).Tensor({2, 3}).Double(0.1).Double(0.3).Bool(training).Out({2, 3});
+    return b;
+  };
+  EXPECT_EQ(Flops("aten::rrelu_with_noise", rrelu(false)), 24);  // 4N
+  EXPECT_EQ(Evaluate("aten::rrelu_with_noise", rrelu(true)).code, "random_sampling");
+}
+
+TEST(Reductions, SumMeanAndMax) {
+  // sum over dim 1 of (2,3): N=6 values into R=2 -> 4 adds. Full sum: 5.
+  EXPECT_EQ(Flops("aten::sum", CallBuilder("aten::sum").Tensor({2, 3}).Ints({1}).Bool(false).None().Out({2})), 4);
+  EXPECT_EQ(Flops("aten::sum", CallBuilder("aten::sum").Tensor({2, 3}).None().Out({})), 5);
+  // mean adds R divides: 4 + 2 = 6.
+  EXPECT_EQ(Flops("aten::mean", CallBuilder("aten::mean").Tensor({2, 3}).Ints({1}).Bool(false).None().Out({2})), 6);
+  // Reducing nothing (N = R) costs nothing: max(N - R, 0).
+  EXPECT_EQ(Flops("aten::sum", CallBuilder("aten::sum").Tensor({2, 3}).Ints({}).Bool(false).None().Out({2, 3})), 0);
+  // Integer sum with dtype=float computes in float: counted (dtype > out > input).
+  EXPECT_EQ(Flops("aten::sum", CallBuilder("aten::sum").Tensor({2, 3}, c10::kLong)
+                                   .Int(static_cast<int64_t>(c10::kFloat)).Out({}, c10::kFloat)),
+            5);
+  EXPECT_EQ(Flops("aten::sum", CallBuilder("aten::sum").Tensor({2, 3}, c10::kLong).None().Out({}, c10::kLong)), 0);
+  // amax over dim 0 of (2,3) -> 3 outputs: 3 comparisons; binary max: one per value.
+  EXPECT_EQ(Flops("aten::amax", CallBuilder("aten::amax").Tensor({2, 3}).Ints({0}).Bool(false).Out({3})), 3);
+  EXPECT_EQ(Flops("aten::max", CallBuilder("aten::max").Tensor({2, 3}).Tensor({2, 3}).Out({2, 3})), 6);
+}
+
+TEST(Reductions, CumulativeSumsCostNMinusRows) {
+  // cumsum over dim 1 of (2,3): rows = 2, N = 6 -> 4 adds.
+  EXPECT_EQ(Flops("aten::cumsum", CallBuilder("aten::cumsum").Tensor({2, 3}).Int(1).None().Out({2, 3})), 4);
+  EXPECT_EQ(Flops("aten::cumsum_", CallBuilder("aten::cumsum_").Tensor({2, 3}).Int(0).None().Out({2, 3})), 3);
+}
+
+TEST(Reductions, VectorNormOrders) {
+  // Full norm of (2,3): N = 6, R = 1.
+  auto norm = [](double ord) {
+    CallBuilder b("aten::linalg_vector_norm");
+    b.Tensor({2, 3}).Double(ord).None().Bool(false).None().Out({});
+    return b;
+  };
+  EXPECT_EQ(Flops("aten::linalg_vector_norm", norm(1)), 6 + 5);         // |x| N, adds N - R
+  EXPECT_EQ(Flops("aten::linalg_vector_norm", norm(2)), 6 + 5 + 1);     // squares, adds, sqrt R
+  EXPECT_EQ(Flops("aten::linalg_vector_norm", norm(INFINITY)), 6 + 5);  // |x| N, comparisons N - R
+  EXPECT_EQ(Evaluate("aten::linalg_vector_norm", norm(3)).code, "unsupported_norm_order");
+}
+
+TEST(Softmax, StableSafeAndLog) {
+  // softmax over dim 1 of (2,3): N = 6, R = 2.
+  auto call = [](const char* op) {
+    CallBuilder b(op);
+    b.Tensor({2, 3}).Int(1).Bool(false).Out({2, 3});
+    return b;
+  };
+  EXPECT_EQ(Flops("aten::_softmax", call("aten::_softmax")), 5 * 6 - 2 * 2);          // 26
+  EXPECT_EQ(Flops("aten::_safe_softmax", call("aten::_safe_softmax")), 7 * 6 - 2 * 2);  // + 2N
+  EXPECT_EQ(Flops("aten::_log_softmax", call("aten::_log_softmax")), 4 * 6 - 2);      // 22
+}
+
+TEST(Normalization, LayerNormRowsAndAffine) {
+  // (2,3,4) over normalized_shape (4): N = 24, R = 6.
+  auto ln = [](bool weight, bool bias) {
+    CallBuilder b("aten::native_layer_norm");
+    b.Tensor({2, 3, 4}).Ints({4});
+    weight ? b.Tensor({4}) : b.None();
+    bias ? b.Tensor({4}) : b.None();
+    b.Double(1e-5).Out({2, 3, 4});
+    return b;
+  };
+  EXPECT_EQ(Flops("aten::native_layer_norm", ln(true, true)), 6 * 24 + 2 * 6 + 2 * 24);   // 204
+  EXPECT_EQ(Flops("aten::native_layer_norm", ln(false, false)), 6 * 24 + 2 * 6);          // 156
+  // Zero batches: zero work, complete; empty rows: unsupported.
+  CallBuilder empty_batch("aten::native_layer_norm");
+  empty_batch.Tensor({0, 4}).Ints({4}).None().None().Double(1e-5);
+  EXPECT_EQ(Flops("aten::native_layer_norm", empty_batch), 0);
+  CallBuilder empty_rows("aten::native_layer_norm");
+  empty_rows.Tensor({2, 0}).Ints({0}).None().None().Double(1e-5);
+  EXPECT_EQ(Evaluate("aten::native_layer_norm", empty_rows).status, MetricStatus::kUnavailable);
+}
+
+TEST(Normalization, GroupNormRowsAreBatchTimesGroups) {
+  // (2,4,3) with 2 groups: N = 24, R = 2 * 2 = 4, affine both: 6*24 + 2*4 + 2*24 = 200.
+  CallBuilder b("aten::native_group_norm");
+  b.Tensor({2, 4, 3}).Tensor({4}).Tensor({4}).Int(2).Int(4).Int(3).Int(2).Double(1e-5);
+  EXPECT_EQ(Flops("aten::native_group_norm", b), 200);
+}
+
+TEST(Normalization, BatchNormPathsFollowTheCall) {
+  // (2,3,2,2): N = 24, C = 3, affine A = 2.
+  auto bn = [](bool training, bool running) {
+    CallBuilder b("aten::native_batch_norm");
+    b.Tensor({2, 3, 2, 2}).Tensor({3}).Tensor({3});
+    running ? b.Tensor({3}) : b.None();
+    running ? b.Tensor({3}) : b.None();
+    b.Bool(training).Double(0.1).Double(1e-5);
+    return b;
+  };
+  const int64_t saved = 2 * 24 + 2 * 3 + 2 * 24;                      // 102: eval, running stats
+  EXPECT_EQ(Flops("aten::native_batch_norm", bn(false, true)), saved);
+  EXPECT_EQ(Flops("aten::native_batch_norm", bn(true, false)), saved + 4 * 24);             // batch stats
+  EXPECT_EQ(Flops("aten::native_batch_norm", bn(true, true)), saved + 4 * 24 + 3 * 3 + 5 * 3);  // + updates
+  CallBuilder empty("aten::native_batch_norm");
+  empty.Tensor({0, 3}).None().None().None().None().Bool(false).Double(0.1).Double(1e-5);
+  EXPECT_EQ(Evaluate("aten::native_batch_norm", empty).status, MetricStatus::kUnavailable);
+}
+
+TEST(Normalization, RmsNormAndWeightNorm) {
+  // rms_norm of (2,4) over (4): N = 8, R = 2; weight: (3+1)*8 + 2*2 = 36; none: 3*8 + 4 = 28.
+  EXPECT_EQ(Flops("aten::rms_norm", CallBuilder("aten::rms_norm").Tensor({2, 4}).Ints({4}).Tensor({4}).None()), 36);
+  EXPECT_EQ(Flops("aten::rms_norm", CallBuilder("aten::rms_norm").Tensor({2, 4}).Ints({4}).None().None()), 28);
+  // weight norm: v (3,4), g (3,1): N = 12, R = 3 -> 3*12 + 3 = 39.
+  EXPECT_EQ(Flops("aten::_weight_norm_interface",
+                  CallBuilder("aten::_weight_norm_interface").Tensor({3, 4}).Tensor({3, 1}).Int(0)),
+            39);
+}
+
+TEST(Pooling, FixedWindowsMaxKMinusOneAverageK) {
+  // 2x2 windows (K = 4) over (1,1,4,4) -> (1,1,2,2): 4 outputs.
+  CallBuilder max("aten::max_pool2d_with_indices");
+  max.Tensor({1, 1, 4, 4}).Ints({2, 2}).Ints({2, 2}).Ints({0, 0}).Ints({1, 1}).Bool(false).Out({1, 1, 2, 2});
+  EXPECT_EQ(Flops("aten::max_pool2d_with_indices", max), 3 * 4);
+  CallBuilder avg("aten::avg_pool2d");
+  avg.Tensor({1, 1, 4, 4}).Ints({2}).Ints({2}).Ints({0}).Bool(false).Bool(true).None().Out({1, 1, 2, 2});
+  EXPECT_EQ(Flops("aten::avg_pool2d", avg), 4 * 4);
+  // Ceil mode: 3x3 windows over 4x4 with stride 2, ceil -> 2x2 outputs, nominal K = 9 each.
+  CallBuilder ceil("aten::max_pool2d_with_indices");
+  ceil.Tensor({1, 1, 4, 4}).Ints({3, 3}).Ints({2, 2}).Ints({0, 0}).Ints({1, 1}).Bool(true).Out({1, 1, 2, 2});
+  EXPECT_EQ(Flops("aten::max_pool2d_with_indices", ceil), 8 * 4);
+}
+
+TEST(Pooling, AdaptiveUsesExactOverlappingWindows) {
+  // L = 5 -> O = 3 windows: [0,2) [1,4) [3,5): 2 + 3 + 2 = 7 = 5 + 3 - gcd(5,3).
+  EXPECT_EQ(pooling::AdaptiveAxisVisits(5, 3), 7);
+  EXPECT_EQ(pooling::AdaptiveAxisVisits(4, 2), 4);  // divisible: every value once
+  // (2,3,5,4) -> (3,2): V = 2*3 * 7 * (4 + 2 - 2) = 168; outputs O = 2*3*3*2 = 36.
+  CallBuilder avg("aten::_adaptive_avg_pool2d");
+  avg.Tensor({2, 3, 5, 4}).Ints({3, 2}).Out({2, 3, 3, 2});
+  EXPECT_EQ(Flops("aten::_adaptive_avg_pool2d", avg), 168);  // V - O adds + O divides
+  CallBuilder max("aten::adaptive_max_pool2d");
+  max.Tensor({2, 3, 5, 4}).Ints({3, 2}).Out({2, 3, 3, 2}).Out({2, 3, 3, 2}, c10::kLong);
+  EXPECT_EQ(Flops("aten::adaptive_max_pool2d", max), 168 - 36);
+}
+
+TEST(Dropout, EvalZeroTrainingTwoNOrNAtOne) {
+  auto d = [](double p, bool train) {
+    CallBuilder b("aten::dropout");
+    b.Tensor({2, 3}).Double(p).Bool(train);
+    return b;
+  };
+  EXPECT_EQ(Flops("aten::dropout", d(0.5, false)), 0);
+  EXPECT_EQ(Flops("aten::dropout", d(0.0, true)), 0);
+  EXPECT_EQ(Flops("aten::dropout", d(0.5, true)), 12);  // mask + rescale: 2N
+  EXPECT_EQ(Flops("aten::dropout", d(1.0, true)), 6);   // mask only: N
+}
+
+TEST(Lookups, EmbeddingIsFreeRenormIsUnsupported) {
+  CallBuilder e("aten::embedding");
+  e.Tensor({10, 4}).Tensor({2, 5}, c10::kLong).Int(-1).Bool(false).Bool(false).Out({2, 5, 4});
+  EXPECT_EQ(Flops("aten::embedding", e), 0);
+  CallBuilder r("aten::embedding_renorm_");
+  r.Tensor({10, 4}).Tensor({3}, c10::kLong).Double(1.0).Double(2.0);
+  EXPECT_EQ(Evaluate("aten::embedding_renorm_", r).code, "unsupported_embedding_max_norm");
+}
+
+TEST(Interpolation, NearestCopiesWeightedBlendsKNeighbours) {
+  // Output (1,1,4,4): N = 16.
+  CallBuilder nearest("aten::upsample_nearest2d");
+  nearest.Tensor({1, 1, 2, 2}, c10::kByte).Ints({4, 4}).None().None().Out({1, 1, 4, 4}, c10::kByte);
+  EXPECT_EQ(Flops("aten::upsample_nearest2d", nearest), 0);
+  CallBuilder bilinear("aten::upsample_bilinear2d");
+  bilinear.Tensor({1, 1, 2, 2}).Ints({4, 4}).Bool(false).None().None().Out({1, 1, 4, 4});
+  EXPECT_EQ(Flops("aten::upsample_bilinear2d", bilinear), (2 * 4 - 1) * 16);  // 112
+  CallBuilder bicubic("aten::upsample_bicubic2d");
+  bicubic.Tensor({1, 1, 2, 2}).Ints({4, 4}).Bool(false).None().None().Out({1, 1, 4, 4});
+  EXPECT_EQ(Flops("aten::upsample_bicubic2d", bicubic), (2 * 16 - 1) * 16);  // 496
+  CallBuilder linear("aten::upsample_linear1d");
+  linear.Tensor({1, 1, 3}).Ints({6}).Bool(false).None().Out({1, 1, 6});
+  EXPECT_EQ(Flops("aten::upsample_linear1d", linear), 3 * 6);
+}
+
+TEST(Exclusions, RandomSamplingIsVisibleNotZero) {
+  const FormulaResult r = Evaluate("aten::bernoulli_", CallBuilder("aten::bernoulli_").Tensor({2, 3}).Double(0.5));
+  EXPECT_EQ(r.status, MetricStatus::kUnavailable);
+  EXPECT_EQ(r.code, "random_sampling");
+}
+
+}  // namespace
+}  // namespace torchscan
