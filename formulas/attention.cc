@@ -86,4 +86,58 @@ FormulaResult EfficientBackward(const OpCall& call) {
   return SdpaBackward(call);
 }
 
+namespace {
+
+// Self- or cross-attention core of the fused kernels: q (B, L, E), kv length S.
+int64_t FusedAttentionFlops(int64_t b, int64_t l, int64_t s, int64_t e, int64_t h, bool mask,
+                            bool average_weights) {
+  const int64_t d = e / h;
+  const int64_t scores = b * h * l * s, rows = b * h * l;
+  int64_t flops = matmul::MmFlops(b * l, e, e) + 2 * matmul::MmFlops(b * s, e, e)  // Q, K, V
+                  + matmul::MmFlops(b * l, e, e);                                   // output projection
+  flops += b * l * e;                                                               // Q scaling
+  flops += b * h * (matmul::MmFlops(l, d, s) + matmul::MmFlops(l, s, d));          // QK^T, PV
+  flops += 5 * scores - 2 * rows;                                                    // stable softmax
+  if (mask) flops += scores;
+  if (average_weights) flops += scores;
+  return flops;
+}
+
+}  // namespace
+
+FormulaResult NativeMultiHeadAttention(const OpCall& call) {
+  const TensorMeta* q = TensorArg(call, 0, 3);
+  const TensorMeta* k = TensorArg(call, 1, 3);
+  const ArgMeta& heads = call.arg(4);
+  if (!q || !k || heads.kind != ArgKind::kInt || heads.to_int() <= 0 || q->size(0) != k->size(0) ||
+      q->size(2) % heads.to_int() != 0) {
+    return ShapeMismatch(call, "expected dense batched (B, L, E) query/key and heads dividing E");
+  }
+  const ArgMeta& need = call.arg(10);
+  const ArgMeta& average = call.arg(11);
+  const bool averaged = (need.kind != ArgKind::kBool || need.to_bool()) &&
+                        (average.kind != ArgKind::kBool || average.to_bool());
+  return FormulaResult::Complete(FusedAttentionFlops(q->size(0), q->size(1), k->size(1), q->size(2),
+                                                     heads.to_int(), call.arg(9).is_tensor(), averaged));
+}
+
+FormulaResult TransformerEncoderLayer(const OpCall& call) {
+  const TensorMeta* x = TensorArg(call, 0, 3);
+  const ArgMeta& heads = call.arg(2);
+  const TensorMeta* ffn1 = TensorArg(call, 14, 2);
+  if (!x || !ffn1 || heads.kind != ArgKind::kInt || heads.to_int() <= 0 ||
+      x->size(2) % heads.to_int() != 0) {
+    return ShapeMismatch(call, "expected a dense batched (B, L, E) input and heads dividing E");
+  }
+  const int64_t b = x->size(0), l = x->size(1), e = x->size(2), f = ffn1->size(0);
+  const bool gelu = call.arg(7).kind == ArgKind::kBool && call.arg(7).to_bool();
+  const int64_t n = b * l * e, r = b * l;
+  int64_t flops = FusedAttentionFlops(b, l, l, e, heads.to_int(), call.arg(18).is_tensor(), false);
+  flops += matmul::MmFlops(b * l, e, f) + matmul::MmFlops(b * l, f, e);  // feed-forward
+  flops += (gelu ? 5 : 1) * b * l * f;                                   // activation
+  flops += 2 * (6 * n + 2 * r + 2 * n);                                  // two affine LayerNorms
+  flops += 2 * n;                                                        // two residual additions
+  return FormulaResult::Complete(flops);
+}
+
 }  // namespace torchscan::attention

@@ -34,4 +34,25 @@ FormulaResult EfficientForward(const OpCall& call);
 FormulaResult FlashBackward(const OpCall& call);
 FormulaResult EfficientBackward(const OpCall& call);
 
+// TorchScan fallbacks for PyTorch's fused fast paths (torchscan_flops_v1
+// "Native fused MHA", "Native fused encoder"), dense batched inputs only.
+//
+// _native_multi_head_attention(query, key, value, embed_dim, num_head,
+//   qkv_weight, qkv_bias, proj_weight, proj_bias, mask, need_weights,
+//   average_attn_weights, mask_type), B batch, L queries, S keys, E width,
+//   H heads, scores N = B*H*L*S, rows R = B*H*L:
+//   projections Q, K, V, out: 2*B*L*E*E + 2 * 2*B*S*E*E + 2*B*L*E*E (2K each, bias omitted)
+//   Q scaling B*L*E; products 2 * 2*B*H*L*S*(E/H); stable softmax 5N - 2R;
+//   a mask one op per score (N); head averaging (need_weights and
+//   average_attn_weights) sums H values and divides: N.
+FormulaResult NativeMultiHeadAttention(const OpCall& call);
+// _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight,
+//   qkv_bias, proj_weight, proj_bias, use_gelu, norm_first, eps, norm_weight_1,
+//   norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1, ffn_bias_1,
+//   ffn_weight_2, ffn_bias_2, mask, mask_type): self-attention as above
+//   (no returned weights) + two feed-forward projections 2*B*L*E*F each, ReLU
+//   (1 per hidden value) or exact GELU (5), two affine LayerNorms
+//   (6n + 2r + 2n each, n = B*L*E, r = B*L) and two residual additions (n each).
+FormulaResult TransformerEncoderLayer(const OpCall& call);
+
 }  // namespace torchscan::attention

@@ -47,6 +47,9 @@ const OperatorFormula kFormulas[] = {
     // The CPU flash kernel FlopCounterMode has no entry for; same convention.
     {"aten::_scaled_dot_product_flash_attention_for_cpu", attention::SdpaForward, kF},
     {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", attention::SdpaBackward, kF},
+    // PyTorch's fused attention fast paths (nn.MultiheadAttention / nn.TransformerEncoderLayer in eval).
+    {"aten::_native_multi_head_attention", attention::NativeMultiHeadAttention, kF},
+    {"aten::_transformer_encoder_layer_fwd", attention::TransformerEncoderLayer, kF},
     // Products PyTorch runs as their own kernels without a native formula.
     {"aten::dot", matmul::Dot, kF},
     {"aten::vdot", matmul::Dot, kF},

@@ -141,3 +141,32 @@ def test_supported_model_is_complete_and_one_unsupported_op_is_named(torchscan):
     assert partial["total"]["status"] == "partial"
     assert [(d["code"], d["operator"]) for d in partial["diagnostics"]] == [("uncounted_operator", "aten.i0")]
     assert partial["total"]["known_value"] == complete["total"]["value"]
+
+
+def test_native_fused_attention_fast_paths(torchscan):
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)  # B = 2, L = S = 5, E = 16; H = 2 heads of d = 8
+    mha = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    # Q, K, V projections 3 * 2*10*16*16 = 15360, output projection 5120 (2K, bias
+    # omitted); Q scaling B*L*E = 160; QK^T and PV 2 * 2*4*5*5*8 = 3200; softmax over
+    # N = 4*25 = 100 scores in R = 20 rows: 5N - 2R = 460; head averaging N = 100.
+    expected_mha = 15360 + 5120 + 160 + 3200 + 460 + 100
+    with torch.no_grad():
+        fast = torchscan.measure_flops(lambda: mha(x, x, x))
+    assert fast["by_operator"] == {"aten._native_multi_head_attention": expected_mha}
+    # The slow path (training mode, dropout 0) counts the same work operator by
+    # operator, plus the separate bias additions of the input projection
+    # (3 * B*L*E = 480), which the fused kernel's convention omits.
+    mha.train()
+    mha.dropout = 0.0
+    slow = torchscan.measure_flops(lambda: mha(x, x, x))
+    assert slow["total"]["value"] == expected_mha + 480
+
+    # Encoder layer fast path, feed-forward F = 32, ReLU: attention without weights
+    # (expected_mha - 100) + FFN 2 * 2*10*16*32 = 20480 + ReLU 10*32 = 320 + two affine
+    # LayerNorms 2 * (6*160 + 2*10 + 2*160) = 2600 + two residual adds 2 * 160 = 320.
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+    with torch.no_grad():
+        enc = torchscan.measure_flops(lambda: layer(x))
+    assert enc["by_operator"] == {
+        "aten._transformer_encoder_layer_fwd": expected_mha - 100 + 20480 + 320 + 2600 + 320}
