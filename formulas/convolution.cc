@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "formulas/arithmetic.h"
 #include "formulas/shapes.h"
 
 namespace torchscan::convolution {
@@ -72,6 +73,43 @@ FormulaResult ConvolutionBackward(const OpCall& call) {
     flops += transposed ? ConvFlops(gy_t, x_t, gw_t, false) : ConvFlops(x_t, gy_t, gw_t, false);
   }
   return FormulaResult::Complete(flops);
+}
+
+}  // namespace torchscan::convolution
+
+namespace torchscan::convolution {
+
+ModuleCosts ConvolutionCosts(const OpCall& call) {
+  const TensorMeta* x = DenseArg(call, 0);
+  const TensorMeta* w = DenseArg(call, 1);
+  const TensorMeta* b = DenseArg(call, 2);
+  const TensorMeta* out = DenseOutput(call);
+  const ArgMeta& transposed_arg = call.arg(6);
+  const auto groups = ScalarArg(call, 8);
+  if (!x || !w || !out || x->dim() < 2 || w->dim() < 3 || !groups || *groups < 1) {
+    return ModuleCosts::Unavailable(ShapeMismatch(call, "expected input, weight and groups"));
+  }
+  if (ArithmeticOf(call) == Arithmetic::kComplex) {
+    return ModuleCosts::Unavailable(CountFor(call, Arithmetic::kComplex, 0));
+  }
+  const bool transposed = transposed_arg.kind == ArgKind::kBool && transposed_arg.to_bool();
+  const int64_t g = static_cast<int64_t>(*groups);
+  const int64_t kvol = Product(w->sizes().subspan(2));
+  const int64_t n_out = out->numel();
+  const int64_t params = w->numel() + (b ? b->numel() : 0);
+  const int64_t bias_adds = b ? n_out : 0;
+  // Taps read per output in the gather view: Cin/groups x kernel_volume.
+  const int64_t cin = transposed ? w->size(0) : w->size(1) * g;
+  const int64_t gathered = cin * kvol * n_out / g;
+  if (!transposed) {
+    const int64_t terms = w->size(1) * kvol;
+    return {FormulaResult::Complete(n_out * (terms > 0 ? 2 * terms - 1 : 0) + bias_adds),
+            FormulaResult::Complete(n_out * terms), FormulaResult::Complete(gathered + params + n_out)};
+  }
+  const int64_t products = x->numel() * w->size(1) * kvol;
+  const int64_t legacy_metadata = 5 * (w->dim() - 2);
+  return {FormulaResult::Complete(2 * products + bias_adds), FormulaResult::Complete(products),
+          FormulaResult::Complete(legacy_metadata + gathered + params + n_out)};
 }
 
 }  // namespace torchscan::convolution

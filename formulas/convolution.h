@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "formulas/module_costs.h"
 #include "formulas/op_call.h"
 #include "formulas/result.h"
 
@@ -27,5 +28,15 @@ FormulaResult DirectConvolution(const OpCall& call);
 // aten::convolution_backward(grad_out, input, weight, bias_sizes, stride,
 //   padding, dilation, transposed, output_padding, groups, output_mask)
 FormulaResult ConvolutionBackward(const OpCall& call);
+
+// Module view of aten::convolution / _convolution.
+// Direct: each output is a dot of T = Cin/groups x kernel_volume terms:
+//   FLOPs N_out (2T - 1 + bias), MACs N_out T, DMAs N_out T (one read per tap)
+//   + parameters + N_out.
+// Transposed: products P = N_in x Cout/groups x kernel_volume scattered from
+//   the inputs: FLOPs 2P + bias N_out, MACs P; DMAs as a direct convolution of
+//   the same module plus TorchScan's legacy 5 accesses per spatial dimension
+//   (stride, padding, dilation, output padding and kernel size reads).
+ModuleCosts ConvolutionCosts(const OpCall& call);
 
 }  // namespace torchscan::convolution

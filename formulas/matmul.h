@@ -2,6 +2,7 @@
 // 2K per K-term dot; fused bias and alpha/beta scaling omitted).
 #pragma once
 
+#include "formulas/module_costs.h"
 #include "formulas/op_call.h"
 #include "formulas/result.h"
 
@@ -23,5 +24,16 @@ FormulaResult Addmv(const OpCall& call);     // aten::addmv(self, mat, vec)
 FormulaResult Addbmm(const OpCall& call);    // aten::addbmm(self, a, b)
 FormulaResult Addr(const OpCall& call);      // aten::addr(self, v1, v2)
 FormulaResult IntMm(const OpCall& call);     // aten::_int_mm(a, b)
+
+
+// Module view (K multiplies + K-1 adds per K-term dot, one bias add per output;
+// MACs = K per output; DMAs read every operand and parameter once and write
+// every output once).
+// linear(input, weight, bias): rows x out dots of in terms.
+ModuleCosts LinearCosts(const OpCall& call);
+ModuleCosts MmCosts(const OpCall& call);       // (m x k)(k x n)
+ModuleCosts AddmmCosts(const OpCall& call);    // + one bias add per output
+ModuleCosts BmmCosts(const OpCall& call);      // B products
+ModuleCosts BaddbmmCosts(const OpCall& call);  // + one add per output
 
 }  // namespace torchscan::matmul

@@ -2,6 +2,7 @@
 // operators the table names as visible exclusions (random sampling).
 #pragma once
 
+#include "formulas/module_costs.h"
 #include "formulas/op_call.h"
 #include "formulas/result.h"
 
@@ -23,5 +24,18 @@ template <int K>
 FormulaResult Weighted(const OpCall& call);
 // rand/randn/bernoulli/normal/...: sampling has no count (partial, visible).
 FormulaResult RandomSampling(const OpCall& call);
+
+// Module view.
+// Dropout: zero MACs; DMAs read the input and p, write the output: N + 1 + N.
+ModuleCosts DropoutCosts(const OpCall& call);
+// Embedding: zero FLOPs/MACs; per lookup read the id and a weight row, write
+// an output row: N_ids + 2 N_out.
+ModuleCosts EmbeddingCosts(const OpCall& call);
+ModuleCosts EmbeddingRenormCosts(const OpCall& call);
+// Nearest: a copy, 2 N_out accesses. Weighted (K neighbours): MACs K N,
+// DMAs (K + 1) N.
+ModuleCosts NearestCosts(const OpCall& call);
+template <int K>
+ModuleCosts WeightedCosts(const OpCall& call);
 
 }  // namespace torchscan::misc

@@ -90,3 +90,84 @@ FormulaResult WeightNorm(const OpCall& call) {
 }
 
 }  // namespace torchscan::normalization
+
+namespace torchscan::normalization {
+namespace {
+
+int64_t Elements(const OpCall& call, size_t i) { return call.arg(i).is_tensor() ? call.arg(i).tensor().numel() : 0; }
+
+ModuleCosts WithFlops(const FormulaResult& flops, int64_t macs, int64_t dmas) {
+  if (flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
+  return {flops, FormulaResult::Complete(macs), FormulaResult::Complete(dmas)};
+}
+
+// LayerNorm's staged accesses: mean N + R, variance N + 2R, normalize
+// 2N + 2R + 1 (eps), affine 2N + parameters.
+int64_t StagedNormAccesses(int64_t n, int64_t r, int64_t params, bool affine) {
+  return 4 * n + 5 * r + 1 + params + (affine ? 2 * n : 0);
+}
+
+}  // namespace
+
+ModuleCosts BatchNormCosts(const OpCall& call) {
+  const FormulaResult flops = BatchNorm(call);
+  const TensorMeta* x = DenseArg(call, 0);
+  if (!x || flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
+  const int64_t n = x->numel(), c = x->size(1), m = c ? n / c : 0;
+  const bool no_training_op = call.name == "aten::_native_batch_norm_legit_no_training";
+  const bool no_stats = !no_training_op && call.arg(3).kind == ArgKind::kBool;
+  const bool running = !no_stats && call.arg(3).is_tensor() && call.arg(4).is_tensor();
+  const bool training = !no_training_op && (no_stats ? call.arg(3).to_bool() : (call.arg(5).kind == ArgKind::kBool && call.arg(5).to_bool()));
+  const bool affine = call.arg(1).is_tensor() && call.arg(2).is_tensor();
+  int64_t macs = n * (1 + (affine ? 1 : 0));
+  if (training && running) macs += c * (m - 1) + c * (2 * m - 1) + 4 * c;
+  int64_t dmas = 2 * n + 1 + 1;  // input, output, eps, momentum
+  if (running) dmas += 2 * c;
+  if (affine) dmas += 2 * c;
+  // Statistics written back. (TorchScan's module formula also counted one
+  // access for the batch counter; here that increment is its own observed
+  // aten::add_ call, so it is not counted twice.)
+  if (training && running) dmas += 2 * c;
+  return WithFlops(flops, macs, dmas);
+}
+
+ModuleCosts LayerNormCosts(const OpCall& call) {
+  const FormulaResult flops = LayerNorm(call);
+  const TensorMeta* x = DenseArg(call, 0);
+  if (!x || flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
+  const int64_t n = x->numel(), row = Product(call.arg(1).ints());
+  const int64_t params = Elements(call, 2) + Elements(call, 3);
+  const bool weight = call.arg(2).is_tensor();
+  return WithFlops(flops, n * (1 + (weight ? 1 : 0)), StagedNormAccesses(n, n / row, params, params > 0));
+}
+
+ModuleCosts GroupNormCosts(const OpCall& call) {
+  const FormulaResult flops = GroupNorm(call);
+  const TensorMeta* x = DenseArg(call, 0);
+  if (!x || flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
+  const int64_t n = x->numel();
+  const int64_t r = static_cast<int64_t>(*ScalarArg(call, 3) * *ScalarArg(call, 6));
+  const int64_t params = Elements(call, 1) + Elements(call, 2);
+  const bool weight = call.arg(1).is_tensor();
+  return WithFlops(flops, n * (1 + (weight ? 1 : 0)), n == 0 ? 0 : StagedNormAccesses(n, r, params, params > 0));
+}
+
+ModuleCosts RmsNormCosts(const OpCall& call) {
+  const FormulaResult flops = RmsNorm(call);
+  const TensorMeta* x = DenseArg(call, 0);
+  if (!x || flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
+  const int64_t n = x->numel(), r = n / Product(call.arg(1).ints());
+  const int64_t params = Elements(call, 2);
+  const bool weight = call.arg(2).is_tensor();
+  // mean-square N + R, eps/rsqrt 2R + 1, normalize 2N + R, affine 2N + P.
+  const int64_t dmas = n == 0 ? 0 : 3 * n + 4 * r + 1 + params + (weight ? 2 * n : 0);
+  return WithFlops(flops, n * (1 + (weight ? 1 : 0)), dmas);
+}
+
+ModuleCosts WeightNormCosts(const OpCall& call) {
+  const FormulaResult undefined = FormulaResult::Unavailable(
+      "undefined_by_convention", "weight normalization has no MAC/DMA convention in torchscan_flops_v1");
+  return {WeightNorm(call), undefined, undefined};
+}
+
+}  // namespace torchscan::normalization

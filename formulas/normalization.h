@@ -3,6 +3,7 @@
 // N = elements, R = normalized rows, C = channels, A = affine tensors present.
 #pragma once
 
+#include "formulas/module_costs.h"
 #include "formulas/op_call.h"
 #include "formulas/result.h"
 
@@ -26,5 +27,21 @@ FormulaResult RmsNorm(const OpCall& call);
 // _weight_norm_interface(v, g, dim) / _weight_norm: L2 norms 2N, scale/norm R,
 // weight scaling N -> 3N + R, R = scales (g's elements); rows must be nonempty.
 FormulaResult WeightNorm(const OpCall& call);
+
+// Module view. MACs are N(1 + W) (square-sum terms plus the weight products)
+// for LayerNorm/GroupNorm/RMSNorm; DMAs use TorchScan's staged convention:
+//   LayerNorm / GroupNorm: 4N + 5R + 1 + P + 2N when an affine tensor is present
+//   RMSNorm: 3N + 4R + 1 + P + 2N when a weight is present (0 for empty inputs)
+// BatchNorm: FLOPs as above; MACs N(1 + affine) plus, when updating running
+// statistics in training, C(M - 1) + C(2M - 1) + 4C with M = N / C; DMAs
+// N_in + N_out + 1 (eps) + 2C (running stats read) + 2C (affine) + 1 (momentum)
+// + 2C (statistics written, training with running stats; the batch counter's
+// increment is a separate aten::add_ call with its own accesses).
+ModuleCosts BatchNormCosts(const OpCall& call);
+ModuleCosts LayerNormCosts(const OpCall& call);
+ModuleCosts GroupNormCosts(const OpCall& call);
+ModuleCosts RmsNormCosts(const OpCall& call);
+// Weight normalization: FLOPs only; the convention defines no MACs/DMAs for it.
+ModuleCosts WeightNormCosts(const OpCall& call);
 
 }  // namespace torchscan::normalization

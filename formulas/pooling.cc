@@ -1,6 +1,7 @@
 #include "formulas/pooling.h"
 
 #include <numeric>
+#include <string>
 
 #include "formulas/arithmetic.h"
 
@@ -67,6 +68,57 @@ FormulaResult AdaptiveMaxPool(const OpCall& call) {
   int64_t v = 0, o = 0;
   if (!Visits(call, v, o)) return NotDense(call);
   return CountFor(call, ArithmeticOf(call), v - o);
+}
+
+}  // namespace torchscan::pooling
+
+namespace torchscan::pooling {
+namespace {
+
+// Spatial rank from the operator name ("max_pool2d..." -> 2).
+int64_t RankOf(const OpCall& call) {
+  for (char c : {'1', '2', '3'}) {
+    if (call.name.find(std::string(1, c) + "d") != std::string_view::npos) return c - '0';
+  }
+  return 2;
+}
+
+bool ReturnsIndices(const OpCall& call) { return call.outputs.size() >= 2 && call.output(1).is_tensor(); }
+
+ModuleCosts Costs(const FormulaResult& flops, int64_t macs, int64_t dmas) {
+  if (flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
+  return {flops, FormulaResult::Complete(macs), FormulaResult::Complete(dmas)};
+}
+
+}  // namespace
+
+ModuleCosts MaxPoolCosts(const OpCall& call) {
+  const TensorMeta* out = DenseOutput(call);
+  int64_t k = 0;
+  if (!out || !WindowValues(call, *out, k)) return ModuleCosts::Unavailable(NotDense(call));
+  const int64_t n = out->numel();
+  return Costs(MaxPool(call), n * (k - 1), n * (k + 1 + (ReturnsIndices(call) ? 1 : 0)));
+}
+
+ModuleCosts AvgPoolCosts(const OpCall& call) {
+  const TensorMeta* out = DenseOutput(call);
+  int64_t k = 0;
+  if (!out || !WindowValues(call, *out, k)) return ModuleCosts::Unavailable(NotDense(call));
+  const int64_t n = out->numel();
+  return Costs(AvgPool(call), n * (k - 1 + RankOf(call)), n * (k + 1));
+}
+
+ModuleCosts AdaptiveMaxPoolCosts(const OpCall& call) {
+  int64_t v = 0, o = 0;
+  if (!Visits(call, v, o)) return ModuleCosts::Unavailable(NotDense(call));
+  return Costs(AdaptiveMaxPool(call), v - o, v + o * (1 + (ReturnsIndices(call) ? 1 : 0)));
+}
+
+ModuleCosts AdaptiveAvgPoolCosts(const OpCall& call) {
+  int64_t v = 0, o = 0;
+  if (!Visits(call, v, o)) return ModuleCosts::Unavailable(NotDense(call));
+  const int64_t rank = static_cast<int64_t>(call.arg(1).ints().size());
+  return Costs(AdaptiveAvgPool(call), v + o * (rank - 1), v + o);
 }
 
 }  // namespace torchscan::pooling

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "formulas/module_costs.h"
 #include "formulas/op_call.h"
 #include "formulas/result.h"
 
@@ -24,5 +25,15 @@ FormulaResult AvgPool(const OpCall& call);
 FormulaResult AdaptiveAvgPool(const OpCall& call);
 // adaptive_max_pool*(self, output_size): V - O comparisons.
 FormulaResult AdaptiveMaxPool(const OpCall& call);
+
+// Module view (TorchScan's pooling conventions; rank = spatial dimensions):
+//   max:          FLOPs N_out(K-1), MACs N_out(K-1), DMAs N_out(K + 1 + indices)
+//   average:      FLOPs N_out K,    MACs N_out(K-1+rank), DMAs N_out(K + 1)
+//   adaptive max: FLOPs V - N_out,  MACs V - N_out, DMAs V + N_out(1 + indices)
+//   adaptive avg: FLOPs V,          MACs V + N_out(rank-1), DMAs V + N_out
+ModuleCosts MaxPoolCosts(const OpCall& call);
+ModuleCosts AvgPoolCosts(const OpCall& call);
+ModuleCosts AdaptiveMaxPoolCosts(const OpCall& call);
+ModuleCosts AdaptiveAvgPoolCosts(const OpCall& call);
 
 }  // namespace torchscan::pooling

@@ -27,6 +27,9 @@ struct OperatorFormula {
   std::string_view op;  // qualified operator name without overload: "aten::mm"
   FormulaFn flops;
   FormulaSource source;
+  // Pointwise and reduction rows: their module view is the same FLOPs, no
+  // MACs, and every input element read plus every output element written.
+  bool pointwise = false;
 };
 
 // "aten::add_" -> "aten::add": in-place variants share the functional

@@ -30,3 +30,29 @@ FormulaResult SafeSoftmax(const OpCall& call) { return Linear<7, -2>(call); }
 FormulaResult LogSoftmax(const OpCall& call) { return Linear<4, -1>(call); }
 
 }  // namespace torchscan::softmax
+
+namespace torchscan::softmax {
+namespace {
+
+template <int kN, int kR>
+ModuleCosts WithAccesses(const OpCall& call, const FormulaResult& flops) {
+  int64_t n = 0, r = 0;
+  if (!Rows(call, n, r) || flops.status == MetricStatus::kUnavailable) {
+    return ModuleCosts::Unavailable(flops.status == MetricStatus::kUnavailable ? flops : NotDense(call));
+  }
+  return {flops, FormulaResult::Complete(0), FormulaResult::Complete(kN * n + kR * r)};
+}
+
+}  // namespace
+
+ModuleCosts SoftmaxCosts(const OpCall& call) { return WithAccesses<8, 4>(call, Softmax(call)); }
+ModuleCosts LogSoftmaxCosts(const OpCall& call) { return WithAccesses<8, 6>(call, LogSoftmax(call)); }
+ModuleCosts SafeSoftmaxCosts(const OpCall& call) {
+  const FormulaResult flops = SafeSoftmax(call);
+  if (flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
+  const FormulaResult undefined = FormulaResult::Unavailable(
+      "undefined_by_convention", "safe softmax has no logical-access convention in torchscan_flops_v1");
+  return {flops, FormulaResult::Complete(0), undefined};
+}
+
+}  // namespace torchscan::softmax

@@ -2,6 +2,7 @@
 // softmax", "LogSoftmax / Softmin"). N = elements, R = rows along `dim`.
 #pragma once
 
+#include "formulas/module_costs.h"
 #include "formulas/op_call.h"
 #include "formulas/result.h"
 
@@ -16,5 +17,11 @@ FormulaResult SafeSoftmax(const OpCall& call);
 // _log_softmax(self, dim, half_to_float): max (N-R), subtract N, exp N,
 // sum (N-R), log R, subtract N -> 4N - R.
 FormulaResult LogSoftmax(const OpCall& call);
+
+// Module view: zero MACs; staged logical accesses 8N + 4R (softmax) and
+// 8N + 6R (log-softmax). The safe variant's accesses are not defined.
+ModuleCosts SoftmaxCosts(const OpCall& call);
+ModuleCosts LogSoftmaxCosts(const OpCall& call);
+ModuleCosts SafeSoftmaxCosts(const OpCall& call);
 
 }  // namespace torchscan::softmax

@@ -46,6 +46,7 @@ TORCH_LIBRARY(torchscan, m) {
       .def("set_deferred_results",
            [](const Self& s, std::string json) { Raise(s->session.SetDeferredResultsJson(json)); })
       .def("flop_report", [](const Self& s) { return Value(s->session.FlopReportJson()); })
+      .def("module_report", [](const Self& s) { return Value(s->session.ModuleReportJson()); })
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
       .def_static("mode_key_included", []() { return ModeKeyIncluded(); })
       .def_static("built_against", []() { return std::string(TORCHSCAN_BUILT_TORCH_VERSION); });

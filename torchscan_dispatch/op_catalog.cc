@@ -16,6 +16,7 @@ const OpInfo& OpCatalog::Get(const c10::OperatorHandle& op) {
   info.packet = absl::StrReplaceAll(name.name, {{"::", "."}});
   if (op.hasSchema()) info.zero_cost = ClassifyZeroCost(op.schema());
   info.builtin = FindOperatorFormula(info.name);
+  info.module = FindModuleFormula(info.name);
   info.has_math_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
   return infos_.emplace(op, std::move(info)).first->second;
 }

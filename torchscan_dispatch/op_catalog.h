@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "formulas/module_costs.h"
 #include "formulas/registry.h"
 
 namespace torchscan {
@@ -17,7 +18,8 @@ struct OpInfo {
   std::string overload;  // "" / "out"
   std::string packet;    // "aten.mm", the report key (FlopCounterMode's spelling)
   ZeroCostReason zero_cost = ZeroCostReason::kNone;
-  const OperatorFormula* builtin = nullptr;
+  const OperatorFormula* builtin = nullptr;  // operator view
+  const ModuleFormula* module = nullptr;     // module view
   bool has_math_kernel = false;  // registered CompositeImplicitAutograd kernel
 };
 

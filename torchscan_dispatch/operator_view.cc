@@ -39,30 +39,15 @@ bool Overrides::IsDeferred(const std::string& op) const {
   return FindInPlaceAware(deferred, op) != deferred.end();
 }
 
-OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
-                              const Overrides& overrides) {
+OperatorPlan PlanView(const BlockLog<Event>& events,
+                      absl::FunctionRef<CallKind(const Event&)> classify) {
   OperatorPlan plan;
   plan.kind.resize(events.size());
   plan.covered.resize(events.size());
   plan.in_opaque.resize(events.size());
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
-    const OpInfo& info = catalog.Get(e.op);
-    CallKind k;
-    if (overrides.Find(info.name)) {
-      k = CallKind::kFormula;
-    } else if (overrides.IsDeferred(info.name)) {
-      k = CallKind::kDeferred;
-    } else if (info.builtin) {
-      k = CallKind::kFormula;
-    } else if (info.zero_cost != ZeroCostReason::kNone) {
-      k = CallKind::kZeroCost;
-    } else if (catalog.RanDecomposition(e.op, e.keys)) {
-      k = CallKind::kDecomposition;
-    } else {
-      k = CallKind::kOpaque;
-    }
-    plan.kind[i] = k;
+    plan.kind[i] = classify(e);
     if (e.parent >= 0) {
       const CallKind pk = plan.kind[e.parent];
       plan.covered[i] = plan.covered[e.parent] || pk == CallKind::kFormula ||
@@ -71,6 +56,19 @@ OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
     }
   }
   return plan;
+}
+
+OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
+                              const Overrides& overrides) {
+  return PlanView(events, [&](const Event& e) {
+    const OpInfo& info = catalog.Get(e.op);
+    if (overrides.Find(info.name)) return CallKind::kFormula;
+    if (overrides.IsDeferred(info.name)) return CallKind::kDeferred;
+    if (info.builtin) return CallKind::kFormula;
+    if (info.zero_cost != ZeroCostReason::kNone) return CallKind::kZeroCost;
+    if (catalog.RanDecomposition(e.op, e.keys)) return CallKind::kDecomposition;
+    return CallKind::kOpaque;
+  });
 }
 
 reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "reports/flop_report.h"
 #include "torchscan_dispatch/torchscan.h"
 #include "torchscan_dispatch/op_catalog.h"
@@ -39,6 +40,11 @@ struct OperatorPlan {
   std::vector<bool> covered;    // an ancestor owns this call's FLOPs
   std::vector<bool> in_opaque;  // an ancestor is uncounted (reported there)
 };
+
+// Ownership for one view: `classify` says what each call is in that view;
+// the outermost formula (or zero-cost) call owns its subtree.
+OperatorPlan PlanView(const BlockLog<Event>& events,
+                      absl::FunctionRef<CallKind(const Event&)> classify);
 
 OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
                               const Overrides& overrides);

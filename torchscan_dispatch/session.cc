@@ -15,6 +15,7 @@
 #include "reports/names.h"
 #include "torchscan_built_against.h"
 #include "torchscan_dispatch/fallback.h"
+#include "torchscan_dispatch/module_view.h"
 #include "torchscan_dispatch/op_catalog.h"
 #include "torchscan_dispatch/operator_view.h"
 #include "torchscan_dispatch/scan_state.h"
@@ -34,11 +35,16 @@ struct Session::State {
   int64_t unattributed_at_start = 0;
   int64_t unattributed = 0;
   OpCatalog catalog;
-  std::optional<OperatorPlan> plan;  // built once after Stop()
+  std::optional<OperatorPlan> plan;         // operator view, built once after Stop()
+  std::optional<OperatorPlan> module_plan;  // module view, likewise
 
   const OperatorPlan& Plan() {
     if (!plan) plan = PlanOperatorView(recorder.events(), catalog, overrides);
     return *plan;
+  }
+  const OperatorPlan& ModulePlan() {
+    if (!module_plan) module_plan = PlanModuleView(recorder.events(), catalog);
+    return *module_plan;
   }
 };
 
@@ -244,6 +250,15 @@ absl::StatusOr<std::string> Session::FlopReportJson() {
   return reports::FlopReportJson(
              TallyOperatorView(s.recorder.events(), s.recorder.label_sets(), s.Plan(), s.catalog, s.overrides, ctx))
       .dump();
+}
+
+absl::StatusOr<std::string> Session::ModuleReportJson() {
+  State& s = *state_;
+  if (s.phase != Phase::kStopped) {
+    return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
+  }
+  TallyContext ctx{TORCHSCAN_BUILT_TORCH_VERSION, s.options.scope, s.unattributed};
+  return reports::ModuleReportJson(TallyModuleView(s.recorder.events(), s.ModulePlan(), s.catalog, ctx)).dump();
 }
 
 ScanGuard::ScanGuard(Session& session) : session_(session) {

@@ -66,6 +66,8 @@ class Session {
   absl::Status SetDeferredResultsJson(std::string_view json);
   // The schema-v1 FlopReport as JSON text.
   absl::StatusOr<std::string> FlopReportJson();
+  // The module view of the same calls (module_flops, macs, dmas) as JSON text.
+  absl::StatusOr<std::string> ModuleReportJson();
 
  private:
   struct State;

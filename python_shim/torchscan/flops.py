@@ -121,6 +121,13 @@ class FlopScan:
             self._report = json.loads(self._session.flop_report())
         return self._report
 
+    def module_report(self) -> dict:
+        """The module view of the same calls: module_flops, macs and dmas
+        (TorchScan's module conventions), once the scan has stopped."""
+        if self._session.active():
+            raise RuntimeError("torchscan: the report is available once the scan has stopped")
+        return json.loads(self._session.module_report())
+
     def _resolve_caller_formulas(self) -> None:
         values = {}
         for call in json.loads(self._session.deferred_calls()):

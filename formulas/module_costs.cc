@@ -1,0 +1,148 @@
+#include "formulas/module_costs.h"
+
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "formulas/arithmetic.h"
+#include "formulas/attention.h"
+#include "formulas/convolution.h"
+#include "formulas/elementwise.h"
+#include "formulas/matmul.h"
+#include "formulas/misc.h"
+#include "formulas/normalization.h"
+#include "formulas/pooling.h"
+#include "formulas/reduction.h"
+#include "formulas/shapes.h"
+#include "formulas/softmax.h"
+
+namespace torchscan {
+namespace {
+
+int64_t TensorElements(const ArgMeta& a) {
+  if (a.is_tensor()) return a.tensor().nested ? 0 : a.tensor().numel();
+  int64_t n = 0;
+  if (a.kind == ArgKind::kTensorList) {
+    for (const TensorMeta& t : a.tensors()) n += t.defined && !t.nested ? t.numel() : 0;
+  }
+  return n;
+}
+
+#define TS_MODULE(name, fn) {"aten::" name, fn}
+
+const ModuleFormula kModuleFormulas[] = {
+    // Products: K multiplies + K-1 adds per dot, one bias add per output.
+    TS_MODULE("linear", matmul::LinearCosts), TS_MODULE("mm", matmul::MmCosts),
+    TS_MODULE("addmm", matmul::AddmmCosts), TS_MODULE("bmm", matmul::BmmCosts),
+    TS_MODULE("baddbmm", matmul::BaddbmmCosts),
+    TS_MODULE("convolution", convolution::ConvolutionCosts),
+    TS_MODULE("_convolution", convolution::ConvolutionCosts),
+    // Normalization.
+    TS_MODULE("native_batch_norm", normalization::BatchNormCosts),
+    TS_MODULE("_native_batch_norm_legit", normalization::BatchNormCosts),
+    TS_MODULE("_native_batch_norm_legit_no_training", normalization::BatchNormCosts),
+    TS_MODULE("native_layer_norm", normalization::LayerNormCosts),
+    TS_MODULE("native_group_norm", normalization::GroupNormCosts),
+    TS_MODULE("rms_norm", normalization::RmsNormCosts),
+    TS_MODULE("_weight_norm", normalization::WeightNormCosts),
+    TS_MODULE("_weight_norm_interface", normalization::WeightNormCosts),
+    // Softmax family (softmin decomposes into neg + softmax: 10N + 4R accesses).
+    TS_MODULE("_softmax", softmax::SoftmaxCosts), TS_MODULE("_log_softmax", softmax::LogSoftmaxCosts),
+    TS_MODULE("_safe_softmax", softmax::SafeSoftmaxCosts),
+    // Pooling.
+    TS_MODULE("max_pool1d", pooling::MaxPoolCosts), TS_MODULE("max_pool2d", pooling::MaxPoolCosts),
+    TS_MODULE("max_pool3d", pooling::MaxPoolCosts), TS_MODULE("max_pool1d_with_indices", pooling::MaxPoolCosts),
+    TS_MODULE("max_pool2d_with_indices", pooling::MaxPoolCosts),
+    TS_MODULE("max_pool3d_with_indices", pooling::MaxPoolCosts),
+    TS_MODULE("avg_pool1d", pooling::AvgPoolCosts), TS_MODULE("avg_pool2d", pooling::AvgPoolCosts),
+    TS_MODULE("avg_pool3d", pooling::AvgPoolCosts),
+    TS_MODULE("adaptive_avg_pool1d", pooling::AdaptiveAvgPoolCosts),
+    TS_MODULE("adaptive_avg_pool2d", pooling::AdaptiveAvgPoolCosts),
+    TS_MODULE("adaptive_avg_pool3d", pooling::AdaptiveAvgPoolCosts),
+    TS_MODULE("_adaptive_avg_pool2d", pooling::AdaptiveAvgPoolCosts),
+    TS_MODULE("_adaptive_avg_pool3d", pooling::AdaptiveAvgPoolCosts),
+    TS_MODULE("adaptive_max_pool1d", pooling::AdaptiveMaxPoolCosts),
+    TS_MODULE("adaptive_max_pool2d", pooling::AdaptiveMaxPoolCosts),
+    TS_MODULE("adaptive_max_pool3d", pooling::AdaptiveMaxPoolCosts),
+    // Dropout, lookups, interpolation.
+    TS_MODULE("dropout", misc::DropoutCosts), TS_MODULE("native_dropout", misc::DropoutCosts),
+    TS_MODULE("feature_dropout", misc::DropoutCosts),
+    TS_MODULE("embedding", misc::EmbeddingCosts), TS_MODULE("embedding_renorm_", misc::EmbeddingRenormCosts),
+    TS_MODULE("upsample_nearest1d", misc::NearestCosts), TS_MODULE("upsample_nearest2d", misc::NearestCosts),
+    TS_MODULE("upsample_nearest3d", misc::NearestCosts), TS_MODULE("_upsample_nearest_exact1d", misc::NearestCosts),
+    TS_MODULE("_upsample_nearest_exact2d", misc::NearestCosts),
+    TS_MODULE("_upsample_nearest_exact3d", misc::NearestCosts),
+    TS_MODULE("upsample_linear1d", misc::WeightedCosts<2>), TS_MODULE("upsample_bilinear2d", misc::WeightedCosts<4>),
+    TS_MODULE("upsample_trilinear3d", misc::WeightedCosts<8>),
+    TS_MODULE("upsample_bicubic2d", misc::WeightedCosts<16>),
+};
+#undef TS_MODULE
+
+// The written module formulas plus one per pointwise row of the operator
+// registry (same FLOPs, PointwiseCosts for MACs and accesses).
+const absl::flat_hash_map<std::string_view, ModuleFormula>& ModuleIndex() {
+  static const auto* index = [] {
+    auto* m = new absl::flat_hash_map<std::string_view, ModuleFormula>();
+    for (const auto& f : BuiltinOperatorFormulas()) {
+      if (f.pointwise) m->emplace(f.op, ModuleFormula{f.op, nullptr, f.flops});
+    }
+    for (const auto& f : kModuleFormulas) (*m)[f.op] = f;
+    return m;
+  }();
+  return *index;
+}
+
+}  // namespace
+
+ModuleCosts PointwiseCosts(const OpCall& call, FormulaFn flops) {
+  ModuleCosts c;
+  c.flops = flops(call);
+  if (c.flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(c.flops);
+  c.macs = FormulaResult::Complete(0);
+  int64_t accesses = 0;
+  for (const ArgMeta& a : call.args) accesses += TensorElements(a);
+  for (const ArgMeta& a : call.outputs) accesses += TensorElements(a);
+  c.dmas = FormulaResult::Complete(accesses);
+  return c;
+}
+
+ModuleCosts ZeroCostCosts(const OpCall& call, ZeroCostReason reason) {
+  const FormulaResult zero = FormulaResult::Complete(0);
+  int64_t out = 0;
+  for (const ArgMeta& a : call.outputs) out += TensorElements(a);
+  switch (reason) {
+    case ZeroCostReason::kFill: return {zero, zero, FormulaResult::Complete(out)};
+    case ZeroCostReason::kCopy: {
+      if (call.name == "aten::constant_pad_nd") {
+        // Reads the input values that survive negative pads, writes the output.
+        const TensorMeta* x = DenseArg(call, 0);
+        const ArgMeta& pad = call.arg(1);
+        if (!x || pad.kind != ArgKind::kIntList) return ModuleCosts::Unavailable(NotDense(call));
+        std::vector<int64_t> kept(x->sizes().begin(), x->sizes().end());
+        const auto p = pad.ints();
+        for (size_t i = 0; i + 1 < p.size() + 1 && i / 2 < kept.size(); i += 2) {
+          int64_t& dim = kept[kept.size() - 1 - i / 2];
+          dim += std::min<int64_t>(p[i], 0) + (i + 1 < p.size() ? std::min<int64_t>(p[i + 1], 0) : 0);
+          if (dim < 0) dim = 0;
+        }
+        return {zero, zero, FormulaResult::Complete(Product(kept) + out)};
+      }
+      return {zero, zero, FormulaResult::Complete(2 * out)};
+    }
+    default: return {zero, zero, zero};  // views, metadata, allocation
+  }
+}
+
+absl::Span<const ModuleFormula> BuiltinModuleFormulas() { return kModuleFormulas; }
+
+const ModuleFormula* FindModuleFormula(std::string_view op) {
+  const auto& index = ModuleIndex();
+  if (auto it = index.find(op); it != index.end()) return &it->second;
+  if (auto it = index.find(FunctionalName(op)); it != index.end()) return &it->second;
+  return nullptr;
+}
+
+ModuleCosts ModuleFormula::Evaluate(const OpCall& call) const {
+  return pointwise_flops ? PointwiseCosts(call, pointwise_flops) : costs(call);
+}
+
+}  // namespace torchscan

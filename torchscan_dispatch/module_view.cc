@@ -1,0 +1,93 @@
+#include "torchscan_dispatch/module_view.h"
+
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace torchscan {
+
+OperatorPlan PlanModuleView(const BlockLog<Event>& events, OpCatalog& catalog) {
+  return PlanView(events, [&](const Event& e) {
+    const OpInfo& info = catalog.Get(e.op);
+    if (info.module) return CallKind::kFormula;
+    if (info.zero_cost != ZeroCostReason::kNone) return CallKind::kZeroCost;
+    if (catalog.RanDecomposition(e.op, e.keys)) return CallKind::kDecomposition;
+    return CallKind::kOpaque;
+  });
+}
+
+reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const OperatorPlan& plan,
+                                     OpCatalog& catalog, const TallyContext& context) {
+  reports::ModuleTally t;
+  t.torch_version = context.torch_version;
+  t.scope = context.scope;
+  std::map<std::string, int64_t> uncounted, raised;
+  // (code, op, metric) -> (calls, first message)
+  std::map<std::tuple<std::string, std::string, int>, std::pair<int64_t, std::string>> issues;
+
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (plan.covered[i]) continue;
+    const Event& e = events[i];
+    const OpInfo& info = catalog.Get(e.op);
+    if (e.raised) {
+      ++raised[info.packet];
+      t.complete = {false, false, false};
+      continue;
+    }
+    const OpCall call{info.name, info.overload, e.args, e.outputs};
+    ModuleCosts costs;
+    switch (plan.kind[i]) {
+      case CallKind::kFormula: costs = info.module->Evaluate(call); break;
+      case CallKind::kZeroCost: costs = ZeroCostCosts(call, info.zero_cost); break;
+      case CallKind::kDecomposition: continue;  // its children are visited on their own
+      case CallKind::kOpaque:
+      case CallKind::kDeferred:
+        if (!plan.in_opaque[i]) ++uncounted[info.packet];
+        t.complete = {false, false, false};
+        continue;
+    }
+    const FormulaResult* r[3] = {&costs.flops, &costs.macs, &costs.dmas};
+    auto& row = t.by_operator[info.packet];
+    for (int m = 0; m < 3; ++m) {
+      if (r[m]->status != MetricStatus::kUnavailable) {
+        row[m] += r[m]->value;
+        t.known[m] += r[m]->value;
+      }
+      if (r[m]->status != MetricStatus::kComplete) {
+        t.complete[m] = false;
+        auto& issue = issues[{r[m]->code.empty() ? "incomplete_operator_formula" : r[m]->code, info.packet, m}];
+        if (issue.first++ == 0) issue.second = r[m]->message;
+      }
+    }
+  }
+
+  for (const auto& [op, calls] : uncounted) {
+    for (int m = 0; m < 3; ++m) {
+      t.diagnostics.push_back({"uncounted_operator", "warning", reports::kModuleMetricNames[m],
+                               absl::StrCat(op, " ran ", calls, " time(s) with no module-view formula; ",
+                                            reports::kModuleMetricNames[m], " is a lower bound"),
+                               op, std::nullopt, calls});
+    }
+  }
+  for (const auto& [key, issue] : issues) {
+    const auto& [code, op, m] = key;
+    t.diagnostics.push_back({code, "warning", reports::kModuleMetricNames[m],
+                             absl::StrCat(op, ": ", issue.second), op, std::nullopt, issue.first});
+  }
+  for (const auto& [op, calls] : raised) {
+    t.diagnostics.push_back({"operator_raised", "warning", "module_view",
+                             absl::StrCat(op, " raised ", calls, " time(s) inside the workload; its work is not counted"),
+                             op, std::nullopt, calls});
+  }
+  if (context.unattributed_calls > 0) {
+    t.complete = {false, false, false};
+    t.diagnostics.push_back(
+        {"unattributed_thread_work", "warning", "module_view",
+         absl::StrCat(context.unattributed_calls, " operator call(s) ran in other threads; they are not counted"),
+         std::nullopt, std::nullopt, context.unattributed_calls});
+  }
+  return t;
+}
+
+}  // namespace torchscan

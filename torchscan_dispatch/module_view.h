@@ -1,0 +1,20 @@
+// The module view over the same recorded calls: its own ownership (the
+// outermost call with a module formula owns its subtree) and its tally.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "reports/module_report.h"
+#include "torchscan_dispatch/op_catalog.h"
+#include "torchscan_dispatch/operator_view.h"
+#include "torchscan_dispatch/scan_state.h"
+
+namespace torchscan {
+
+OperatorPlan PlanModuleView(const BlockLog<Event>& events, OpCatalog& catalog);
+
+reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const OperatorPlan& plan,
+                                     OpCatalog& catalog, const TallyContext& context);
+
+}  // namespace torchscan
