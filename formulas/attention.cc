@@ -1,5 +1,6 @@
 #include "formulas/attention.h"
 
+#include "formulas/arithmetic.h"
 #include "formulas/matmul.h"
 #include "formulas/shapes.h"
 
@@ -138,6 +139,38 @@ FormulaResult TransformerEncoderLayer(const OpCall& call) {
   flops += 2 * (6 * n + 2 * r + 2 * n);                                  // two affine LayerNorms
   flops += 2 * n;                                                        // two residual additions
   return FormulaResult::Complete(flops);
+}
+
+}  // namespace torchscan::attention
+
+namespace torchscan::attention {
+
+ModuleCosts SdpaCpuCosts(const OpCall& call) {
+  const TensorMeta* q = TensorArg(call, 0, 4);
+  const TensorMeta* k = TensorArg(call, 1, 4);
+  const TensorMeta* v = TensorArg(call, 2, 4);
+  if (!q || !k || !v || !Consistent(q->sizes(), k->sizes(), v->sizes())) {
+    return ModuleCosts::Unavailable(ShapeMismatch(call, "expected dense 4-D query/key/value with matching batches"));
+  }
+  const auto dropout = ScalarArg(call, 3);
+  if (dropout && *dropout > 0) {
+    return ModuleCosts::Unavailable(FormulaResult::Unavailable(
+        "unsupported_attention_dropout", "attention dropout inside the fused CPU kernel is not counted"));
+  }
+  const int64_t b = q->size(0), h = q->size(1), l = q->size(2), d = q->size(3), s = k->size(2),
+                dv = v->size(3);
+  const int64_t a = b * h * l * s, r = b * h * l;
+  const bool causal = call.arg(4).kind == ArgKind::kBool && call.arg(4).to_bool();
+  const ArgMeta& mask = call.arg(5);
+  const int masks = (causal ? 1 : 0) + (mask.is_tensor() ? 1 : 0);
+  const int64_t mask_elements = mask.is_tensor() ? mask.tensor().numel() : 0;
+  const int64_t flops = a * (d > 0 ? 2 * d - 1 : 0) + a + masks * a + (5 * a - 2 * r) +
+                        r * dv * (s > 0 ? 2 * s - 1 : 0);
+  const int64_t macs = a * d + a * dv;
+  const int64_t out = r * dv;
+  const int64_t dmas = (q->numel() + k->numel() + a) + 2 * a + mask_elements + masks * 2 * a + (8 * a + 4 * r) +
+                       (a + v->numel() + out);
+  return {FormulaResult::Complete(flops), FormulaResult::Complete(macs), FormulaResult::Complete(dmas)};
 }
 
 }  // namespace torchscan::attention

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "formulas/module_costs.h"
 #include "formulas/op_call.h"
 #include "formulas/result.h"
 
@@ -54,5 +55,17 @@ FormulaResult NativeMultiHeadAttention(const OpCall& call);
 //   (1 per hidden value) or exact GELU (5), two affine LayerNorms
 //   (6n + 2r + 2n each, n = B*L*E, r = B*L) and two residual additions (n each).
 FormulaResult TransformerEncoderLayer(const OpCall& call);
+
+// Module view of the CPU SDPA kernel (torchscan_flops_v1 "CPU SDPA fallback"):
+// _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p,
+//   is_causal, *, attn_mask, scale), dense 4-D, matching batches, query heads
+// a multiple of KV heads (GQA counts query heads), no dropout. A = scores
+// B*Hq*L*S, R = rows B*Hq*L:
+//   FLOPs: scores A(2d - 1) + score scale A + A per mask (causal or explicit)
+//          + softmax 5A - 2R + weighted values B*Hq*L*dv(2S - 1)
+//   MACs:  A*d + A*dv
+//   DMAs:  scores Q + K + A, scale 2A, each mask (its elements) + 2A,
+//          softmax 8A + 4R, weighted values A + V + output.
+ModuleCosts SdpaCpuCosts(const OpCall& call);
 
 }  // namespace torchscan::attention

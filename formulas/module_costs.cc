@@ -36,6 +36,7 @@ const ModuleFormula kModuleFormulas[] = {
     TS_MODULE("baddbmm", matmul::BaddbmmCosts),
     TS_MODULE("convolution", convolution::ConvolutionCosts),
     TS_MODULE("_convolution", convolution::ConvolutionCosts),
+    TS_MODULE("_scaled_dot_product_flash_attention_for_cpu", attention::SdpaCpuCosts),
     // Normalization.
     TS_MODULE("native_batch_norm", normalization::BatchNormCosts),
     TS_MODULE("_native_batch_norm_legit", normalization::BatchNormCosts),
