@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "formulas/arithmetic.h"
 #include "formulas/attention.h"
 #include "formulas/convolution.h"
 #include "formulas/elementwise.h"
@@ -262,6 +263,16 @@ const char* ZeroCostReasonName(ZeroCostReason r) {
 }
 
 absl::Span<const OperatorFormula> BuiltinOperatorFormulas() { return kFormulas; }
+
+FormulaResult EvaluateOperatorFormula(const OperatorFormula& f, const OpCall& call) {
+  FormulaResult r = f.flops(call);
+  if (f.source == FormulaSource::kNative && r.status == MetricStatus::kComplete &&
+      ArithmeticOf(call) == Arithmetic::kComplex) {
+    return FormulaResult::Partial(r.value, "complex_arithmetic",
+                                  std::string(call.name) + ": complex products counted as real ones (a lower bound)");
+  }
+  return r;
+}
 
 std::string_view FunctionalName(std::string_view op) {
   if (op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_') return op.substr(0, op.size() - 1);

@@ -36,6 +36,10 @@ struct OperatorFormula {
 // operator's formula; other names (including "__and__") are returned as is.
 std::string_view FunctionalName(std::string_view op);
 
+// Evaluates a built-in formula with the table's dtype rule for native rows:
+// native complex counts stay partial (the real-valued count is a lower bound).
+FormulaResult EvaluateOperatorFormula(const OperatorFormula& f, const OpCall& call);
+
 // Every built-in operator-view formula (the coverage audit reads this list).
 absl::Span<const OperatorFormula> BuiltinOperatorFormulas();
 // Formula for "ns::name" (all overloads; in-place "name_" shares "name").

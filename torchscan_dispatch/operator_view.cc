@@ -95,7 +95,8 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
     switch (plan.kind[i]) {
       case CallKind::kFormula: {
         const CallerFormula* caller = overrides.Find(info.name);
-        const FormulaResult r = caller ? (*caller)(CallOf(e, info)) : info.builtin->flops(CallOf(e, info));
+        const FormulaResult r =
+            caller ? (*caller)(CallOf(e, info)) : EvaluateOperatorFormula(*info.builtin, CallOf(e, info));
         if (r.status != MetricStatus::kUnavailable) {
           t.by_operator[info.packet] += r.value;
           t.known += r.value;

@@ -170,3 +170,16 @@ def test_native_fused_attention_fast_paths(torchscan):
         enc = torchscan.measure_flops(lambda: layer(x))
     assert enc["by_operator"] == {
         "aten._transformer_encoder_layer_fwd": expected_mha - 100 + 20480 + 320 + 2600 + 320}
+
+
+def test_native_complex_products_stay_partial(torchscan):
+    a = torch.randn(2, 3, dtype=torch.complex64)
+    b = torch.randn(3, 4, dtype=torch.complex64)
+    report = torchscan.measure_flops(lambda: a @ b)
+    # The native count (2*2*4*3 = 48) is kept as a lower bound: complex products cost more.
+    assert report["total"] == {**report["total"], "status": "partial", "known_value": 48, "value": None}
+    assert [d["code"] for d in report["diagnostics"]] == ["complex_arithmetic"]
+    # A caller convention (six real FLOPs per complex multiply-add here) completes it.
+    report = torchscan.measure_flops(lambda: a @ b, custom_mapping={
+        torch.ops.aten.mm: lambda x, y, *args, out_shape=None, **kw: 6 * x[0] * x[1] * y[1]})
+    assert report["total"]["status"] == "complete" and report["total"]["value"] == 6 * 2 * 3 * 4
