@@ -14,6 +14,9 @@ bool Consistent(absl::Span<const int64_t> q, absl::Span<const int64_t> k,
   return same && k[1] > 0 && q[1] >= k[1] && q[1] % k[1] == 0;
 }
 
+// torchscan_flops_v1 "Native fused attention: matrix core only; ancillary
+// gaps keep counts partial": the products are known, the kernel's scaling,
+// softmax and masking are not in this convention.
 FormulaResult FromShapes(const OpCall& call, size_t first_qkv, const TensorMeta* grad_out) {
   const TensorMeta* q = TensorArg(call, first_qkv, 4);
   const TensorMeta* k = TensorArg(call, first_qkv + 1, 4);
@@ -22,7 +25,9 @@ FormulaResult FromShapes(const OpCall& call, size_t first_qkv, const TensorMeta*
   const int64_t flops = grad_out ? SdpaBackwardFlops(grad_out->sizes(), q->sizes(), k->sizes(), v->sizes())
                                  : SdpaForwardFlops(q->sizes(), k->sizes(), v->sizes());
   if (flops < 0) return ShapeMismatch(call, "query/key/value shapes are inconsistent");
-  return FormulaResult::Complete(flops);
+  return FormulaResult::Partial(flops, "fused_attention_matrix_core_only",
+                                "fused attention counts its matrix products only; its scaling, softmax and "
+                                "masking are not part of the native convention");
 }
 
 FormulaResult Varlen(const OpCall& call) {

@@ -39,6 +39,15 @@ FormulaResult Baddbmm(const OpCall& call) { return Batched(call, 1, 2); }
 // charges (one K-term dot of length B*k per output).
 FormulaResult Addbmm(const OpCall& call) { return Batched(call, 1, 2); }
 
+FormulaResult GroupedMm(const OpCall& call) {
+  const TensorMeta* a = TensorArg(call, 0);
+  const ArgMeta& out = call.output(0);
+  if (!a || !out.is_tensor() || out.tensor().nested || out.tensor().dim() < 1) {
+    return ShapeMismatch(call, "expected dense operands and output");
+  }
+  return FormulaResult::Complete(2 * a->numel() * out.tensor().size(-1));
+}
+
 // One dot of K terms: 2K.
 FormulaResult Dot(const OpCall& call) {
   const TensorMeta* a = TensorArg(call, 0, 1);

@@ -24,6 +24,10 @@ FormulaResult Addmv(const OpCall& call);     // aten::addmv(self, mat, vec)
 FormulaResult Addbmm(const OpCall& call);    // aten::addbmm(self, a, b)
 FormulaResult Addr(const OpCall& call);      // aten::addr(self, v1, v2)
 FormulaResult IntMm(const OpCall& call);     // aten::_int_mm(a, b)
+// aten::_grouped_mm(self, mat2, offs, bias, out_dtype): every row of `self`
+// meets every output column of its group once, whatever the packing:
+// 2 x self elements x output width (torchscan_flops_v1 "Packed-row grouped matmul").
+FormulaResult GroupedMm(const OpCall& call);
 
 
 // Module view (K multiplies + K-1 adds per K-term dot, one bias add per output;

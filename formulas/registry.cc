@@ -59,6 +59,7 @@ const OperatorFormula kFormulas[] = {
     {"aten::addbmm", matmul::Addbmm, kF},
     {"aten::addr", matmul::Addr, kF},
     {"aten::_int_mm", matmul::IntMm, kF},
+    {"aten::_grouped_mm", matmul::GroupedMm, kF},
 
     // torchscan_flops_v1 fallbacks: one op per value for scalar arithmetic,
     // exp/sqrt/erf-like math, comparison and selection.

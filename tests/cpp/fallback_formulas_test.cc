@@ -310,3 +310,20 @@ TEST(Exclusions, RandomSamplingIsVisibleNotZero) {
 
 }  // namespace
 }  // namespace torchscan
+
+namespace torchscan {
+namespace {
+
+using testing::CallBuilder;
+
+TEST(GroupedMatmul, PackedRowsCountTwoPerInputElementPerOutputColumn) {
+  // Packed rows: self (6 rows, K=4) over 2 groups of (4 x 3): each of the 24 input
+  // values meets 3 output columns: 2 * 24 * 3 = 144 (= 2 * 6 * 3 * 4).
+  CallBuilder b("aten::_grouped_mm");
+  b.Tensor({6, 4}).Tensor({2, 4, 3}).Tensor({2}, c10::kInt).None().None().Out({6, 3});
+  const FormulaResult r = FindOperatorFormula("aten::_grouped_mm")->flops(b.Call());
+  EXPECT_EQ(r.value, 144);
+}
+
+}  // namespace
+}  // namespace torchscan

@@ -183,3 +183,16 @@ def test_native_complex_products_stay_partial(torchscan):
     report = torchscan.measure_flops(lambda: a @ b, custom_mapping={
         torch.ops.aten.mm: lambda x, y, *args, out_shape=None, **kw: 6 * x[0] * x[1] * y[1]})
     assert report["total"]["status"] == "complete" and report["total"]["value"] == 6 * 2 * 3 * 4
+
+
+def test_fused_attention_is_matrix_core_only_in_the_operator_view(torchscan):
+    q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
+    with torchscan.scan() as s:
+        F.scaled_dot_product_attention(q, k, v)
+    report = s.report()
+    # Products: 2*2*3*5*4 (QK^T) + 2*2*3*4*5 (PV) = 480, a lower bound.
+    assert report["by_operator"] == {"aten._scaled_dot_product_flash_attention_for_cpu": 480}
+    assert report["total"]["status"] == "partial"
+    assert [d["code"] for d in report["diagnostics"]] == ["fused_attention_matrix_core_only"]
+    # The module view's CPU SDPA row counts the whole kernel.
+    assert s.module_report()["totals"]["module_flops"]["status"] == "complete"
