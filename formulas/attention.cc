@@ -1,5 +1,8 @@
 #include "formulas/attention.h"
 
+#include <array>
+#include <utility>
+
 #include "formulas/arithmetic.h"
 #include "formulas/matmul.h"
 #include "formulas/shapes.h"
@@ -176,6 +179,89 @@ ModuleCosts SdpaCpuCosts(const OpCall& call) {
   const int64_t dmas = (q->numel() + k->numel() + a) + 2 * a + mask_elements + masks * 2 * a + (8 * a + 4 * r) +
                        (a + v->numel() + out);
   return {FormulaResult::Complete(flops), FormulaResult::Complete(macs), FormulaResult::Complete(dmas)};
+}
+
+}  // namespace torchscan::attention
+
+namespace torchscan::attention {
+namespace {
+
+struct MhaCall {
+  int64_t b, t, s, e, h;
+  bool in_bias, out_bias, averaged;
+  int64_t mask_elements;  // -1: no mask
+  int64_t inputs;         // Nq + Nk + Nv
+  int64_t parameters;     // projection weights and biases
+};
+
+int64_t Dots(int64_t n, int64_t k) { return n * (k > 0 ? 2 * k - 1 : 0); }
+
+std::array<int64_t, 3> MhaTriple(const MhaCall& m) {
+  const int64_t d = m.e / m.h, a = m.b * m.h * m.t * m.s, r = m.b * m.h * m.t;
+  const int64_t q = m.b * m.t * m.e, j = m.b * m.s * m.e;
+  const int64_t masks = m.mask_elements >= 0 ? 1 : 0;
+  int64_t flops = Dots(q, m.e) + (m.in_bias ? q : 0) + 2 * (Dots(j, m.e) + (m.in_bias ? j : 0));
+  flops += q;                                            // query scale
+  flops += Dots(a, d) + masks * a + r * (5 * m.s - 2);  // scores, masks, softmax
+  flops += Dots(m.b * m.h * m.t * d, m.s);               // weighted values
+  flops += Dots(q, m.e) + (m.out_bias ? q : 0);          // output projection
+  if (m.averaged) flops += a;
+  const int64_t macs = m.e * m.inputs + 2 * m.b * m.t * m.s * m.e + m.b * m.t * m.e * m.e;
+  int64_t dmas = m.inputs + m.parameters + 7 * q + 4 * j + 10 * a + 4 * r;
+  if (masks) dmas += m.mask_elements + 2 * a;
+  if (m.averaged) dmas += a + m.b * m.t * m.s;
+  return {flops, macs, dmas};
+}
+
+int64_t Numel(const OpCall& call, size_t i) { return call.arg(i).is_tensor() ? call.arg(i).tensor().numel() : 0; }
+
+ModuleCosts Complete(const std::array<int64_t, 3>& v) {
+  return {FormulaResult::Complete(v[0]), FormulaResult::Complete(v[1]), FormulaResult::Complete(v[2])};
+}
+
+}  // namespace
+
+ModuleCosts NativeMultiHeadAttentionCosts(const OpCall& call) {
+  const FormulaResult operator_view = NativeMultiHeadAttention(call);
+  if (operator_view.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(operator_view);
+  const TensorMeta* q = TensorArg(call, 0, 3);
+  const TensorMeta* k = TensorArg(call, 1, 3);
+  const ArgMeta& need = call.arg(10);
+  const ArgMeta& average = call.arg(11);
+  MhaCall m{q->size(0), q->size(1), k->size(1), q->size(2), call.arg(4).to_int(),
+            call.arg(6).is_tensor(), call.arg(8).is_tensor(),
+            (need.kind != ArgKind::kBool || need.to_bool()) && (average.kind != ArgKind::kBool || average.to_bool()),
+            call.arg(9).is_tensor() ? Numel(call, 9) : -1,
+            Numel(call, 0) + Numel(call, 1) + Numel(call, 2),
+            Numel(call, 5) + Numel(call, 6) + Numel(call, 7) + Numel(call, 8)};
+  return Complete(MhaTriple(m));
+}
+
+ModuleCosts TransformerEncoderLayerCosts(const OpCall& call) {
+  const FormulaResult operator_view = TransformerEncoderLayer(call);
+  if (operator_view.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(operator_view);
+  const TensorMeta* x = TensorArg(call, 0, 3);
+  const int64_t b = x->size(0), l = x->size(1), e = x->size(2), f = TensorArg(call, 14, 2)->size(0);
+  const int64_t n = x->numel(), rows = b * l, u = rows * f;
+  const MhaCall m{b, l, l, e, call.arg(2).to_int(), call.arg(4).is_tensor(), call.arg(6).is_tensor(), false,
+                  call.arg(18).is_tensor() ? Numel(call, 18) : -1, 3 * n,
+                  Numel(call, 3) + Numel(call, 4) + Numel(call, 5) + Numel(call, 6)};
+  std::array<int64_t, 3> v = MhaTriple(m);
+  const bool gelu = call.arg(7).kind == ArgKind::kBool && call.arg(7).to_bool();
+  const bool b1 = call.arg(15).is_tensor(), b2 = call.arg(17).is_tensor();
+  // Feed-forward: two module-convention linears and the activation.
+  v[0] += Dots(u, e) + (b1 ? u : 0) + (gelu ? 5 : 1) * u + Dots(rows * e, f) + (b2 ? rows * e : 0);
+  v[1] += rows * (e * f + f * e);
+  v[2] += 2 * n + 4 * u + Numel(call, 14) + Numel(call, 15) + Numel(call, 16) + Numel(call, 17);
+  // Two residual additions and two LayerNorms (affine when their tensors are given).
+  for (const auto& [w, bias] : {std::pair<size_t, size_t>{10, 11}, {12, 13}}) {
+    const bool affine_w = call.arg(w).is_tensor(), affine_b = call.arg(bias).is_tensor();
+    const int64_t params = Numel(call, w) + Numel(call, bias);
+    v[0] += n + 6 * n + 2 * rows + (affine_w + affine_b) * n;
+    v[1] += n * (1 + (affine_w ? 1 : 0));
+    v[2] += 3 * n + 4 * n + 5 * rows + 1 + params + (params > 0 ? 2 * n : 0);
+  }
+  return Complete(v);
 }
 
 }  // namespace torchscan::attention

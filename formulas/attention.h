@@ -68,4 +68,19 @@ FormulaResult TransformerEncoderLayer(const OpCall& call);
 //          softmax 8A + 4R, weighted values A + V + output.
 ModuleCosts SdpaCpuCosts(const OpCall& call);
 
+// Module view of the fused MHA (TorchScan's MultiheadAttention conventions),
+// B batch, T queries, S keys, E width, H heads, D = E/H, A = B*H*T*S, R = B*H*T:
+//   FLOPs: projections B*T*E(2E-1+b) + 2*B*S*E(2E-1+b), query scale B*T*E,
+//          scores A(2D-1), A per mask, softmax R(5S-2), values B*H*T*D(2S-1),
+//          output projection B*T*E(2E-1) + b*B*T*E, averaged weights A
+//   MACs:  E(Nq + Nk + Nv) + 2*B*T*S*E + B*T*E^2
+//   DMAs:  inputs + parameters + 7Q + 4J + 10A + 4R (Q = B*T*E, J = B*S*E),
+//          each mask its elements + 2A, averaged weights A + B*T*S
+ModuleCosts NativeMultiHeadAttentionCosts(const OpCall& call);
+// Module view of the fused encoder layer: self-attention (no weights) plus two
+// residual additions (N each; 3N accesses each), two affine LayerNorms, and the
+// feed-forward block (two linears, ReLU or exact GELU): FF accesses 2N + 4U +
+// its parameters, U = rows x F.
+ModuleCosts TransformerEncoderLayerCosts(const OpCall& call);
+
 }  // namespace torchscan::attention

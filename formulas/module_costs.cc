@@ -37,6 +37,8 @@ const ModuleFormula kModuleFormulas[] = {
     TS_MODULE("convolution", convolution::ConvolutionCosts),
     TS_MODULE("_convolution", convolution::ConvolutionCosts),
     TS_MODULE("_scaled_dot_product_flash_attention_for_cpu", attention::SdpaCpuCosts),
+    TS_MODULE("_native_multi_head_attention", attention::NativeMultiHeadAttentionCosts),
+    TS_MODULE("_transformer_encoder_layer_fwd", attention::TransformerEncoderLayerCosts),
     // Normalization.
     TS_MODULE("native_batch_norm", normalization::BatchNormCosts),
     TS_MODULE("_native_batch_norm_legit", normalization::BatchNormCosts),

@@ -173,3 +173,26 @@ def test_dropout_and_reductions(torchscan):
     # Integer arithmetic is excluded from FLOPs, but its accesses still happen.
     i = torch.arange(6)
     assert costs(torchscan, lambda: i + i) == (0, 0, 18)
+
+
+def test_fused_multi_head_attention_and_encoder_layer(torchscan):
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    x = torch.randn(2, 4, 8)  # B = 2, T = S = 4, E = 8, H = 2, D = 4, A = 64 scores, R = 16 rows
+    # projections 3 * 64*(2*8 - 1 + 1) = 3072, query scale 64, scores 64*7 = 448,
+    # softmax 16*(20 - 2) = 288, values 64*7 = 448, output projection 64*15 + 64 = 1024,
+    # averaged weights 64: 5408 (TorchScan's published figure for this call).
+    assert costs(torchscan, lambda: mha(x, x, x))[0] == 5408
+
+    small = nn.MultiheadAttention(4, 2, batch_first=True).eval()
+    y = torch.randn(1, 3, 4)  # B = 1, L = 3, E = 4: Q = J = 12, A = 18, R = 6, inputs 36
+    # MACs: 4*36 + 2*1*3*3*4 + 3*16 = 264. DMAs: 36 + params (48 + 16 + 12 + 4) + 7*12 + 4*12
+    # + 10*18 + 4*6 = 452; returned averaged weights add A + B*T*S = 27.
+    assert costs(torchscan, lambda: small(y, y, y, need_weights=False))[1:] == (264, 452)
+    assert costs(torchscan, lambda: small(y, y, y))[1:] == (264, 479)
+
+    layer = nn.TransformerEncoderLayer(4, 2, 8, dropout=0.0, batch_first=True).eval()
+    # Attention without weights 588 + 2 residual adds 24 + 2 LayerNorms 2*102 + feed-forward
+    # (3*8*7 + 24) + 24 ReLU + (3*4*15 + 12) = 408 -> 1224 FLOPs; MACs 264 + 3*(32+32) + 2*24 = 504;
+    # DMAs 452 + FF (24 + 96 + 76) + LNs 2*96 + residuals 2*36 = 912.
+    assert costs(torchscan, lambda: layer(y)) == (1224, 504, 912)
