@@ -128,9 +128,13 @@ def test_supported_model_is_complete_and_one_unsupported_op_is_named(torchscan):
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
                           nn.Flatten(), nn.Linear(4, 2), nn.Softmax(dim=1)).eval()
     x = torch.randn(1, 3, 6, 6)
-    with torch.no_grad():
-        complete = torchscan.measure_flops(lambda: model(x))
+    with torch.no_grad(), torchscan.scan() as s:
+        model(x)
+    complete = s.report()
     assert complete["total"]["status"] == "complete", complete["diagnostics"]
+    module_totals = s.module_report()["totals"]
+    assert {m: t["status"] for m, t in module_totals.items()} == {
+        "module_flops": "complete", "macs": "complete", "dmas": "complete"}
 
     def with_var():
         y = model(x)
