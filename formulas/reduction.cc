@@ -89,4 +89,16 @@ FormulaResult VectorNorm(const OpCall& call) {
   return CountFor(call, ArithmeticOf(call), count);
 }
 
+FormulaResult Variance(const OpCall& call) {
+  Sizes s;
+  if (!Read(call, s)) return NotDense(call);
+  return CountFor(call, ArithmeticOf(call), 4 * s.n);
+}
+
+FormulaResult StandardDeviation(const OpCall& call) {
+  Sizes s;
+  if (!Read(call, s)) return NotDense(call);
+  return CountFor(call, ArithmeticOf(call), 4 * s.n + s.r);
+}
+
 }  // namespace torchscan::reduction

@@ -24,4 +24,10 @@ FormulaResult Cumulative(const OpCall& call);
 // ord +-inf: N abs + (N - R) comparisons; other orders are partial.
 FormulaResult VectorNorm(const OpCall& call);
 
+// var/std(self, dim, correction, keepdim) and var_mean/std_mean: mean N
+// (N - R adds, R divides), variance 3N (subtract, square, sum N - R plus R
+// divides) as in LayerNorm's rows -> 4N; std adds R square roots.
+FormulaResult Variance(const OpCall& call);
+FormulaResult StandardDeviation(const OpCall& call);
+
 }  // namespace torchscan::reduction

@@ -8,6 +8,7 @@
 #include "formulas/attention.h"
 #include "formulas/convolution.h"
 #include "formulas/elementwise.h"
+#include "formulas/indexing.h"
 #include "formulas/matmul.h"
 #include "formulas/misc.h"
 #include "formulas/normalization.h"
@@ -122,6 +123,19 @@ const OperatorFormula kFormulas[] = {
     TS_PW("max", reduction::MaxMin), TS_PW("min", reduction::MaxMin),
     TS_PW("cumsum", reduction::Cumulative), TS_PW("cumprod", reduction::Cumulative),
     TS_PW("linalg_vector_norm", reduction::VectorNorm), TS_PW("norm", reduction::VectorNorm),
+    TS_PW("var", reduction::Variance), TS_PW("var_mean", reduction::Variance),
+    TS_PW("std", reduction::StandardDeviation), TS_PW("std_mean", reduction::StandardDeviation),
+    TS_PW("any", reduction::Fold), TS_PW("all", reduction::Fold),
+    TS_PW("argmax", reduction::Fold), TS_PW("argmin", reduction::Fold),
+    TS_PW("isinf", elementwise::PerOutput<1>), TS_PW("isposinf", elementwise::PerOutput<1>),
+    TS_PW("isneginf", elementwise::PerOutput<1>), TS_PW("isfinite", elementwise::PerOutput<1>),
+    // Scatter/gather that compute, and distances.
+    TS_PW("scatter_add", indexing::ScatterAdd), TS_PW("scatter_reduce", indexing::ScatterReduce),
+    TS_PW("scatter", indexing::Scatter), TS_PW("index_put", indexing::IndexPut),
+    TS_PW("_index_put_impl", indexing::IndexPut), TS_PW("masked_scatter", indexing::MaskedScatter),
+    TS_PW("nonzero", indexing::Nonzero), TS_ROW("_cdist_forward", indexing::Cdist),
+    TS_ROW("_pdist_forward", indexing::Pdist), TS_ROW("_embedding_bag", indexing::EmbeddingBag),
+    TS_ROW("grid_sampler_2d", indexing::GridSampler2d),
     // Softmax family.
     TS_ROW("_softmax", softmax::Softmax), TS_ROW("_safe_softmax", softmax::SafeSoftmax),
     TS_ROW("_log_softmax", softmax::LogSoftmax),
@@ -225,7 +239,9 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::index_select", R::kCopy}, {"aten::gather", R::kCopy},
       {"aten::_reshape_copy", R::kCopy}, {"aten::repeat", R::kCopy},
       {"aten::constant_pad_nd", R::kCopy}, {"aten::flip", R::kCopy}, {"aten::roll", R::kCopy},
-      {"aten::index", R::kCopy},
+      {"aten::index", R::kCopy}, {"aten::select_scatter", R::kCopy},
+      {"aten::slice_scatter", R::kCopy}, {"aten::diagonal_scatter", R::kCopy},
+      {"aten::as_strided_scatter", R::kCopy},
       {"aten::select_backward", R::kCopy}, {"aten::slice_backward", R::kCopy},
       {"aten::expand_copy", R::kCopy}, {"aten::permute_copy", R::kCopy},
       {"aten::view_copy", R::kCopy}, {"aten::t_copy", R::kCopy},
@@ -240,7 +256,56 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
   return *names;
 }
 
+
+constexpr char kBackwardGap[] =
+    "backward kernel: torchscan_flops_v1 defines backward counts only for the native matrix, "
+    "convolution and attention formulas (normalization/softmax/pooling backward are listed gaps)";
+constexpr char kOrderingGap[] =
+    "selection by sorting: its comparison count depends on the algorithm and the data; "
+    "torchscan_flops_v1 has no convention for it";
+constexpr char kFftGap[] = "FFT: complex transforms have no torchscan_flops_v1 convention";
+
+const Exclusion kExclusions[] = {
+    {"aten::sort", kOrderingGap}, {"aten::topk", kOrderingGap}, {"aten::kthvalue", kOrderingGap},
+    {"aten::median", kOrderingGap}, {"aten::nanmedian", kOrderingGap}, {"aten::mode", kOrderingGap},
+    {"aten::_fft_r2c", kFftGap}, {"aten::_fft_c2r", kFftGap}, {"aten::_fft_c2c", kFftGap},
+    {"aten::native_layer_norm_backward", kBackwardGap}, {"aten::native_group_norm_backward", kBackwardGap},
+    {"aten::native_batch_norm_backward", kBackwardGap}, {"aten::_softmax_backward_data", kBackwardGap},
+    {"aten::_log_softmax_backward_data", kBackwardGap}, {"aten::_safe_softmax_backward", kBackwardGap},
+    {"aten::max_pool2d_with_indices_backward", kBackwardGap},
+    {"aten::max_pool3d_with_indices_backward", kBackwardGap}, {"aten::avg_pool2d_backward", kBackwardGap},
+    {"aten::avg_pool3d_backward", kBackwardGap}, {"aten::_adaptive_avg_pool2d_backward", kBackwardGap},
+    {"aten::_adaptive_avg_pool3d_backward", kBackwardGap}, {"aten::adaptive_max_pool2d_backward", kBackwardGap},
+    {"aten::adaptive_max_pool3d_backward", kBackwardGap}, {"aten::embedding_dense_backward", kBackwardGap},
+    {"aten::threshold_backward", kBackwardGap}, {"aten::gelu_backward", kBackwardGap},
+    {"aten::silu_backward", kBackwardGap}, {"aten::hardtanh_backward", kBackwardGap},
+    {"aten::sigmoid_backward", kBackwardGap}, {"aten::tanh_backward", kBackwardGap},
+    {"aten::leaky_relu_backward", kBackwardGap}, {"aten::elu_backward", kBackwardGap},
+    {"aten::hardswish_backward", kBackwardGap}, {"aten::hardsigmoid_backward", kBackwardGap},
+    {"aten::softplus_backward", kBackwardGap}, {"aten::mish_backward", kBackwardGap},
+    {"aten::native_dropout_backward", kBackwardGap}, {"aten::upsample_nearest2d_backward", kBackwardGap},
+    {"aten::upsample_bilinear2d_backward", kBackwardGap}, {"aten::grid_sampler_2d_backward", kBackwardGap},
+    {"aten::_cdist_backward", kBackwardGap}, {"aten::_pdist_backward", kBackwardGap},
+    {"aten::_embedding_bag_backward", kBackwardGap}, {"aten::_embedding_bag_dense_backward", kBackwardGap},
+    {"aten::_fused_rms_norm_backward", kBackwardGap}, {"aten::_weight_norm_interface_backward", kBackwardGap},
+    {"aten::rrelu_with_noise_backward", kBackwardGap}, {"aten::glu_backward", kBackwardGap},
+    {"aten::log_sigmoid_backward", kBackwardGap}, {"aten::softshrink_backward", kBackwardGap},
+    {"aten::hardshrink_backward", kBackwardGap}, {"aten::_prelu_kernel_backward", kBackwardGap},
+};
+
 }  // namespace
+
+const char* StatedExclusion(std::string_view op) {
+  static const auto* index = [] {
+    auto* m = new absl::flat_hash_map<std::string_view, const char*>();
+    for (const auto& e : kExclusions) m->emplace(e.op, e.reason);
+    return m;
+  }();
+  auto it = index->find(op);
+  return it == index->end() ? nullptr : it->second;
+}
+
+absl::Span<const Exclusion> StatedExclusions() { return kExclusions; }
 
 const char* FormulaSourceName(FormulaSource s) {
   switch (s) {

@@ -45,6 +45,16 @@ absl::Span<const OperatorFormula> BuiltinOperatorFormulas();
 // Formula for "ns::name" (all overloads; in-place "name_" shares "name").
 const OperatorFormula* FindOperatorFormula(std::string_view op);
 
+// Stated exclusions: operators TorchScan deliberately does not count, with
+// the reason. At run time they stay uncounted (the total is partial) and the
+// diagnostic quotes the reason; the coverage audit lists them as excluded.
+const char* StatedExclusion(std::string_view op);  // nullptr when not excluded
+struct Exclusion {
+  std::string_view op;
+  const char* reason;
+};
+absl::Span<const Exclusion> StatedExclusions();
+
 // Why an operator costs no FLOPs at all.
 enum class ZeroCostReason : uint8_t {
   kNone,        // not zero-cost: needs a formula

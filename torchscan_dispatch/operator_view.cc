@@ -3,6 +3,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 namespace torchscan {
 namespace {
@@ -78,7 +79,7 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
   reports::FlopTally t;
   t.torch_version = context.torch_version;
   t.scope = context.scope;
-  std::map<std::string, int64_t> uncounted, raised;
+  std::map<std::string, int64_t> uncounted, excluded, raised;
   // (code, packet) -> (calls, first message)
   std::map<std::pair<std::string, std::string>, std::pair<int64_t, std::string>> formula_issues;
 
@@ -133,7 +134,7 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
       case CallKind::kOpaque:
         // The outermost uncounted call names the missing work; calls inside
         // it are part of that work (their formulas still count as known).
-        if (!plan.in_opaque[i]) ++uncounted[info.packet];
+        if (!plan.in_opaque[i]) ++(StatedExclusion(info.name) ? excluded : uncounted)[info.packet];
         t.complete = false;
         break;
     }
@@ -144,6 +145,12 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
         {"uncounted_operator", "warning", "operator_flops",
          absl::StrCat(op, " ran ", calls, " time(s) with no FLOP formula; the total is a lower bound"),
          op, std::nullopt, calls});
+  }
+  for (const auto& [op, calls] : excluded) {
+    const std::string name = absl::StrReplaceAll(op, {{".", "::"}});
+    t.diagnostics.push_back({"excluded_operator", "warning", "operator_flops",
+                             absl::StrCat(op, " ran ", calls, " time(s) and is not counted: ", StatedExclusion(name)),
+                             op, std::nullopt, calls});
   }
   for (const auto& [key, issue] : formula_issues) {
     t.diagnostics.push_back({key.first, "warning", "operator_flops",
