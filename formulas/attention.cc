@@ -130,6 +130,12 @@ FormulaResult NativeMultiHeadAttention(const OpCall& call) {
                                                      heads.to_int(), call.arg(9).is_tensor(), averaged));
 }
 
+FormulaResult TransformBiasRescaleQkv(const OpCall& call) {
+  const TensorMeta* qkv = TensorArg(call, 0, 3);
+  if (!qkv || qkv->size(2) % 3 != 0) return ShapeMismatch(call, "expected a dense (B, L, 3E) input");
+  return FormulaResult::Complete(qkv->numel() + qkv->numel() / 3);
+}
+
 FormulaResult TransformerEncoderLayer(const OpCall& call) {
   const TensorMeta* x = TensorArg(call, 0, 3);
   const ArgMeta& heads = call.arg(2);

@@ -47,6 +47,9 @@ FormulaResult EfficientBackward(const OpCall& call);
 //   a mask one op per score (N); head averaging (need_weights and
 //   average_attn_weights) sums H values and divides: N.
 FormulaResult NativeMultiHeadAttention(const OpCall& call);
+// _transform_bias_rescale_qkv(qkv (B, L, 3E), qkv_bias (3E), num_heads): adds
+// the bias to every value (3BLE) and scales the queries (BLE) -> 4BLE.
+FormulaResult TransformBiasRescaleQkv(const OpCall& call);
 // _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight,
 //   qkv_bias, proj_weight, proj_bias, use_gelu, norm_first, eps, norm_weight_1,
 //   norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1, ffn_bias_1,

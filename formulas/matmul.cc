@@ -39,6 +39,16 @@ FormulaResult Baddbmm(const OpCall& call) { return Batched(call, 1, 2); }
 // charges (one K-term dot of length B*k per output).
 FormulaResult Addbmm(const OpCall& call) { return Batched(call, 1, 2); }
 
+FormulaResult AddmmActivation(const OpCall& call) {
+  const FormulaResult mm = Matrix(call, 1, 2);
+  if (mm.status != MetricStatus::kComplete) return mm;
+  const TensorMeta* a = TensorArg(call, 1, 2);
+  const TensorMeta* b = TensorArg(call, 2, 2);
+  const ArgMeta& gelu = call.arg(5);
+  const int64_t per = gelu.kind == ArgKind::kBool && gelu.to_bool() ? 5 : 1;
+  return FormulaResult::Complete(mm.value + per * a->size(0) * b->size(1));
+}
+
 FormulaResult GroupedMm(const OpCall& call) {
   const TensorMeta* a = TensorArg(call, 0);
   const ArgMeta& out = call.output(0);

@@ -28,6 +28,10 @@ FormulaResult IntMm(const OpCall& call);     // aten::_int_mm(a, b)
 // meets every output column of its group once, whatever the packing:
 // 2 x self elements x output width (torchscan_flops_v1 "Packed-row grouped matmul").
 FormulaResult GroupedMm(const OpCall& call);
+// aten::_addmm_activation(self, mat1, mat2, beta, alpha, use_gelu): the addmm
+// (2mnk, bias omitted) plus its fused activation per output: ReLU 1, or exact
+// GELU 5 (the CPU kernel applies at::gelu_ with its default, exact form).
+FormulaResult AddmmActivation(const OpCall& call);
 
 
 // Module view (K multiplies + K-1 adds per K-term dot, one bias add per output;

@@ -13,6 +13,7 @@
 #include "formulas/misc.h"
 #include "formulas/normalization.h"
 #include "formulas/pooling.h"
+#include "formulas/recurrent.h"
 #include "formulas/reduction.h"
 #include "formulas/softmax.h"
 
@@ -61,6 +62,10 @@ const OperatorFormula kFormulas[] = {
     {"aten::addr", matmul::Addr, kF},
     {"aten::_int_mm", matmul::IntMm, kF},
     {"aten::_grouped_mm", matmul::GroupedMm, kF},
+    {"aten::_addmm_activation", matmul::AddmmActivation, kF},
+    {"aten::mkldnn_convolution", convolution::DirectConvolution, kF},
+    {"aten::mkldnn_rnn_layer", recurrent::MkldnnRnnLayer, kF},
+    {"aten::_transform_bias_rescale_qkv", attention::TransformBiasRescaleQkv, kF},
 
     // torchscan_flops_v1 fallbacks: one op per value for scalar arithmetic,
     // exp/sqrt/erf-like math, comparison and selection.
@@ -208,7 +213,7 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::_version", R::kMetadata}, {"aten::requires_grad_", R::kMetadata},
       {"aten::retain_grad", R::kMetadata}, {"aten::retains_grad", R::kMetadata},
       {"aten::_has_compatible_shallow_copy_type", R::kMetadata},
-      {"aten::detach_", R::kMetadata}, {"aten::set_data", R::kMetadata},
+      {"aten::detach_", R::kMetadata}, {"aten::as_strided_", R::kMetadata}, {"aten::set_data", R::kMetadata},
       {"aten::is_complex", R::kMetadata}, {"aten::is_floating_point", R::kMetadata},
       {"aten::is_conj", R::kMetadata}, {"aten::is_neg", R::kMetadata},
       {"aten::is_inference", R::kMetadata}, {"aten::result_type", R::kMetadata},
@@ -271,7 +276,7 @@ const Exclusion kExclusions[] = {
     {"aten::_fft_r2c", kFftGap}, {"aten::_fft_c2r", kFftGap}, {"aten::_fft_c2c", kFftGap},
     {"aten::native_layer_norm_backward", kBackwardGap}, {"aten::native_group_norm_backward", kBackwardGap},
     {"aten::native_batch_norm_backward", kBackwardGap}, {"aten::_softmax_backward_data", kBackwardGap},
-    {"aten::_log_softmax_backward_data", kBackwardGap}, {"aten::_safe_softmax_backward", kBackwardGap},
+    {"aten::_log_softmax_backward_data", kBackwardGap},
     {"aten::max_pool2d_with_indices_backward", kBackwardGap},
     {"aten::max_pool3d_with_indices_backward", kBackwardGap}, {"aten::avg_pool2d_backward", kBackwardGap},
     {"aten::avg_pool3d_backward", kBackwardGap}, {"aten::_adaptive_avg_pool2d_backward", kBackwardGap},

@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include "torchscan_built_against.h"
+#include "torchscan_dispatch/coverage_audit.h"
 #include "torchscan_dispatch/fallback.h"
 #include "torchscan_dispatch/torchscan.h"
 
@@ -41,6 +42,7 @@ TORCH_LIBRARY(torchscan, m) {
       .def("set_module_labels",
            [](const Self& s, std::vector<std::string> labels) { Raise(s->session.SetModuleLabels(std::move(labels))); })
       .def("active", [](const Self& s) { return s->session.active(); })
+      .def("recorded_operators", [](const Self& s) { return s->session.RecordedOperators(); })
       .def("recorded_calls", [](const Self& s) { return static_cast<int64_t>(s->session.recorded_calls()); })
       .def("deferred_calls", [](const Self& s) { return Value(s->session.DeferredCallsJson()); })
       .def("set_deferred_results",
@@ -48,6 +50,8 @@ TORCH_LIBRARY(torchscan, m) {
       .def("flop_report", [](const Self& s) { return Value(s->session.FlopReportJson()); })
       .def("module_report", [](const Self& s) { return Value(s->session.ModuleReportJson()); })
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
+      .def_static("coverage_audit", []() { return CoverageAuditJson(); })
+      .def_static("formula_table", []() { return FormulaTableJson(); })
       .def_static("mode_key_included", []() { return ModeKeyIncluded(); })
       .def_static("built_against", []() { return std::string(TORCHSCAN_BUILT_TORCH_VERSION); });
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -192,6 +193,16 @@ absl::Status Session::SetModuleLabels(std::vector<std::string> labels) {
 bool Session::active() const { return state_->phase == Phase::kActive; }
 
 size_t Session::recorded_calls() const { return state_->recorder.events().size(); }
+
+std::vector<std::string> Session::RecordedOperators() const {
+  std::set<std::string> names;
+  const auto& events = state_->recorder.events();
+  for (size_t i = 0; i < events.size(); ++i) {
+    const auto& n = events[i].op.operator_name();
+    names.insert(n.overload_name.empty() ? n.name : absl::StrCat(n.name, ".", n.overload_name));
+  }
+  return {names.begin(), names.end()};
+}
 
 absl::StatusOr<std::string> Session::DeferredCallsJson() {
   State& s = *state_;

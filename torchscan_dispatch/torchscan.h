@@ -53,6 +53,8 @@ class Session {
   absl::Status Stop();   // same thread; innermost scan first
   bool active() const;
   size_t recorded_calls() const;
+  // Distinct operator overloads recorded so far ("aten::add.Tensor"), sorted.
+  std::vector<std::string> RecordedOperators() const;
 
   // Labels of the modules running now (FlopCounterMode's ModuleTracker
   // spelling, e.g. {"Global", "Sequential", "Sequential.0"}): calls made

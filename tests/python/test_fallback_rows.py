@@ -200,3 +200,16 @@ def test_fused_attention_is_matrix_core_only_in_the_operator_view(torchscan):
     assert [d["code"] for d in report["diagnostics"]] == ["fused_attention_matrix_core_only"]
     # The module view's CPU SDPA row counts the whole kernel.
     assert s.module_report()["totals"]["module_flops"]["status"] == "complete"
+
+
+def test_fused_recurrent_and_linear_activation_kernels(torchscan):
+    torch.manual_seed(0)
+    lstm, x = nn.LSTM(8, 16, batch_first=True), torch.randn(2, 5, 8)
+    # T = 5 steps x B = 2 rows; gates 4H dots of I + H = 24 terms: 2*64*24 = 3072;
+    # cell work 28H = 448 (3 sigmoids, tanh, state update, output) -> 10 * 3520.
+    with torch.no_grad():
+        assert flops(torchscan, lambda: lstm(x)) == {"aten.mkldnn_rnn_layer": 35200}
+    a, w, b = torch.randn(3, 4), torch.randn(4, 5), torch.randn(5)
+    # (3x4)(4x5): 15 dots of 4 terms = 120, bias omitted; ReLU 15 or exact GELU 5*15.
+    assert flops(torchscan, lambda: torch._addmm_activation(b, a, w)) == {"aten._addmm_activation": 135}
+    assert flops(torchscan, lambda: torch._addmm_activation(b, a, w, use_gelu=True)) == {"aten._addmm_activation": 195}

@@ -1,0 +1,175 @@
+"""ATen coverage audit and torch-upgrade drift oracle.
+
+    python3 tools/coverage_audit.py [--output AUDIT.json] [--zoo] [--summary]
+    python3 tools/coverage_audit.py --diff OLD.json NEW.json
+    python3 tools/coverage_audit.py --check tools/audit/torch-2.13.0.json
+
+Classifies every operator overload registered in this process (all namespaces
+that reach the dispatcher: aten, prims, c10d, quantized, ...) by what TorchScan
+does with it; the classification itself runs in C++ against the formula
+registry (torchscan_dispatch/coverage_audit.cc). --zoo also runs the model zoo
+under a scan and marks the operators it executed. --check exits 1 when the
+installed torch differs from a saved audit (the drift oracle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+from typing import Dict, Iterable, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The fields a baseline keeps per operator (what a drift is made of).
+KEPT = ("class", "reason", "composite_implicit", "operator_formula", "module_formula", "schema", "tags")
+
+
+def run_audit() -> dict:
+    import torch  # noqa: F401  (loads every Python-registered namespace too)
+    import torch._prims  # noqa: F401
+    from torchscan._library import Session
+
+    audit = json.loads(Session.coverage_audit())
+    audit["operators"] = {k: {f: v[f] for f in KEPT} for k, v in audit["operators"].items()}
+    return audit
+
+
+def executed_by_zoo() -> Dict[str, List[str]]:
+    """Operator overloads each zoo workload executes (every recorded call)."""
+    sys.path.insert(0, ROOT)
+    import torchscan
+    from tests.fixtures.zoo import workloads
+
+    executed = {}
+    for name, run in workloads().items():
+        with torchscan.scan() as s:
+            run()
+        executed[name] = list(s._session.recorded_operators())
+    return executed
+
+
+def summarize(audit: dict, executed: Optional[Dict[str, List[str]]] = None) -> dict:
+    ops = audit["operators"]
+    by_class = collections.Counter(v["class"] for v in ops.values())
+    core = {k: v for k, v in ops.items() if "core" in v["tags"]}
+    summary = {
+        "torch_version": audit["torch_version"],
+        "footing": audit["footing"],
+        "operators": len(ops),
+        "by_class": dict(sorted(by_class.items())),
+        "with_formulas": sum(1 for v in ops.values() if v["class"] in ("operator_formula", "module_formula")),
+        "core": len(core),
+        "core_by_class": dict(sorted(collections.Counter(v["class"] for v in core.values()).items())),
+        "core_unsupported": sorted(k for k, v in core.items() if v["class"] == "unsupported"),
+    }
+    if executed is not None:
+        names = sorted({op for ops_ in executed.values() for op in ops_})
+        summary["executed"] = len(names)
+        summary["executed_by_class"] = dict(sorted(collections.Counter(
+            ops[n]["class"] if n in ops else "missing_from_audit" for n in names).items()))
+        summary["executed_unsupported"] = [n for n in names if n not in ops or ops[n]["class"] == "unsupported"]
+    return summary
+
+
+def diff(old: dict, new: dict) -> dict:
+    a, b = old["operators"], new["operators"]
+    changed = {}
+    for name in sorted(a.keys() & b.keys()):
+        fields = {}
+        for field in ("class", "composite_implicit", "operator_formula", "module_formula"):
+            if a[name][field] != b[name][field]:
+                fields[field] = {"before": a[name][field], "after": b[name][field]}
+        # A schema change matters where a formula reads the arguments.
+        if a[name]["schema"] != b[name]["schema"] and (b[name]["operator_formula"] or b[name]["module_formula"]):
+            fields["schema"] = {"before": a[name]["schema"], "after": b[name]["schema"]}
+        if fields:
+            changed[name] = fields
+    return {
+        "before": old["torch_version"],
+        "after": new["torch_version"],
+        "added": {n: b[n]["class"] for n in sorted(b.keys() - a.keys())},
+        "removed": {n: a[n]["class"] for n in sorted(a.keys() - b.keys())},
+        "changed": changed,
+        "footing": {"before": old["footing"], "after": new["footing"]} if old["footing"] != new["footing"] else {},
+    }
+
+
+def is_empty(d: dict) -> bool:
+    return not (d["added"] or d["removed"] or d["changed"] or d["footing"])
+
+
+def render_diff(d: dict) -> str:
+    lines = [f"coverage drift {d['before']} -> {d['after']}: {len(d['added'])} added, "
+             f"{len(d['removed'])} removed, {len(d['changed'])} changed"]
+    for title, entries in (("added", d["added"]), ("removed", d["removed"])):
+        for name, cls in entries.items():
+            lines.append(f"  {title:<8} {name:<60} {cls}")
+    for name, fields in d["changed"].items():
+        for field, change in fields.items():
+            lines.append(f"  changed  {name:<60} {field}: {change['before']} -> {change['after']}")
+    if d["footing"]:
+        lines.append(f"  footing  {d['footing']['before']} -> {d['footing']['after']}")
+    return "\n".join(lines)
+
+
+def render_summary(s: dict) -> str:
+    lines = [f"TorchScan coverage audit, torch {s['torch_version']}",
+             f"  footing: mode key {s['footing']['mode_key']}, fallback registered: "
+             f"{s['footing']['fallback_registered']} {s['footing']['fallback_problem']}",
+             f"  {s['operators']} operator overloads; {s['with_formulas']} have formulas"]
+    lines += [f"    {cls:<17} {n:>5}" for cls, n in s["by_class"].items()]
+    lines.append(f"  core ATen opset: {s['core']} overloads: {s['core_by_class']}")
+    lines.append(f"  core unsupported: {s['core_unsupported'] or 'none'}")
+    if "executed" in s:
+        lines.append(f"  executed by the model zoo: {s['executed']} overloads: {s['executed_by_class']}")
+        lines.append(f"  executed unsupported: {s['executed_unsupported'] or 'none'}")
+    return "\n".join(lines)
+
+
+def load(path: str) -> dict:
+    with open(path) as f:
+        audit = json.load(f)
+    if audit.get("schema_version") != 1:
+        raise SystemExit(f"{path}: unknown audit schema_version {audit.get('schema_version')!r}")
+    return audit
+
+
+def main(argv: Optional[Iterable[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--output", help="write the audit JSON here")
+    p.add_argument("--zoo", action="store_true", help="also run the model zoo and report its operators")
+    p.add_argument("--summary", action="store_true", help="print the human summary")
+    p.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"), help="compare two saved audits")
+    p.add_argument("--check", metavar="BASELINE", help="exit 1 when this torch differs from the baseline")
+    args = p.parse_args(argv)
+
+    if args.diff:
+        d = diff(load(args.diff[0]), load(args.diff[1]))
+        print(render_diff(d))
+        return 0
+    audit = run_audit()
+    executed = executed_by_zoo() if args.zoo else None
+    if executed is not None:
+        audit["executed_by_zoo"] = executed
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(audit, f, indent=1, sort_keys=True)
+            f.write("\n")
+    if args.summary or not (args.output or args.check):
+        print(render_summary(summarize(audit, executed)))
+    if args.check:
+        d = diff(load(args.check), audit)
+        if not is_empty(d):
+            print(render_diff(d))
+            print("the installed torch differs from the baseline; if this is intended, regenerate it with "
+                  f"`python3 tools/coverage_audit.py --zoo --output {args.check}`")
+            return 1
+        print(f"no drift against {args.check}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+#include "torchscan_dispatch/coverage_audit.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "formulas/misc.h"
+#include "formulas/module_costs.h"
+#include "formulas/registry.h"
+#include "torchscan_built_against.h"
+#include "torchscan_dispatch/fallback.h"
+#include "torchscan_dispatch/scan_state.h"
+
+namespace torchscan {
+namespace {
+
+const char* TagName(at::Tag t) {
+  switch (t) {
+#define TS_TAG(x) \
+  case at::Tag::x: return #x;
+    TS_TAG(core) TS_TAG(cudagraph_unsafe) TS_TAG(data_dependent_output) TS_TAG(dynamic_output_shape)
+    TS_TAG(flexible_layout) TS_TAG(generated) TS_TAG(inplace) TS_TAG(inplace_view)
+    TS_TAG(maybe_aliasing_or_mutating) TS_TAG(needs_contiguous_strides) TS_TAG(needs_exact_strides)
+    TS_TAG(needs_fixed_stride_order) TS_TAG(nondeterministic_bitwise) TS_TAG(nondeterministic_seeded)
+    TS_TAG(out) TS_TAG(out_variant) TS_TAG(pointwise) TS_TAG(pt2_compliant_tag) TS_TAG(reduction)
+    TS_TAG(view_copy)
+#undef TS_TAG
+  }
+  return "unknown";
+}
+
+bool IsCollective(const std::string& name) {
+  return absl::StartsWith(name, "c10d::") || absl::StartsWith(name, "_c10d_functional") ||
+         absl::StartsWith(name, "c10d_functional::") || absl::StartsWith(name, "_dtensor::") ||
+         absl::StartsWith(name, "symm_mem::");
+}
+
+const char* ZeroCostRule(ZeroCostReason r) {
+  switch (r) {
+    case ZeroCostReason::kView: return "view: every return aliases an input without writing it (schema rule)";
+    case ZeroCostReason::kMetadata: return "metadata: reads or sets tensor metadata only (name rule)";
+    case ZeroCostReason::kAllocation: return "allocation: uninitialised memory (name rule)";
+    case ZeroCostReason::kFill: return "fill: writes constants (name rule)";
+    case ZeroCostReason::kCopy: return "copy: moves or gathers values without arithmetic (name rule)";
+    case ZeroCostReason::kNone: break;
+  }
+  return "";
+}
+
+nlohmann::json Classify(const c10::OperatorHandle& op) {
+  const auto& name = op.operator_name();
+  nlohmann::json j;
+  j["name"] = name.name;
+  j["overload"] = name.overload_name;
+  j["schema"] = op.hasSchema() ? c10::toString(op.schema()) : "";
+  nlohmann::json tags = nlohmann::json::array();
+  for (const at::Tag t : op.getTags()) tags.push_back(TagName(t));
+  j["tags"] = tags;
+  const bool composite = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+  j["composite_implicit"] = composite;
+  const OperatorFormula* formula = FindOperatorFormula(name.name);
+  const ModuleFormula* module = FindModuleFormula(name.name);
+  j["operator_formula"] = formula ? nlohmann::json(FormulaSourceName(formula->source)) : nlohmann::json();
+  j["module_formula"] = module != nullptr;
+  const ZeroCostReason zero = op.hasSchema() ? ClassifyZeroCost(op.schema()) : ZeroCostReason::kNone;
+  const char* exclusion = StatedExclusion(name.name);
+  std::string cls, reason;
+  if ((formula && formula->flops == misc::RandomSampling) ||
+      (!formula && op.hasTag(at::Tag::nondeterministic_seeded))) {
+    cls = "random";
+    reason = "random sampling: a visible exclusion of torchscan_flops_v1 (partial at run time)";
+  } else if (formula) {
+    cls = "operator_formula";
+    reason = absl::StrCat("operator view: ", FormulaSourceName(formula->source), " formula",
+                          module ? "; module view formula" : "");
+  } else if (module) {
+    cls = "module_formula";
+    reason = "module view formula only";
+  } else if (zero != ZeroCostReason::kNone) {
+    cls = "zero_cost";
+    reason = ZeroCostRule(zero);
+  } else if (IsCollective(name.name)) {
+    cls = "collective";
+    reason = "communication: moves data between processes, no arithmetic counted";
+  } else if (exclusion) {
+    cls = "excluded";
+    reason = exclusion;
+  } else if (composite) {
+    cls = "composite";
+    reason = "CompositeImplicitAutograd: decomposes under the mode; covered when its decomposition is";
+  } else {
+    cls = "unsupported";
+    reason = "no formula yet: uncounted (partial) at run time";
+  }
+  j["class"] = cls;
+  j["reason"] = reason;
+  return j;
+}
+
+}  // namespace
+
+std::string FormulaTableJson() {
+  nlohmann::json j;
+  j["operator_formulas"] = nlohmann::json::array();
+  for (const auto& f : BuiltinOperatorFormulas()) {
+    j["operator_formulas"].push_back({{"op", std::string(f.op)}, {"source", FormulaSourceName(f.source)}});
+  }
+  j["module_formulas"] = nlohmann::json::array();
+  for (const auto& f : BuiltinModuleFormulas()) j["module_formulas"].push_back(std::string(f.op));
+  j["exclusions"] = nlohmann::json::array();
+  for (const auto& e : StatedExclusions()) j["exclusions"].push_back({{"op", std::string(e.op)}, {"reason", e.reason}});
+  return j.dump();
+}
+
+std::string CoverageAuditJson() {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  nlohmann::json audit;
+  audit["schema_version"] = 1;
+  audit["torch_version"] = TORCHSCAN_BUILT_TORCH_VERSION;
+  nlohmann::json footing;
+  footing["mode_key"] = c10::toString(kModeKey);
+  const absl::Status installed = EnsureFallbackInstalled();
+  footing["fallback_registered"] = installed.ok();
+  footing["fallback_problem"] = installed.ok() ? "" : std::string(installed.message());
+  footing["fallback_on_mode_key"] = dispatcher.hasBackendFallbackForDispatchKey(kModeKey);
+  audit["footing"] = footing;
+  nlohmann::json ops = nlohmann::json::object();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    auto handle = dispatcher.findOp(name);
+    if (!handle || !handle->hasSchema()) continue;
+    const std::string key = name.overload_name.empty() ? name.name : absl::StrCat(name.name, ".", name.overload_name);
+    ops[key] = Classify(*handle);
+  }
+  audit["operators"] = ops;
+  return audit.dump();
+}
+
+}  // namespace torchscan
