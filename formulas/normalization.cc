@@ -1,5 +1,6 @@
 #include "formulas/normalization.h"
 
+#include <optional>
 #include <string>
 
 #include "formulas/arithmetic.h"
@@ -20,16 +21,25 @@ FormulaResult RowNorm(const OpCall& call, int64_t n, int64_t r, int affine) {
   return CountFor(call, ArithmeticOf(call), 6 * n + 2 * r + affine * n);
 }
 
-}  // namespace
-
-FormulaResult LayerNorm(const OpCall& call) {
+// N and R of a call normalizing over arg(1) = normalized_shape; an error
+// result when the input is not dense or its rows are empty.
+std::optional<FormulaResult> NormalizedRows(const OpCall& call, int64_t& n, int64_t& r) {
   const TensorMeta* x = DenseArg(call, 0);
   const ArgMeta& shape = call.arg(1);
   if (!x || shape.kind != ArgKind::kIntList) return NotDense(call);
   const int64_t row = Product(shape.ints());
   if (row == 0) return EmptyRows(call, "normalized rows");
-  const int64_t n = x->numel();
-  return RowNorm(call, n, n / row, Present(call, 2) + Present(call, 3));
+  n = x->numel();
+  r = n / row;
+  return std::nullopt;
+}
+
+}  // namespace
+
+FormulaResult LayerNorm(const OpCall& call) {
+  int64_t n = 0, r = 0;
+  if (auto error = NormalizedRows(call, n, r)) return *error;
+  return RowNorm(call, n, r, Present(call, 2) + Present(call, 3));
 }
 
 FormulaResult GroupNorm(const OpCall& call) {
@@ -71,13 +81,9 @@ FormulaResult BatchNorm(const OpCall& call) {
 }
 
 FormulaResult RmsNorm(const OpCall& call) {
-  const TensorMeta* x = DenseArg(call, 0);
-  const ArgMeta& shape = call.arg(1);
-  if (!x || shape.kind != ArgKind::kIntList) return NotDense(call);
-  const int64_t row = Product(shape.ints());
-  if (row == 0) return EmptyRows(call, "normalized rows");
-  const int64_t n = x->numel();
-  return CountFor(call, ArithmeticOf(call), (3 + Present(call, 2)) * n + 2 * (n / row));
+  int64_t n = 0, r = 0;
+  if (auto error = NormalizedRows(call, n, r)) return *error;
+  return CountFor(call, ArithmeticOf(call), (3 + Present(call, 2)) * n + 2 * r);
 }
 
 FormulaResult WeightNorm(const OpCall& call) {

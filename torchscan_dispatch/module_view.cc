@@ -22,7 +22,7 @@ reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const Operat
   reports::ModuleTally t;
   t.torch_version = context.torch_version;
   t.scope = context.scope;
-  std::map<std::string, int64_t> uncounted, raised;
+  Gaps gaps;
   // (code, op, metric) -> (calls, first message)
   std::map<std::tuple<std::string, std::string, int>, std::pair<int64_t, std::string>> issues;
 
@@ -31,7 +31,7 @@ reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const Operat
     const Event& e = events[i];
     const OpInfo& info = catalog.Get(e.op);
     if (e.raised) {
-      ++raised[info.packet];
+      ++gaps.raised[info.packet];
       t.complete = {false, false, false};
       continue;
     }
@@ -43,7 +43,7 @@ reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const Operat
       case CallKind::kDecomposition: continue;  // its children are visited on their own
       case CallKind::kOpaque:
       case CallKind::kDeferred:
-        if (!plan.in_opaque[i]) ++uncounted[info.packet];
+        gaps.AddOpaque(info, plan.in_opaque[i]);
         t.complete = {false, false, false};
         continue;
     }
@@ -62,23 +62,13 @@ reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const Operat
     }
   }
 
-  for (const auto& [op, calls] : uncounted) {
-    for (int m = 0; m < 3; ++m) {
-      t.diagnostics.push_back({"uncounted_operator", "warning", reports::kModuleMetricNames[m],
-                               absl::StrCat(op, " ran ", calls, " time(s) with no module-view formula; ",
-                                            reports::kModuleMetricNames[m], " is a lower bound"),
-                               op, std::nullopt, calls});
-    }
-  }
+  gaps.AppendDiagnostics(t.diagnostics, {reports::kModuleMetricNames[0], reports::kModuleMetricNames[1],
+                                          reports::kModuleMetricNames[2]},
+                         "module-view formula");
   for (const auto& [key, issue] : issues) {
     const auto& [code, op, m] = key;
     t.diagnostics.push_back({code, "warning", reports::kModuleMetricNames[m],
                              absl::StrCat(op, ": ", issue.second), op, std::nullopt, issue.first});
-  }
-  for (const auto& [op, calls] : raised) {
-    t.diagnostics.push_back({"operator_raised", "warning", "module_view",
-                             absl::StrCat(op, " raised ", calls, " time(s) inside the workload; its work is not counted"),
-                             op, std::nullopt, calls});
   }
   if (context.unattributed_calls > 0) {
     t.complete = {false, false, false};

@@ -40,6 +40,36 @@ bool Overrides::IsDeferred(const std::string& op) const {
   return FindInPlaceAware(deferred, op) != deferred.end();
 }
 
+void Gaps::AddOpaque(const OpInfo& info, bool inside_opaque) {
+  // The outermost uncounted call names the missing work; calls inside it are
+  // part of that work (their formulas still count as known).
+  if (!inside_opaque) ++(StatedExclusion(info.name) ? excluded : uncounted)[info.packet];
+}
+
+void Gaps::AppendDiagnostics(std::vector<reports::Diagnostic>& out, const std::vector<std::string>& metrics,
+                             const std::string& what) const {
+  for (const std::string& metric : metrics) {
+    for (const auto& [op, calls] : uncounted) {
+      out.push_back({"uncounted_operator", "warning", metric,
+                     absl::StrCat(op, " ran ", calls, " time(s) with no ", what, "; ", metric,
+                                  " is a lower bound"),
+                     op, std::nullopt, calls});
+    }
+    for (const auto& [op, calls] : excluded) {
+      const std::string name = absl::StrReplaceAll(op, {{".", "::"}});
+      out.push_back({"excluded_operator", "warning", metric,
+                     absl::StrCat(op, " ran ", calls, " time(s) and is not counted: ", StatedExclusion(name)),
+                     op, std::nullopt, calls});
+    }
+    for (const auto& [op, calls] : raised) {
+      out.push_back({"operator_raised", "warning", metric,
+                     absl::StrCat(op, " raised ", calls,
+                                  " time(s) inside the workload (the error was caught); its work is not counted"),
+                     op, std::nullopt, calls});
+    }
+  }
+}
+
 OperatorPlan PlanView(const BlockLog<Event>& events,
                       absl::FunctionRef<CallKind(const Event&)> classify) {
   OperatorPlan plan;
@@ -79,7 +109,7 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
   reports::FlopTally t;
   t.torch_version = context.torch_version;
   t.scope = context.scope;
-  std::map<std::string, int64_t> uncounted, excluded, raised;
+  Gaps gaps;
   // (code, packet) -> (calls, first message)
   std::map<std::pair<std::string, std::string>, std::pair<int64_t, std::string>> formula_issues;
 
@@ -89,7 +119,7 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
     const OpInfo& info = catalog.Get(e.op);
     if (e.raised) {
       // Its kernel threw and the model caught it: its work is unknown.
-      ++raised[info.packet];
+      ++gaps.raised[info.packet];
       t.complete = false;
       continue;
     }
@@ -134,35 +164,17 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
       case CallKind::kOpaque:
         // The outermost uncounted call names the missing work; calls inside
         // it are part of that work (their formulas still count as known).
-        if (!plan.in_opaque[i]) ++(StatedExclusion(info.name) ? excluded : uncounted)[info.packet];
+        gaps.AddOpaque(info, plan.in_opaque[i]);
         t.complete = false;
         break;
     }
   }
 
-  for (const auto& [op, calls] : uncounted) {
-    t.diagnostics.push_back(
-        {"uncounted_operator", "warning", "operator_flops",
-         absl::StrCat(op, " ran ", calls, " time(s) with no FLOP formula; the total is a lower bound"),
-         op, std::nullopt, calls});
-  }
-  for (const auto& [op, calls] : excluded) {
-    const std::string name = absl::StrReplaceAll(op, {{".", "::"}});
-    t.diagnostics.push_back({"excluded_operator", "warning", "operator_flops",
-                             absl::StrCat(op, " ran ", calls, " time(s) and is not counted: ", StatedExclusion(name)),
-                             op, std::nullopt, calls});
-  }
+  gaps.AppendDiagnostics(t.diagnostics, {"operator_flops"}, "FLOP formula");
   for (const auto& [key, issue] : formula_issues) {
     t.diagnostics.push_back({key.first, "warning", "operator_flops",
                              absl::StrCat(key.second, ": ", issue.second), key.second,
                              std::nullopt, issue.first});
-  }
-  for (const auto& [op, calls] : raised) {
-    t.diagnostics.push_back(
-        {"operator_raised", "warning", "operator_flops",
-         absl::StrCat(op, " raised ", calls, " time(s) inside the workload (the error was caught); "
-                      "its work is not counted"),
-         op, std::nullopt, calls});
   }
   if (context.unattributed_calls > 0) {
     t.complete = false;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,18 @@ OperatorPlan PlanView(const BlockLog<Event>& events,
 
 OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
                               const Overrides& overrides);
+
+// Work a view could not value, by operator packet: calls with no formula
+// (outermost only), stated exclusions, and calls whose kernel raised.
+struct Gaps {
+  std::map<std::string, int64_t> uncounted, excluded, raised;
+
+  void AddOpaque(const OpInfo& info, bool inside_opaque);
+  // One diagnostic per gap and metric; `what` names the missing formula kind
+  // ("FLOP formula", "module-view formula").
+  void AppendDiagnostics(std::vector<reports::Diagnostic>& out, const std::vector<std::string>& metrics,
+                         const std::string& what) const;
+};
 
 struct TallyContext {
   std::string torch_version;
