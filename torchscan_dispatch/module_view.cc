@@ -18,7 +18,8 @@ OperatorPlan PlanModuleView(const BlockLog<Event>& events, OpCatalog& catalog) {
 }
 
 reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const OperatorPlan& plan,
-                                     OpCatalog& catalog, const TallyContext& context) {
+                                     OpCatalog& catalog, const TallyContext& context,
+                                     std::vector<reports::LayerTally>* layers) {
   reports::ModuleTally t;
   t.torch_version = context.torch_version;
   t.scope = context.scope;
@@ -30,34 +31,41 @@ reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const Operat
     if (plan.covered[i]) continue;
     const Event& e = events[i];
     const OpInfo& info = catalog.Get(e.op);
+    const OpCall call{info.name, info.overload, e.args, e.outputs};
+    // This call's three results; a call with no value leaves all three incomplete.
+    const FormulaResult missing = FormulaResult::Unavailable("", "");
+    ModuleCosts costs = {missing, missing, missing};
+    bool reported = false;  // a gap diagnostic covers it already
     if (e.raised) {
       ++gaps.raised[info.packet];
-      t.complete = {false, false, false};
-      continue;
-    }
-    const OpCall call{info.name, info.overload, e.args, e.outputs};
-    ModuleCosts costs;
-    switch (plan.kind[i]) {
-      case CallKind::kFormula: costs = info.module->Evaluate(call); break;
-      case CallKind::kZeroCost: costs = ZeroCostCosts(call, info.zero_cost); break;
-      case CallKind::kDecomposition: continue;  // its children are visited on their own
-      case CallKind::kOpaque:
-      case CallKind::kDeferred:
-        gaps.AddOpaque(info, plan.in_opaque[i]);
-        t.complete = {false, false, false};
-        continue;
+      reported = true;
+    } else {
+      switch (plan.kind[i]) {
+        case CallKind::kFormula: costs = info.module->Evaluate(call); break;
+        case CallKind::kZeroCost: costs = ZeroCostCosts(call, info.zero_cost); break;
+        case CallKind::kDecomposition: continue;  // its children are visited on their own
+        case CallKind::kOpaque:
+        case CallKind::kDeferred:
+          gaps.AddOpaque(info, plan.in_opaque[i]);
+          reported = true;
+          break;
+      }
     }
     const FormulaResult* r[3] = {&costs.flops, &costs.macs, &costs.dmas};
-    auto& row = t.by_operator[info.packet];
+    reports::LayerTally* layer = layers && e.scope >= 0 ? &(*layers)[e.scope] : nullptr;
     for (int m = 0; m < 3; ++m) {
-      if (r[m]->status != MetricStatus::kUnavailable) {
-        row[m] += r[m]->value;
-        t.known[m] += r[m]->value;
-      }
-      if (r[m]->status != MetricStatus::kComplete) {
-        t.complete[m] = false;
+      const int64_t value = r[m]->status == MetricStatus::kUnavailable ? 0 : r[m]->value;
+      const bool incomplete = r[m]->status != MetricStatus::kComplete;
+      if (!reported) t.by_operator[info.packet][m] += value;
+      t.known[m] += value;
+      t.complete[m] = t.complete[m] && !incomplete;
+      if (incomplete && !reported) {
         auto& issue = issues[{r[m]->code.empty() ? "incomplete_operator_formula" : r[m]->code, info.packet, m}];
         if (issue.first++ == 0) issue.second = r[m]->message;
+      }
+      if (layer) {
+        layer->known[m + 1] += value;
+        layer->complete[m + 1] = layer->complete[m + 1] && !incomplete;
       }
     }
   }

@@ -14,7 +14,9 @@ namespace torchscan {
 
 OperatorPlan PlanModuleView(const BlockLog<Event>& events, OpCatalog& catalog);
 
+// `layers` (optional) receives each call's values at indices 1..3 under its scope.
 reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const OperatorPlan& plan,
-                                     OpCatalog& catalog, const TallyContext& context);
+                                     OpCatalog& catalog, const TallyContext& context,
+                                     std::vector<reports::LayerTally>* layers = nullptr);
 
 }  // namespace torchscan

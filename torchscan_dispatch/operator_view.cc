@@ -105,7 +105,8 @@ OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
 reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
                                      const std::vector<std::vector<std::string>>& label_sets,
                                      const OperatorPlan& plan, OpCatalog& catalog,
-                                     const Overrides& overrides, const TallyContext& context) {
+                                     const Overrides& overrides, const TallyContext& context,
+                                     std::vector<reports::LayerTally>* layers) {
   reports::FlopTally t;
   t.torch_version = context.torch_version;
   t.scope = context.scope;
@@ -117,56 +118,62 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
     if (plan.covered[i]) continue;
     const Event& e = events[i];
     const OpInfo& info = catalog.Get(e.op);
+    int64_t value = 0;        // what this call adds to the known total
+    bool incomplete = false;  // whether it leaves work uncounted
+    auto issue = [&](const std::string& code, const std::string& message) {
+      auto& entry = formula_issues[{code, info.packet}];
+      if (entry.first++ == 0) entry.second = message;
+    };
     if (e.raised) {
       // Its kernel threw and the model caught it: its work is unknown.
       ++gaps.raised[info.packet];
-      t.complete = false;
-      continue;
+      incomplete = true;
+    } else {
+      switch (plan.kind[i]) {
+        case CallKind::kFormula: {
+          const CallerFormula* caller = overrides.Find(info.name);
+          const FormulaResult r =
+              caller ? (*caller)(CallOf(e, info)) : EvaluateOperatorFormula(*info.builtin, CallOf(e, info));
+          if (r.status != MetricStatus::kUnavailable) value = r.value;
+          if (r.status != MetricStatus::kComplete) {
+            incomplete = true;
+            issue(r.code.empty() ? "incomplete_operator_formula" : r.code, r.message);
+          }
+          if (r.status != MetricStatus::kUnavailable) t.by_operator[info.packet] += value;
+          break;
+        }
+        case CallKind::kDeferred: {
+          auto it = overrides.deferred_values.find(static_cast<int32_t>(i));
+          if (it == overrides.deferred_values.end()) {
+            incomplete = true;
+            issue("unsupported_operator_formula", "the caller formula was not evaluated");
+          } else {
+            value = it->second;
+            t.by_operator[info.packet] += value;
+          }
+          break;
+        }
+        case CallKind::kZeroCost: {
+          auto& ig = t.ignored[info.packet];
+          ++ig.calls;
+          ig.reason = ZeroCostReasonName(info.zero_cost);
+          break;
+        }
+        case CallKind::kDecomposition:
+          break;  // its children are visited on their own
+        case CallKind::kOpaque:
+          gaps.AddOpaque(info, plan.in_opaque[i]);
+          incomplete = true;
+          break;
+      }
     }
-    switch (plan.kind[i]) {
-      case CallKind::kFormula: {
-        const CallerFormula* caller = overrides.Find(info.name);
-        const FormulaResult r =
-            caller ? (*caller)(CallOf(e, info)) : EvaluateOperatorFormula(*info.builtin, CallOf(e, info));
-        if (r.status != MetricStatus::kUnavailable) {
-          t.by_operator[info.packet] += r.value;
-          t.known += r.value;
-          AddToModules(t, label_sets[e.labels], info.packet, r.value);
-        }
-        if (r.status != MetricStatus::kComplete) {
-          t.complete = false;
-          auto& issue = formula_issues[{r.code.empty() ? "incomplete_operator_formula" : r.code, info.packet}];
-          if (issue.first++ == 0) issue.second = r.message;
-        }
-        break;
-      }
-      case CallKind::kDeferred: {
-        auto it = overrides.deferred_values.find(static_cast<int32_t>(i));
-        if (it == overrides.deferred_values.end()) {
-          t.complete = false;
-          auto& issue = formula_issues[{"unsupported_operator_formula", info.packet}];
-          if (issue.first++ == 0) issue.second = "the caller formula was not evaluated";
-        } else {
-          t.by_operator[info.packet] += it->second;
-          t.known += it->second;
-          AddToModules(t, label_sets[e.labels], info.packet, it->second);
-        }
-        break;
-      }
-      case CallKind::kZeroCost: {
-        auto& ig = t.ignored[info.packet];
-        ++ig.calls;
-        ig.reason = ZeroCostReasonName(info.zero_cost);
-        break;
-      }
-      case CallKind::kDecomposition:
-        break;  // its children are visited on their own
-      case CallKind::kOpaque:
-        // The outermost uncounted call names the missing work; calls inside
-        // it are part of that work (their formulas still count as known).
-        gaps.AddOpaque(info, plan.in_opaque[i]);
-        t.complete = false;
-        break;
+    t.known += value;
+    t.complete = t.complete && !incomplete;
+    if (value) AddToModules(t, label_sets[e.labels], info.packet, value);
+    if (layers && e.scope >= 0) {
+      reports::LayerTally& layer = (*layers)[e.scope];
+      layer.known[0] += value;
+      layer.complete[0] = layer.complete[0] && !incomplete;
     }
   }
 

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "reports/flop_report.h"
+#include "reports/layers.h"
 #include "torchscan_dispatch/torchscan.h"
 #include "torchscan_dispatch/op_catalog.h"
 #include "torchscan_dispatch/scan_state.h"
@@ -68,9 +69,12 @@ struct TallyContext {
   int64_t unattributed_calls = 0;  // other threads' calls that carried the mode key
 };
 
+// `layers` (optional, one per recorded scope) receives each counted call's
+// value at index 0 under the scope the call ran in.
 reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
                                      const std::vector<std::vector<std::string>>& label_sets,
                                      const OperatorPlan& plan, OpCatalog& catalog,
-                                     const Overrides& overrides, const TallyContext& context);
+                                     const Overrides& overrides, const TallyContext& context,
+                                     std::vector<reports::LayerTally>* layers = nullptr);
 
 }  // namespace torchscan

@@ -19,6 +19,7 @@ int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   const int32_t index = static_cast<int32_t>(events_.size());
   Event& e = events_.Emplace(op, keys, open_);
   e.labels = labels_;
+  e.scope = scope_;
   e.args = RecordValues(arena_, args);
   open_ = index;
   return index;
@@ -28,6 +29,25 @@ void Recorder::SetLabels(std::vector<std::string> sorted_labels) {
   auto [it, inserted] = label_index_.emplace(sorted_labels, static_cast<int32_t>(label_sets_.size()));
   if (inserted) label_sets_.push_back(std::move(sorted_labels));
   labels_ = it->second;
+}
+
+int32_t Recorder::PushScope(std::string path) {
+  const int32_t id = static_cast<int32_t>(scopes_.size());
+  const int32_t call_index = calls_per_path_[path]++;
+  scopes_.push_back({std::move(path), call_index, scope_, false});
+  scope_ = id;
+  return id;
+}
+
+bool Recorder::PopScope(int32_t id, bool failed) {
+  int32_t open = scope_;
+  while (open >= 0 && open != id) open = scopes_[open].parent;
+  if (open < 0) return false;
+  // Scopes opened inside `id` and never closed belong to a forward that raised.
+  for (int32_t s = scope_; s != id; s = scopes_[s].parent) scopes_[s].failed = true;
+  scopes_[id].failed = scopes_[id].failed || failed;
+  scope_ = scopes_[id].parent;
+  return true;
 }
 
 void Recorder::End(int32_t index, absl::Span<const c10::IValue> outputs) {

@@ -29,6 +29,7 @@ struct Event {
   c10::DispatchKeySet keys;  // the set the call was redispatched with
   int32_t parent;            // -1: called from outside any operator
   int32_t labels = 0;        // module label set active at the call (Recorder::labels)
+  int32_t scope = -1;        // innermost module scope active at the call (Recorder::scopes)
   bool finished = false;
   bool raised = false;       // the kernel threw (the exception propagated)
   absl::Span<const ArgMeta> args;
@@ -50,6 +51,20 @@ class Recorder {
   // Module attribution: calls are tagged with the label set active when they
   // start (index into label_sets(); 0 is the empty set).
   void SetLabels(std::vector<std::string> sorted_labels);
+
+  // Module scopes: one per module call, identified by (path, call_index);
+  // calls are tagged with the innermost open scope.
+  struct Scope {
+    std::string path;
+    int32_t call_index = 0;
+    int32_t parent = -1;
+    bool failed = false;  // the module's forward raised
+  };
+  int32_t PushScope(std::string path);
+  // Closes `id` (and any scope opened inside it that was left open);
+  // false when `id` is not open.
+  bool PopScope(int32_t id, bool failed);
+  const std::vector<Scope>& scopes() const { return scopes_; }
   const std::vector<std::vector<std::string>>& label_sets() const { return label_sets_; }
 
  private:
@@ -57,6 +72,9 @@ class Recorder {
   Arena arena_;
   int32_t open_ = -1;  // innermost call still running
   int32_t labels_ = 0;
+  int32_t scope_ = -1;
+  std::vector<Scope> scopes_;
+  std::map<std::string, int32_t> calls_per_path_;
   std::vector<std::vector<std::string>> label_sets_{{}};
   std::map<std::vector<std::string>, int32_t> label_index_{{{}, 0}};
 };

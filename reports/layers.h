@@ -1,0 +1,37 @@
+// Per-layer (module call) results of one scan: each layer's own calls,
+// valued in both views. A layer is (path, call_index); values are exclusive
+// (a parent's row holds only the work its forward did outside its children),
+// so rows add up to the totals.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "reports/metric.h"
+
+namespace torchscan::reports {
+
+// Metric order in LayerTally arrays.
+inline constexpr const char* kLayerMetricNames[4] = {"operator_flops", "module_flops", "macs", "dmas"};
+inline constexpr const char* kLayerMetricUnits[4] = {"FLOPs", "FLOPs", "MACs", "accesses"};
+inline constexpr const char* kLayerMetricMethods[4] = {"operator_dispatch", "module_formulas", "module_formulas",
+                                                       "module_formulas"};
+
+struct LayerTally {
+  std::string path;
+  int32_t call_index = 0;
+  int32_t parent = -1;  // index of the enclosing layer call, -1 for none
+  int32_t depth = 0;
+  bool failed = false;  // the forward raised: estimates unavailable
+  std::array<int64_t, 4> known = {0, 0, 0, 0};
+  std::array<bool, 4> complete = {true, true, true, true};
+};
+
+// [{"path", "call_index", "parent", "depth", "failed", "metrics": {...}}]
+nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope);
+
+}  // namespace torchscan::reports
