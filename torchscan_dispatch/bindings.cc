@@ -48,6 +48,11 @@ TORCH_LIBRARY(torchscan, m) {
       .def("set_deferred_results",
            [](const Self& s, std::string json) { Raise(s->session.SetDeferredResultsJson(json)); })
       .def("flop_report", [](const Self& s) { return Value(s->session.FlopReportJson()); })
+      .def("push_module_scope",
+           [](const Self& s, std::string path) { return static_cast<int64_t>(Value(s->session.PushModuleScope(path))); })
+      .def("pop_module_scope",
+           [](const Self& s, int64_t id, bool failed) { Raise(s->session.PopModuleScope(static_cast<int32_t>(id), failed)); })
+      .def("layers", [](const Self& s) { return Value(s->session.LayersJson()); })
       .def("module_report", [](const Self& s) { return Value(s->session.ModuleReportJson()); })
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
       .def_static("coverage_audit", []() { return CoverageAuditJson(); })

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <exception>
 #include <optional>
 #include <set>
 #include <thread>
@@ -263,6 +264,44 @@ absl::StatusOr<std::string> Session::FlopReportJson() {
       .dump();
 }
 
+absl::StatusOr<int32_t> Session::PushModuleScope(std::string_view path) {
+  State& s = *state_;
+  if (s.phase != Phase::kActive) return absl::FailedPreconditionError("torchscan: module scopes need an active scan");
+  if (s.thread != std::this_thread::get_id()) {
+    return absl::FailedPreconditionError("torchscan: module scopes belong to the scanning thread");
+  }
+  return s.recorder.PushScope(std::string(path));
+}
+
+absl::Status Session::PopModuleScope(int32_t scope, bool failed) {
+  State& s = *state_;
+  if (s.phase != Phase::kActive) return absl::FailedPreconditionError("torchscan: module scopes need an active scan");
+  if (!s.recorder.PopScope(scope, failed)) {
+    return absl::InvalidArgumentError(absl::StrCat("torchscan: module scope ", scope, " is not open"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Session::LayersJson() {
+  State& s = *state_;
+  if (s.phase != Phase::kStopped) {
+    return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
+  }
+  const auto& scopes = s.recorder.scopes();
+  std::vector<reports::LayerTally> layers(scopes.size());
+  for (size_t i = 0; i < scopes.size(); ++i) {
+    layers[i].path = scopes[i].path;
+    layers[i].call_index = scopes[i].call_index;
+    layers[i].parent = scopes[i].parent;
+    layers[i].depth = scopes[i].parent >= 0 ? layers[scopes[i].parent].depth + 1 : 0;
+    layers[i].failed = scopes[i].failed;
+  }
+  TallyContext ctx{TORCHSCAN_BUILT_TORCH_VERSION, s.options.scope, s.unattributed};
+  TallyOperatorView(s.recorder.events(), s.recorder.label_sets(), s.Plan(), s.catalog, s.overrides, ctx, &layers);
+  TallyModuleView(s.recorder.events(), s.ModulePlan(), s.catalog, ctx, &layers);
+  return reports::LayersJson(layers, s.options.scope).dump();
+}
+
 absl::StatusOr<std::string> Session::ModuleReportJson() {
   State& s = *state_;
   if (s.phase != Phase::kStopped) {
@@ -279,6 +318,18 @@ ScanGuard::ScanGuard(Session& session) : session_(session) {
 
 ScanGuard::~ScanGuard() {
   const absl::Status st = session_.Stop();
+  if (!st.ok()) TORCH_WARN(std::string(st.message()));
+}
+
+ModuleScope::ModuleScope(Session& session, std::string_view path)
+    : session_(session), uncaught_(std::uncaught_exceptions()) {
+  const absl::StatusOr<int32_t> id = session_.PushModuleScope(path);
+  TORCH_CHECK(id.ok(), std::string(id.status().message()));
+  scope_ = *id;
+}
+
+ModuleScope::~ModuleScope() {
+  const absl::Status st = session_.PopModuleScope(scope_, std::uncaught_exceptions() > uncaught_);
   if (!st.ok()) TORCH_WARN(std::string(st.message()));
 }
 

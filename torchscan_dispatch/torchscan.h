@@ -66,6 +66,15 @@ class Session {
   absl::StatusOr<std::string> DeferredCallsJson();
   // {"<index>": flops, ...} for every call DeferredCallsJson listed.
   absl::Status SetDeferredResultsJson(std::string_view json);
+  // Module scopes: calls made between Push and Pop belong to the module call
+  // (path, call_index); call_index counts earlier calls of the same path.
+  // Pop closes scopes left open inside it (their forward raised).
+  absl::StatusOr<int32_t> PushModuleScope(std::string_view path);
+  absl::Status PopModuleScope(int32_t scope, bool failed = false);
+  // After Stop(): one row per module call with its own calls' values in both
+  // views: [{"path", "call_index", "parent", "depth", "failed", "metrics"}].
+  absl::StatusOr<std::string> LayersJson();
+
   // The schema-v1 FlopReport as JSON text.
   absl::StatusOr<std::string> FlopReportJson();
   // The module view of the same calls (module_flops, macs, dmas) as JSON text.
@@ -86,6 +95,21 @@ class ScanGuard {
 
  private:
   Session& session_;
+};
+
+// A module call for the guard's lifetime (e.g. around a TorchScript
+// submodule's forward). An exception leaving the scope marks the call failed.
+class ModuleScope {
+ public:
+  ModuleScope(Session& session, std::string_view path);
+  ~ModuleScope();
+  ModuleScope(const ModuleScope&) = delete;
+  ModuleScope& operator=(const ModuleScope&) = delete;
+
+ private:
+  Session& session_;
+  int32_t scope_;
+  int uncaught_;
 };
 
 // True while this thread's dispatch TLS includes TorchScan's mode key.

@@ -229,6 +229,63 @@ TEST(Session, ModuleLabelsAttributeCallsToEveryActiveLabel) {
   EXPECT_EQ(r["by_module"], nlohmann::json({{"Global", 96}, {"Net", 96}, {"Net.fc", 48}}));
 }
 
+TEST(Session, ModuleScopesGiveExclusiveLayerRows) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  Session s;
+  {
+    ScanGuard guard(s);
+    ModuleScope net(s, "net");
+    at::mm(a, b);  // net's own work: 48 (operator view), 8*5 = 40 (module view)
+    for (int call = 0; call < 2; ++call) {
+      ModuleScope fc(s, "net.fc");  // a shared module called twice
+      at::relu(at::mm(a, b));       // 48 + 8 (operator view) per call
+    }
+  }
+  at::mm(a, b);  // after the scan: not recorded
+  const auto layers = nlohmann::json::parse(s.LayersJson().value());
+  ASSERT_EQ(layers.size(), 3u);
+  EXPECT_EQ(layers[0]["path"], "net");
+  EXPECT_EQ(layers[0]["depth"], 0);
+  EXPECT_EQ(layers[0]["metrics"]["operator_flops"]["value"], 48);
+  EXPECT_EQ(layers[0]["metrics"]["module_flops"]["value"], 40);
+  for (int call = 0; call < 2; ++call) {
+    const auto& fc = layers[1 + call];
+    EXPECT_EQ(fc["path"], "net.fc");
+    EXPECT_EQ(fc["call_index"], call);
+    EXPECT_EQ(fc["parent"], 0);
+    EXPECT_EQ(fc["depth"], 1);
+    EXPECT_EQ(fc["metrics"]["operator_flops"]["value"], 56);
+    EXPECT_EQ(fc["metrics"]["macs"]["value"], 24);  // 8 dots of 3 terms; relu has none
+  }
+  // Rows add up to the totals.
+  EXPECT_EQ(nlohmann::json::parse(s.FlopReportJson().value())["total"]["value"], 48 + 2 * 56);
+}
+
+TEST(Session, ModuleScopeMarksAFailedForwardAndRecovers) {
+  const at::Tensor a = at::ones({2, 3}), bad = at::ones({4, 4});
+  Session s;
+  {
+    ScanGuard guard(s);
+    ModuleScope outer(s, "outer");
+    try {
+      ModuleScope inner(s, "outer.inner");
+      at::mm(a, bad);  // raises inside the inner module
+    } catch (const c10::Error&) {
+      // the model catches it and goes on
+    }
+    at::mm(a, at::ones({3, 2}));
+  }
+  const auto layers = nlohmann::json::parse(s.LayersJson().value());
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_FALSE(layers[0]["failed"].get<bool>());
+  EXPECT_EQ(layers[0]["metrics"]["operator_flops"]["value"], 2 * 2 * 3 * 2);
+  EXPECT_TRUE(layers[1]["failed"].get<bool>());
+  EXPECT_EQ(layers[1]["metrics"]["operator_flops"]["status"], "unavailable");
+  // Scopes outside a scan are refused with a clear error.
+  Session idle;
+  EXPECT_EQ(idle.PushModuleScope("x").status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(Session, MetaTensorsAreCounted) {
   const at::Tensor a = at::empty({200000, 3000}, at::TensorOptions().device(at::kMeta));
   const at::Tensor b = at::empty({3000, 4000}, at::TensorOptions().device(at::kMeta));

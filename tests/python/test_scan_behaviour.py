@@ -6,6 +6,7 @@ K-term dot, as FlopCounterMode counts them):
   bmm (2,3,4)@(2,4,5)    -> 2*2*3*4*5 = 240
 """
 
+import json
 import threading
 
 import pytest
@@ -448,3 +449,39 @@ def test_forked_work_in_other_threads_is_flagged_not_silently_dropped(torchscan)
     assert report["total"]["status"] == "partial"
     codes = [d["code"] for d in report["diagnostics"]]
     assert "unattributed_thread_work" in codes
+
+
+def test_module_scopes_from_python_hooks(torchscan):
+    """The scope surface crawl_module builds on: hooks push/pop (path, call)."""
+    torch.manual_seed(0)
+    shared = nn.Linear(4, 4)
+    model = nn.Sequential(shared, nn.ReLU(), shared)
+    x = torch.randn(2, 4)
+    scan = torchscan.scan()
+    open_scopes = []
+    names = {m: n or "model" for n, m in model.named_modules()}
+
+    def pre(module, args):
+        open_scopes.append(scan._session.push_module_scope(names[module]))
+
+    def post(module, args, output):
+        scan._session.pop_module_scope(open_scopes.pop(), False)
+
+    handles = [m.register_forward_pre_hook(pre) for m in model.modules()]
+    handles += [m.register_forward_hook(post, always_call=True) for m in model.modules()]
+    try:
+        with scan, torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    layers = json.loads(scan._session.layers())
+    assert [(l["path"], l["call_index"], l["depth"]) for l in layers] == [
+        ("model", 0, 0), ("0", 0, 1), ("1", 0, 1), ("0", 1, 1)]
+    # Each Linear call: (2x4)(4x4): 8 dots of 4 terms -> 64 (operator view, bias
+    # omitted) and 8*7 + 8 = 64 (module view: K mults + K-1 adds + bias).
+    for l in (layers[1], layers[3]):
+        assert l["metrics"]["operator_flops"]["value"] == 64
+        assert l["metrics"]["module_flops"]["value"] == 64
+    assert layers[2]["metrics"]["operator_flops"]["value"] == 8  # relu
+    assert layers[0]["metrics"]["operator_flops"]["value"] == 0  # Sequential does nothing itself
