@@ -1,0 +1,120 @@
+"""crawl_module: per-layer rows from module scopes, totals, structure and
+strict modes, and state restored whatever happens."""
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.nn.modules import module as nn_module
+
+
+class Shared(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.fc(x)))
+
+
+def test_layer_rows_and_totals(torchscan):
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).train()
+    report = torchscan.crawl_module(model, (3, 32, 32))
+    assert report["schema_version"] == 1
+    assert report["context"]["training_before"] is True and model.training
+    rows = {(l["path"], l["call_index"]): l for l in report["layers"]}
+    conv = rows[("0", 0)]
+    # Conv2d(3,8,3) on (1,3,32,32): 7200 outputs x (2*27 - 1) + 7200 biases.
+    assert conv["metrics"]["module_flops"]["value"] == 388800
+    assert conv["metrics"]["macs"]["value"] == 194400
+    assert conv["type"] == "Conv2d" and conv["output"]["shape"] == [1, 8, 30, 30]
+    assert conv["parameters"] == 8 * 27 + 8
+    assert rows[("1", 0)]["metrics"]["module_flops"]["value"] == 7200
+    assert report["totals"]["module_flops"]["value"] == 396000
+    assert report["totals"]["operator_flops"]["value"] == 2 * 7200 * 27 + 7200
+    assert report["totals"]["parameters"] == 224
+    assert report["inputs"]["source"] == "generated"
+    json.dumps(report)
+
+
+def test_shared_module_has_two_calls_and_counts_parameters_once(torchscan):
+    model = Shared()
+    report = torchscan.crawl_module(model, args=(torch.randn(2, 4),))
+    fc_calls = [l for l in report["layers"] if l["path"] == "fc"]
+    assert [l["call_index"] for l in fc_calls] == [0, 1]
+    # Each call: (2x4)(4x4): 8 dots of 4 terms = 8*7 + 8 biases = 64 module FLOPs.
+    assert [l["metrics"]["module_flops"]["value"] for l in fc_calls] == [64, 64]
+    assert report["totals"]["parameters"] == 20
+    # The relu is the root's own work: 8 values.
+    root = [l for l in report["layers"] if l["path"] == ""][0]
+    assert root["metrics"]["module_flops"]["value"] == 8
+
+
+def test_exceptions_propagate_and_state_is_restored(torchscan):
+    class Boom(nn.Module):
+        def forward(self, x):
+            raise KeyError("boom")
+
+    model = nn.Sequential(nn.Linear(4, 4), Boom()).train()
+    hooks = (len(nn_module._global_forward_pre_hooks), len(model[0]._forward_pre_hooks),
+             len(model[0]._forward_hooks))
+    with pytest.raises(KeyError, match="boom"):
+        torchscan.crawl_module(model, (4,))
+    assert all(m.training for m in model.modules())
+    assert (len(nn_module._global_forward_pre_hooks), len(model[0]._forward_pre_hooks),
+            len(model[0]._forward_hooks)) == hooks
+    assert not torchscan.tls_mode_included()
+
+
+def test_a_caught_module_error_is_a_failed_call(torchscan):
+    class Fragile(nn.Module):
+        def forward(self, x):
+            raise ValueError("fragile")
+
+    class Tolerant(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fragile = Fragile()
+
+        def forward(self, x):
+            try:
+                return self.fragile(x)
+            except ValueError:
+                return x * 2
+
+    report = torchscan.crawl_module(Tolerant(), args=(torch.ones(3),))
+    fragile = [l for l in report["layers"] if l["path"] == "fragile"][0]
+    assert fragile["output"] == {"kind": "failed"}
+    assert fragile["metrics"]["module_flops"]["status"] == "unavailable"
+    assert any(d["code"] == "module_forward_error" and d["path"] == "fragile" for d in report["diagnostics"])
+
+
+def test_structure_mode_and_strict(torchscan):
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    structure = torchscan.crawl_module(model, (4,), mode="structure")
+    for name in ("module_flops", "macs", "dmas", "operator_flops"):
+        assert structure["totals"][name]["status"] == "unavailable"
+        assert structure["totals"][name]["method"] == "not_requested"
+    assert structure["totals"]["parameters"] == 20
+
+    class Special(nn.Module):
+        def forward(self, x):
+            return torch.special.erfcx(x)  # no formula in either view
+
+    with pytest.raises(RuntimeError, match="strict=True"):
+        torchscan.crawl_module(Special(), (4,), strict=True)
+    with pytest.raises(ValueError, match="either input_shape"):
+        torchscan.crawl_module(model)
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        torchscan.crawl_module(lambda x: x, (4,))
+
+
+def test_reports_are_deterministic_and_value_free(torchscan):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    x = torch.full((2, 4), 12345.678)
+    first = torchscan.crawl_module(model, args=(x,))
+    second = torchscan.crawl_module(model, args=(x,))
+    assert first == second
+    assert "12345" not in json.dumps(first)
