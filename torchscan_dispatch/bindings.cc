@@ -5,6 +5,10 @@
 #include <torch/library.h>
 
 #include "torchscan_built_against.h"
+#include <nlohmann/json.hpp>
+
+#include "reports/diff.h"
+#include "reports/render.h"
 #include "torchscan_dispatch/coverage_audit.h"
 #include "torchscan_dispatch/fallback.h"
 #include "torchscan_dispatch/torchscan.h"
@@ -57,6 +61,21 @@ TORCH_LIBRARY(torchscan, m) {
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
       .def_static("coverage_audit", []() { return CoverageAuditJson(); })
       .def_static("formula_table", []() { return FormulaTableJson(); })
+      .def_static("render_report",
+                  [](std::string report, int64_t max_depth) {
+                    auto j = nlohmann::json::parse(report, nullptr, /*allow_exceptions=*/false);
+                    TORCH_CHECK_VALUE(!j.is_discarded(), "torchscan.render_report: the report is not valid JSON");
+                    return Value(reports::RenderReport(j, static_cast<int>(max_depth)));
+                  })
+      .def_static("compare_reports",
+                  [](std::string before, std::string after) {
+                    auto parse = [](const std::string& text) {
+                      auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+                      TORCH_CHECK_VALUE(!j.is_discarded(), "torchscan.compare_reports: a report is not valid JSON");
+                      return j;
+                    };
+                    return Value(reports::CompareReports(parse(before), parse(after))).dump();
+                  })
       .def_static("mode_key_included", []() { return ModeKeyIncluded(); })
       .def_static("built_against", []() { return std::string(TORCHSCAN_BUILT_TORCH_VERSION); });
 }

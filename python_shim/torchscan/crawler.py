@@ -14,7 +14,7 @@ import torch.nn as nn
 from torchscan.flops import FlopScan
 from torchscan.metadata import describe
 
-__all__ = ["crawl_module"]
+__all__ = ["crawl_module", "compare_reports", "render_report", "summary"]
 
 _COMPUTE = ("module_flops", "macs", "dmas")
 
@@ -174,4 +174,31 @@ def _build_report(module, scan, calls, mode, strict, source, call_args, call_kwa
         if incomplete:
             raise RuntimeError(f"torchscan.crawl_module(strict=True): {', '.join(incomplete)} incomplete; "
                                f"diagnostics: {[d['code'] + ':' + str(d.get('operator', d.get('path'))) for d in diagnostics]}")
+    return report
+
+
+def compare_reports(before: Mapping, after: Mapping) -> dict:
+    """ReportDiff of two saved AnalysisReports (layer calls matched by path
+    and call index; numeric deltas only when both sides are complete)."""
+    import json
+
+    from torchscan._library import Session
+
+    return json.loads(Session.compare_reports(json.dumps(before), json.dumps(after)))
+
+
+def render_report(report: Mapping, max_depth: Optional[int] = None) -> str:
+    """Text rendering of a saved AnalysisReport or FlopReport; measures nothing."""
+    import json
+
+    from torchscan._library import Session
+
+    return Session.render_report(json.dumps(report), -1 if max_depth is None else int(max_depth))
+
+
+def summary(module: nn.Module, input_shape: Optional[Sequence] = None, *, max_depth: Optional[int] = None,
+            **crawl_options) -> dict:
+    """Print a readable table of crawl_module's report and return the report."""
+    report = crawl_module(module, input_shape, **crawl_options)
+    print(render_report(report, max_depth))
     return report

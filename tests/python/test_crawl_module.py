@@ -1,6 +1,7 @@
 """crawl_module: per-layer rows from module scopes, totals, structure and
 strict modes, and state restored whatever happens."""
 
+import copy
 import json
 
 import pytest
@@ -118,3 +119,33 @@ def test_reports_are_deterministic_and_value_free(torchscan):
     second = torchscan.crawl_module(model, args=(x,))
     assert first == second
     assert "12345" not in json.dumps(first)
+
+
+def test_compare_reports(torchscan):
+    torch.manual_seed(0)
+    before = torchscan.crawl_module(nn.Sequential(nn.Linear(4, 4)), (4,))
+    after = torchscan.crawl_module(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), (4,))
+    diff = torchscan.compare_reports(before, after)
+    assert diff["schema_version"] == 1
+    # The ReLU adds 4 module FLOPs (one per value of the (1, 4) output).
+    assert diff["totals"]["module_flops"]["delta"] == 4
+    assert [(l["path"], l["call_index"]) for l in diff["layers"]["added"]] == [("1", 0)]
+    assert diff["layers"]["removed"] == [] and diff["layers"]["changed"] == []
+    # Incomplete on either side: no numeric delta, the status propagates.
+    partial = copy.deepcopy(after)
+    partial["totals"]["module_flops"].update(status="partial", value=None)
+    d = torchscan.compare_reports(before, partial)["totals"]["module_flops"]
+    assert d["delta"] is None and d["status"] == "partial"
+    with pytest.raises(ValueError, match="schema_version 1"):
+        torchscan.compare_reports({**before, "schema_version": 2}, after)
+
+
+def test_render_report_and_summary(torchscan, capsys):
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 4)), nn.ReLU())
+    report = torchscan.summary(model, (4,))
+    text = capsys.readouterr().out
+    assert "Linear" in text and "Module view (TorchScan conventions)" in text and "Operator view" in text
+    shallow = torchscan.render_report(report, max_depth=1)
+    assert "Linear" not in shallow and "Sequential" in shallow  # depth-2 rows hidden
+    flops = torchscan.render_report(report["operator_flops"])
+    assert flops.startswith("Operator FLOPs:") and "aten.addmm" in flops
