@@ -1,11 +1,11 @@
-"""The main job: count the operator FLOPs of a built-in example model.
+"""The main job: the summary of a built-in example model.
 
     python3 tools/demo.py [--json PATH]
 
-Scans one eval forward of torchscan.examples.small_cnn() on a (1, 3, 32, 32)
-input and prints the operator-view FlopReport (the total with its status,
-FLOPs per operator, the zero-cost operators, every diagnostic) and the module
-view's totals (module FLOPs, MACs, logical memory accesses).
+Crawls one eval forward of torchscan.examples.small_cnn() on a (1, 3, 32, 32)
+input, prints the per-layer summary (module view: FLOPs, MACs, DMAs; both FLOP
+views in the footer), then the operator-view FlopReport (FLOPs per operator,
+the zero-cost operators, every diagnostic).
 """
 
 import argparse
@@ -35,13 +35,6 @@ def print_report(report: dict) -> None:
         print(f"  [{d['code']}] {d['message']}")
 
 
-def print_module_view(module_report: dict) -> None:
-    print("\nmodule view (TorchScan module conventions):")
-    for name, total in module_report["totals"].items():
-        value = total["value"] if total["status"] == "complete" else total["known_value"]
-        print(f"  {name:<13} {value:>15,} {total['unit']} [{total['status']}]")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the report as JSON to this path")
@@ -49,14 +42,13 @@ def main() -> None:
     torch.manual_seed(0)
     model = small_cnn().eval()
     x = torch.randn(1, 3, 32, 32)
-    with torch.no_grad(), torchscan.scan() as scan:
-        model(x)
-    report = scan.report()
+    analysis = torchscan.summary(model, args=(x,))  # per-layer table, both views
+    print()
+    report = analysis["operator_flops"]
     print_report(report)
-    print_module_view(scan.module_report())
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(report, f, indent=2, sort_keys=True)
+            json.dump(analysis, f, indent=2, sort_keys=True)
         print(f"\nwrote {args.json}")
 
 

@@ -149,3 +149,23 @@ def test_render_report_and_summary(torchscan, capsys):
     assert "Linear" not in shallow and "Sequential" in shallow  # depth-2 rows hidden
     flops = torchscan.render_report(report["operator_flops"])
     assert flops.startswith("Operator FLOPs:") and "aten.addmm" in flops
+
+
+def test_command_line_scan_render_diff(tmp_path):
+    import subprocess
+    import sys
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "torchscan", *args], capture_output=True, text=True,
+                              timeout=120, cwd=str(tmp_path))
+
+    out = tmp_path / "r.json"
+    scanned = run("scan", "torchscan.examples:small_cnn", "--input-shape", "3,32,32", "--output", str(out))
+    assert scanned.returncode == 0, scanned.stderr
+    assert "Conv2d" in scanned.stdout and json.loads(out.read_text())["schema_version"] == 1
+    rendered = run("render", str(out), "--max-depth", "0")
+    assert rendered.returncode == 0 and "Conv2d" not in rendered.stdout and "SmallCNN" in rendered.stdout
+    diffed = run("diff", str(out), str(out))
+    assert diffed.returncode == 0 and json.loads(diffed.stdout)["layers"]["changed"] == []
+    bad = run("scan", "nope", "--input-shape", "3")
+    assert bad.returncode != 0 and "MODULE:FACTORY" in bad.stderr
