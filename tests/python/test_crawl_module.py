@@ -169,3 +169,31 @@ def test_command_line_scan_render_diff(tmp_path):
     assert diffed.returncode == 0 and json.loads(diffed.stdout)["layers"]["changed"] == []
     bad = run("scan", "nope", "--input-shape", "3")
     assert bad.returncode != 0 and "MODULE:FACTORY" in bad.stderr
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_transformers_models_from_small_configs(torchscan, family):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (1, 8))
+    if family == "bert":
+        model = transformers.BertModel(transformers.BertConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100,
+            max_position_embeddings=64))
+        kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    else:
+        model = transformers.GPT2Model(transformers.GPT2Config(
+            n_embd=32, n_layer=2, n_head=2, vocab_size=100, n_positions=64, bos_token_id=0, eos_token_id=0))
+        kwargs = {"input_ids": ids}
+    report = torchscan.crawl_module(model, kwargs=kwargs)
+    for name in ("module_flops", "macs", "dmas"):
+        assert report["totals"][name]["status"] == "complete", report["diagnostics"]
+    # The operator view's fused attention is a stated lower bound, nothing else is missing.
+    assert {d["code"] for d in report["diagnostics"]} == {"fused_attention_matrix_core_only"}
+    assert report["inputs"]["kwargs"]["items"]["input_ids"]["shape"] == [1, 8]
+    # Per-layer rows add up to the totals.
+    assert sum(l["metrics"]["module_flops"]["value"] for l in report["layers"]) == \
+        report["totals"]["module_flops"]["value"]
+    # Every layer's parameters, counted once, give the model's.
+    assert report["totals"]["parameters"] == sum(p.numel() for p in model.parameters())
+    assert torchscan.crawl_module(model, kwargs=kwargs) == report
