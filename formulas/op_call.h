@@ -21,6 +21,9 @@ struct TensorMeta {
   bool defined = false;
   bool nested = false;  // ragged nested or symbolic: no concrete rectangular shape
   bool strided = true;  // false for sparse / mkldnn / other non-strided layouts
+  // Identity of the tensor object (its TensorImpl address) for data-flow
+  // analyses: which call's output fed which call. Never dereferenced.
+  uintptr_t identity = 0;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   c10::DeviceType device = c10::DeviceType::CPU;
   int32_t ndim = 0;

@@ -13,6 +13,20 @@ nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::stri
       metrics[kLayerMetricNames[m]] =
           MetricJson({status, l.known[m], kLayerMetricUnits[m], scope, kLayerMetricMethods[m]});
     }
+    static const char* kFieldNames[3] = {"receptive_field", "effective_stride", "effective_padding"};
+    for (int k = 0; k < 3; ++k) {
+      nlohmann::json m = {{"unit", "positions"}, {"scope", scope}};
+      if (l.failed || !l.field_known) {
+        m.update({{"status", "unavailable"}, {"value", nullptr}, {"known_value", nullptr}, {"method", "data_flow"}});
+      } else if (!l.field) {
+        m.update({{"status", "unavailable"}, {"value", nullptr}, {"known_value", nullptr}, {"method", "not_applicable"}});
+      } else {
+        const double v = (*l.field)[k];
+        const nlohmann::json value = v == static_cast<double>(static_cast<int64_t>(v)) ? nlohmann::json(static_cast<int64_t>(v)) : nlohmann::json(v);
+        m.update({{"status", "complete"}, {"value", value}, {"known_value", value}, {"method", "data_flow"}});
+      }
+      metrics[kFieldNames[k]] = m;
+    }
     out.push_back({{"path", l.path},
                    {"call_index", l.call_index},
                    {"parent", l.parent >= 0 ? nlohmann::json(l.parent) : nlohmann::json()},

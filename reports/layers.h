@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ struct LayerTally {
   bool failed = false;  // the forward raised: estimates unavailable
   std::array<int64_t, 4> known = {0, 0, 0, 0};
   std::array<bool, 4> complete = {true, true, true, true};
+  // Receptive field, effective stride and padding along the first spatial
+  // axis of the output; empty when the output has no spatial structure.
+  std::optional<std::array<double, 3>> field;
+  bool field_known = false;  // false: the output was never seen by the data flow
 };
 
 // [{"path", "call_index", "parent", "depth", "failed", "metrics": {...}}]

@@ -55,7 +55,10 @@ TORCH_LIBRARY(torchscan, m) {
       .def("push_module_scope",
            [](const Self& s, std::string path) { return static_cast<int64_t>(Value(s->session.PushModuleScope(path))); })
       .def("pop_module_scope",
-           [](const Self& s, int64_t id, bool failed) { Raise(s->session.PopModuleScope(static_cast<int32_t>(id), failed)); })
+           [](const Self& s, int64_t id, bool failed, std::vector<int64_t> outputs) {
+             Raise(s->session.PopModuleScope(static_cast<int32_t>(id), failed,
+                                             std::vector<uintptr_t>(outputs.begin(), outputs.end())));
+           })
       .def("layers", [](const Self& s) { return Value(s->session.LayersJson()); })
       .def("module_report", [](const Self& s) { return Value(s->session.ModuleReportJson()); })
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })

@@ -13,6 +13,7 @@ void FillTensor(Arena& arena, const at::Tensor& t, TensorMeta& m) {
   m = TensorMeta();
   if (!t.defined()) return;
   m.defined = true;
+  m.identity = reinterpret_cast<uintptr_t>(t.unsafeGetTensorImpl());
   m.dtype = t.scalar_type();
   m.device = t.device().type();
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();

@@ -39,12 +39,17 @@ int32_t Recorder::PushScope(std::string path) {
   return id;
 }
 
-bool Recorder::PopScope(int32_t id, bool failed) {
+bool Recorder::PopScope(int32_t id, bool failed, std::vector<uintptr_t> outputs) {
   int32_t open = scope_;
   while (open >= 0 && open != id) open = scopes_[open].parent;
   if (open < 0) return false;
   // Scopes opened inside `id` and never closed belong to a forward that raised.
-  for (int32_t s = scope_; s != id; s = scopes_[s].parent) scopes_[s].failed = true;
+  for (int32_t s = scope_; s != id; s = scopes_[s].parent) {
+    scopes_[s].failed = true;
+    scopes_[s].end_event = static_cast<int64_t>(events_.size());
+  }
+  scopes_[id].end_event = static_cast<int64_t>(events_.size());
+  scopes_[id].outputs = std::move(outputs);
   scopes_[id].failed = scopes_[id].failed || failed;
   scope_ = scopes_[id].parent;
   return true;

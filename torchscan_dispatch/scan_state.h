@@ -59,11 +59,13 @@ class Recorder {
     int32_t call_index = 0;
     int32_t parent = -1;
     bool failed = false;  // the module's forward raised
+    int64_t end_event = 0;            // calls recorded when it closed
+    std::vector<uintptr_t> outputs;   // identities of its output tensors
   };
   int32_t PushScope(std::string path);
   // Closes `id` (and any scope opened inside it that was left open);
   // false when `id` is not open.
-  bool PopScope(int32_t id, bool failed);
+  bool PopScope(int32_t id, bool failed, std::vector<uintptr_t> outputs = {});
   const std::vector<Scope>& scopes() const { return scopes_; }
   const std::vector<std::vector<std::string>>& label_sets() const { return label_sets_; }
 

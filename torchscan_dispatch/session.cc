@@ -19,6 +19,7 @@
 #include "torchscan_dispatch/fallback.h"
 #include "torchscan_dispatch/module_view.h"
 #include "torchscan_dispatch/op_catalog.h"
+#include "torchscan_dispatch/receptive_field.h"
 #include "torchscan_dispatch/operator_view.h"
 #include "torchscan_dispatch/scan_state.h"
 #include "torchscan_dispatch/torchscan.h"
@@ -273,10 +274,10 @@ absl::StatusOr<int32_t> Session::PushModuleScope(std::string_view path) {
   return s.recorder.PushScope(std::string(path));
 }
 
-absl::Status Session::PopModuleScope(int32_t scope, bool failed) {
+absl::Status Session::PopModuleScope(int32_t scope, bool failed, std::vector<uintptr_t> outputs) {
   State& s = *state_;
   if (s.phase != Phase::kActive) return absl::FailedPreconditionError("torchscan: module scopes need an active scan");
-  if (!s.recorder.PopScope(scope, failed)) {
+  if (!s.recorder.PopScope(scope, failed, std::move(outputs))) {
     return absl::InvalidArgumentError(absl::StrCat("torchscan: module scope ", scope, " is not open"));
   }
   return absl::OkStatus();
@@ -299,6 +300,15 @@ absl::StatusOr<std::string> Session::LayersJson() {
   TallyContext ctx{TORCHSCAN_BUILT_TORCH_VERSION, s.options.scope, s.unattributed};
   TallyOperatorView(s.recorder.events(), s.recorder.label_sets(), s.Plan(), s.catalog, s.overrides, ctx, &layers);
   TallyModuleView(s.recorder.events(), s.ModulePlan(), s.catalog, ctx, &layers);
+  std::vector<FieldQuery> queries(scopes.size());
+  for (size_t i = 0; i < scopes.size(); ++i) queries[i] = {scopes[i].end_event, scopes[i].outputs};
+  const auto fields = ComputeFields(s.recorder.events(), s.ModulePlan(), s.catalog, queries);
+  for (size_t i = 0; i < scopes.size(); ++i) {
+    if (fields[i] && fields[i]->axes > 0) {
+      layers[i].field = {fields[i]->rf[0], fields[i]->jump[0], fields[i]->padding[0]};
+    }
+    layers[i].field_known = fields[i].has_value();
+  }
   return reports::LayersJson(layers, s.options.scope).dump();
 }
 

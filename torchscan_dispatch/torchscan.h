@@ -70,7 +70,9 @@ class Session {
   // (path, call_index); call_index counts earlier calls of the same path.
   // Pop closes scopes left open inside it (their forward raised).
   absl::StatusOr<int32_t> PushModuleScope(std::string_view path);
-  absl::Status PopModuleScope(int32_t scope, bool failed = false);
+  // `outputs`: identities (TensorImpl addresses) of the call's output
+  // tensors, for receptive fields from data flow.
+  absl::Status PopModuleScope(int32_t scope, bool failed = false, std::vector<uintptr_t> outputs = {});
   // After Stop(): one row per module call with its own calls' values in both
   // views: [{"path", "call_index", "parent", "depth", "failed", "metrics"}].
   absl::StatusOr<std::string> LayersJson();

@@ -11,6 +11,8 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 import torch
 import torch.nn as nn
 
+from torch.utils._pytree import tree_flatten
+
 from torchscan.flops import FlopScan
 from torchscan.metadata import describe
 
@@ -82,7 +84,10 @@ def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, a
         scope, index = open_scopes.pop()
         # always_call: `output` is None when the forward raised.
         failed = sys.exc_info()[0] is not None
-        session.pop_module_scope(scope, failed)
+        # Output identities (TensorImpl addresses) let the data flow find the
+        # receptive field of exactly this call's output.
+        flat, _ = tree_flatten(output)
+        session.pop_module_scope(scope, failed, [t._cdata for t in flat if isinstance(t, torch.Tensor)])
         calls[index][2] = {"kind": "failed"} if failed else describe(output)
 
     handles = []
@@ -122,7 +127,7 @@ def _build_report(module, scan, calls, mode, strict, source, call_args, call_kwa
             else:
                 metrics[name] = _metric("unavailable", unit="MACs" if name == "macs" else "FLOPs")
         for name in ("receptive_field", "effective_stride", "effective_padding"):
-            metrics[name] = _metric("unavailable", unit="elements", method="not_implemented")
+            metrics[name] = row["metrics"][name] if full else _metric("unavailable", unit="positions")
         if row["failed"]:
             diagnostics.append({"code": "module_forward_error", "severity": "error", "metric": "module_flops",
                                 "message": f"{row['path'] or '(root)'} raised inside its forward; "

@@ -197,3 +197,36 @@ def test_transformers_models_from_small_configs(torchscan, family):
     # Every layer's parameters, counted once, give the model's.
     assert report["totals"]["parameters"] == sum(p.numel() for p in model.parameters())
     assert torchscan.crawl_module(model, kwargs=kwargs) == report
+
+
+class Branchy(nn.Module):
+    """Two branches and a sum: the pooled branch is declared first, so a
+    layer-order walk would wrongly pool before `a`; data flow does not."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 4, 3)
+        self.b = nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(4, 4, 3, padding=1), nn.Upsample(scale_factor=2))
+        self.a = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        s = self.stem(x)
+        return self.a(s) + self.b(s)
+
+
+def test_receptive_fields_follow_the_data_flow(torchscan):
+    report = torchscan.crawl_module(Branchy(), (1, 10, 10))
+
+    def field(path):
+        m = [l for l in report["layers"] if l["path"] == path][0]["metrics"]
+        return tuple(m[k]["value"] for k in ("receptive_field", "effective_stride", "effective_padding"))
+
+    # rf' = rf + (k - 1) jump, jump' = jump * stride, padding' = padding + p * jump.
+    assert field("stem") == (3, 1, 0)        # 3x3 conv on the input
+    assert field("b.0") == (4, 2, 0)         # 2x2 pool, stride 2: 3 + 1*1
+    assert field("b.1") == (8, 2, 2)         # 3x3 conv, padding 1: 4 + 2*2; padding 0 + 1*2
+    assert field("b.2") == (8, 1, 2)         # nearest 2x upsampling halves the jump
+    assert field("a") == (5, 1, 1)           # straight after the stem: 3 + 2*1; padding 1*1
+    assert field("") == (8, 1, 2)            # the sum: the wider of the two branches
+    linear = torchscan.crawl_module(nn.Sequential(nn.Flatten(), nn.Linear(4, 2)), (4,))
+    assert all(l["metrics"]["receptive_field"]["method"] == "not_applicable" for l in linear["layers"])
