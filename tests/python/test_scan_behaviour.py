@@ -465,7 +465,7 @@ def test_module_scopes_from_python_hooks(torchscan):
         open_scopes.append(scan._session.push_module_scope(names[module]))
 
     def post(module, args, output):
-        scan._session.pop_module_scope(open_scopes.pop(), False)
+        scan._session.pop_module_scope(open_scopes.pop(), False, [])
 
     handles = [m.register_forward_pre_hook(pre) for m in model.modules()]
     handles += [m.register_forward_hook(post, always_call=True) for m in model.modules()]
