@@ -51,9 +51,16 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-std::string RenderAnalysis(const json& r, int max_depth) {
+std::string FieldText(const json& m) {
+  if (!m.is_object() || m.value("status", "") != "complete") return "-";
+  return m["value"].is_number_integer() ? std::to_string(m["value"].get<int64_t>())
+                                        : absl::StrFormat("%.2f", m["value"].get<double>());
+}
+
+std::string RenderAnalysis(const json& r, int max_depth, bool receptive_field) {
   std::vector<std::vector<std::string>> rows = {
       {"Layer", "Type", "Output shape", "Params", "FLOPs", "MACs", "DMAs"}};
+  if (receptive_field) rows[0].insert(rows[0].end(), {"RF", "Stride", "Padding"});
   for (const auto& l : r["layers"]) {
     const int depth = l.value("depth", 0);
     if (max_depth >= 0 && depth > max_depth) continue;
@@ -64,6 +71,11 @@ std::string RenderAnalysis(const json& r, int max_depth) {
     rows.push_back({label, l.value("type", ""), Shape(l.value("output", json())),
                     HumanCount(l.value("parameters", int64_t{0})), MetricText(m["module_flops"]),
                     MetricText(m["macs"]), MetricText(m["dmas"])});
+    if (receptive_field) {
+      rows.back().insert(rows.back().end(), {FieldText(m.value("receptive_field", json())),
+                                             FieldText(m.value("effective_stride", json())),
+                                             FieldText(m.value("effective_padding", json()))});
+    }
   }
   const json& t = r["totals"];
   std::string out = Table(rows);
@@ -116,12 +128,12 @@ std::string MetricText(const json& m) {
   return "n/a";
 }
 
-absl::StatusOr<std::string> RenderReport(const json& report, int max_depth) {
+absl::StatusOr<std::string> RenderReport(const json& report, int max_depth, bool receptive_field) {
   if (!report.is_object() || report.value("schema_version", 0) != kSchemaVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat("torchscan.render_report: expected a schema_version ", kSchemaVersion, " report"));
   }
-  if (report.contains("layers") && report.contains("totals")) return RenderAnalysis(report, max_depth);
+  if (report.contains("layers") && report.contains("totals")) return RenderAnalysis(report, max_depth, receptive_field);
   if (report.contains("by_operator") && report.contains("total")) return RenderFlops(report);
   return absl::InvalidArgumentError("torchscan.render_report: not an AnalysisReport or a FlopReport");
 }

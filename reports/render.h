@@ -15,7 +15,8 @@ std::string HumanCount(int64_t n);
 // A MetricResult as text: "1.23M", ">= 1.23M" when partial, "n/a" when unavailable.
 std::string MetricText(const nlohmann::json& metric);
 
-// max_depth < 0: every layer.
-absl::StatusOr<std::string> RenderReport(const nlohmann::json& report, int max_depth = -1);
+// max_depth < 0: every layer. receptive_field adds RF / stride / padding columns.
+absl::StatusOr<std::string> RenderReport(const nlohmann::json& report, int max_depth = -1,
+                                         bool receptive_field = false);
 
 }  // namespace torchscan::reports

@@ -65,10 +65,10 @@ TORCH_LIBRARY(torchscan, m) {
       .def_static("coverage_audit", []() { return CoverageAuditJson(); })
       .def_static("formula_table", []() { return FormulaTableJson(); })
       .def_static("render_report",
-                  [](std::string report, int64_t max_depth) {
+                  [](std::string report, int64_t max_depth, bool receptive_field) {
                     auto j = nlohmann::json::parse(report, nullptr, /*allow_exceptions=*/false);
                     TORCH_CHECK_VALUE(!j.is_discarded(), "torchscan.render_report: the report is not valid JSON");
-                    return Value(reports::RenderReport(j, static_cast<int>(max_depth)));
+                    return Value(reports::RenderReport(j, static_cast<int>(max_depth), receptive_field));
                   })
       .def_static("compare_reports",
                   [](std::string before, std::string after) {

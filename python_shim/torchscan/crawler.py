@@ -192,18 +192,20 @@ def compare_reports(before: Mapping, after: Mapping) -> dict:
     return json.loads(Session.compare_reports(json.dumps(before), json.dumps(after)))
 
 
-def render_report(report: Mapping, max_depth: Optional[int] = None) -> str:
-    """Text rendering of a saved AnalysisReport or FlopReport; measures nothing."""
+def render_report(report: Mapping, max_depth: Optional[int] = None, receptive_field: bool = False) -> str:
+    """Text rendering of a saved AnalysisReport or FlopReport; measures nothing.
+    receptive_field adds receptive-field, effective-stride and padding columns."""
     import json
 
     from torchscan._library import Session
 
-    return Session.render_report(json.dumps(report), -1 if max_depth is None else int(max_depth))
+    return Session.render_report(json.dumps(report), -1 if max_depth is None else int(max_depth),
+                                 bool(receptive_field))
 
 
 def summary(module: nn.Module, input_shape: Optional[Sequence] = None, *, max_depth: Optional[int] = None,
-            **crawl_options) -> dict:
+            receptive_field: bool = False, **crawl_options) -> dict:
     """Print a readable table of crawl_module's report and return the report."""
     report = crawl_module(module, input_shape, **crawl_options)
-    print(render_report(report, max_depth))
+    print(render_report(report, max_depth, receptive_field))
     return report

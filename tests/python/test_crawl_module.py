@@ -230,3 +230,12 @@ def test_receptive_fields_follow_the_data_flow(torchscan):
     assert field("") == (8, 1, 2)            # the sum: the wider of the two branches
     linear = torchscan.crawl_module(nn.Sequential(nn.Flatten(), nn.Linear(4, 2)), (4,))
     assert all(l["metrics"]["receptive_field"]["method"] == "not_applicable" for l in linear["layers"])
+
+
+def test_summary_receptive_field_columns(torchscan, capsys):
+    torchscan.summary(Branchy(), (1, 10, 10), receptive_field=True)
+    text = capsys.readouterr().out
+    header = text.splitlines()[0]
+    assert "RF" in header and "Stride" in header and "Padding" in header
+    stem = [line for line in text.splitlines() if line.strip().startswith("stem")][0]
+    assert stem.split()[-3:] == ["3", "1", "0"]
