@@ -64,6 +64,16 @@ class Propagator {
   }
 
  private:
+  // The data input's field (argument 0), and an output field over the
+  // spatial axes both keep; false when argument 0 is not a tensor.
+  bool Begin(const OpCall& call, const TensorMeta& out, Field& in, Field& f) {
+    const ArgMeta& x = call.arg(0);
+    if (!x.is_tensor()) return false;
+    in = FieldOf(x.tensor());
+    f.axes = std::min(in.axes, SpatialAxes(out));
+    return true;
+  }
+
   // Convolution/pooling windows: k_eff = dilation (k - 1) + 1;
   //   rf' = rf + (k_eff - 1) jump, jump' = jump * stride, padding' = padding + p * jump.
   // Transposed convolutions step by 1/stride input positions and an output
@@ -71,10 +81,8 @@ class Propagator {
   Field Window(const OpCall& call, const TensorMeta& out, bool weight_kernel, size_t stride_arg, size_t pad_arg,
                int dilation_arg, bool transposed) {
     const ArgMeta& x = call.arg(0);
-    if (!x.is_tensor()) return {};
-    const Field in = FieldOf(x.tensor());
-    Field f;
-    f.axes = std::min(in.axes, SpatialAxes(out));
+    Field in, f;
+    if (!Begin(call, out, in, f)) return {};
     for (int a = 0; a < f.axes; ++a) {
       double k;
       if (weight_kernel) {
@@ -105,10 +113,8 @@ class Propagator {
   // floor(L/O) (exact when O divides L; a global pool sees the whole axis).
   Field Adaptive(const OpCall& call, const TensorMeta& out) {
     const ArgMeta& x = call.arg(0);
-    if (!x.is_tensor()) return {};
-    const Field in = FieldOf(x.tensor());
-    Field f;
-    f.axes = std::min(in.axes, SpatialAxes(out));
+    Field in, f;
+    if (!Begin(call, out, in, f)) return {};
     for (int a = 0; a < f.axes; ++a) {
       const double l = static_cast<double>(AxisSize(x.tensor(), in.axes, a + in.axes - f.axes));
       const double o = static_cast<double>(AxisSize(out, SpatialAxes(out), a + SpatialAxes(out) - f.axes));
@@ -124,10 +130,8 @@ class Propagator {
   // input per axis, linear 2, cubic 4.
   Field Upsample(const OpCall& call, const TensorMeta& out, int neighbours) {
     const ArgMeta& x = call.arg(0);
-    if (!x.is_tensor()) return {};
-    const Field in = FieldOf(x.tensor());
-    Field f;
-    f.axes = std::min(in.axes, SpatialAxes(out));
+    Field in, f;
+    if (!Begin(call, out, in, f)) return {};
     for (int a = 0; a < f.axes; ++a) {
       const double l = static_cast<double>(AxisSize(x.tensor(), in.axes, a));
       const double o = static_cast<double>(AxisSize(out, f.axes, a));
