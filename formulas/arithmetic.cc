@@ -82,6 +82,15 @@ FormulaResult NotDense(const OpCall& call) {
       std::string(call.name) + ": sparse, nested or symbolic-shape tensors have no TorchScan count");
 }
 
+int64_t Elements(const ArgMeta& a) {
+  if (a.is_tensor()) return a.tensor().nested ? 0 : a.tensor().numel();
+  int64_t n = 0;
+  if (a.kind == ArgKind::kTensorList) {
+    for (const TensorMeta& t : a.tensors()) n += t.defined && !t.nested ? t.numel() : 0;
+  }
+  return n;
+}
+
 std::optional<double> ScalarArg(const OpCall& call, size_t i) {
   const ArgMeta& a = call.arg(i);
   switch (a.kind) {

@@ -38,6 +38,10 @@ const TensorMeta* DenseArg(const OpCall& call, size_t i);
 // Unavailable result for sparse, nested or symbolic-shape calls.
 FormulaResult NotDense(const OpCall& call);
 
+// Elements of a tensor or tensor-list value (0 for anything else, and for
+// undefined or nested tensors).
+int64_t Elements(const ArgMeta& a);
+
 // Scalar-valued argument (int, float or bool); nullopt when absent/None.
 std::optional<double> ScalarArg(const OpCall& call, size_t i);
 

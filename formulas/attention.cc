@@ -219,8 +219,6 @@ std::array<int64_t, 3> MhaTriple(const MhaCall& m) {
   return {flops, macs, dmas};
 }
 
-int64_t Numel(const OpCall& call, size_t i) { return call.arg(i).is_tensor() ? call.arg(i).tensor().numel() : 0; }
-
 ModuleCosts Complete(const std::array<int64_t, 3>& v) {
   return {FormulaResult::Complete(v[0]), FormulaResult::Complete(v[1]), FormulaResult::Complete(v[2])};
 }
@@ -237,9 +235,9 @@ ModuleCosts NativeMultiHeadAttentionCosts(const OpCall& call) {
   MhaCall m{q->size(0), q->size(1), k->size(1), q->size(2), call.arg(4).to_int(),
             call.arg(6).is_tensor(), call.arg(8).is_tensor(),
             (need.kind != ArgKind::kBool || need.to_bool()) && (average.kind != ArgKind::kBool || average.to_bool()),
-            call.arg(9).is_tensor() ? Numel(call, 9) : -1,
-            Numel(call, 0) + Numel(call, 1) + Numel(call, 2),
-            Numel(call, 5) + Numel(call, 6) + Numel(call, 7) + Numel(call, 8)};
+            call.arg(9).is_tensor() ? Elements(call.arg(9)) : -1,
+            Elements(call.arg(0)) + Elements(call.arg(1)) + Elements(call.arg(2)),
+            Elements(call.arg(5)) + Elements(call.arg(6)) + Elements(call.arg(7)) + Elements(call.arg(8))};
   return Complete(MhaTriple(m));
 }
 
@@ -250,19 +248,19 @@ ModuleCosts TransformerEncoderLayerCosts(const OpCall& call) {
   const int64_t b = x->size(0), l = x->size(1), e = x->size(2), f = TensorArg(call, 14, 2)->size(0);
   const int64_t n = x->numel(), rows = b * l, u = rows * f;
   const MhaCall m{b, l, l, e, call.arg(2).to_int(), call.arg(4).is_tensor(), call.arg(6).is_tensor(), false,
-                  call.arg(18).is_tensor() ? Numel(call, 18) : -1, 3 * n,
-                  Numel(call, 3) + Numel(call, 4) + Numel(call, 5) + Numel(call, 6)};
+                  call.arg(18).is_tensor() ? Elements(call.arg(18)) : -1, 3 * n,
+                  Elements(call.arg(3)) + Elements(call.arg(4)) + Elements(call.arg(5)) + Elements(call.arg(6))};
   std::array<int64_t, 3> v = MhaTriple(m);
   const bool gelu = call.arg(7).kind == ArgKind::kBool && call.arg(7).to_bool();
   const bool b1 = call.arg(15).is_tensor(), b2 = call.arg(17).is_tensor();
   // Feed-forward: two module-convention linears and the activation.
   v[0] += Dots(u, e) + (b1 ? u : 0) + (gelu ? 5 : 1) * u + Dots(rows * e, f) + (b2 ? rows * e : 0);
   v[1] += rows * (e * f + f * e);
-  v[2] += 2 * n + 4 * u + Numel(call, 14) + Numel(call, 15) + Numel(call, 16) + Numel(call, 17);
+  v[2] += 2 * n + 4 * u + Elements(call.arg(14)) + Elements(call.arg(15)) + Elements(call.arg(16)) + Elements(call.arg(17));
   // Two residual additions and two LayerNorms (affine when their tensors are given).
   for (const auto& [w, bias] : {std::pair<size_t, size_t>{10, 11}, {12, 13}}) {
     const bool affine_w = call.arg(w).is_tensor(), affine_b = call.arg(bias).is_tensor();
-    const int64_t params = Numel(call, w) + Numel(call, bias);
+    const int64_t params = Elements(call.arg(w)) + Elements(call.arg(bias));
     v[0] += n + 6 * n + 2 * rows + (affine_w + affine_b) * n;
     v[1] += n * (1 + (affine_w ? 1 : 0));
     v[2] += 3 * n + 4 * n + 5 * rows + 1 + params + (params > 0 ? 2 * n : 0);

@@ -8,13 +8,13 @@
 namespace torchscan::indexing {
 namespace {
 
-int64_t Elements(const OpCall& call, size_t i) {
+int64_t DenseElements(const OpCall& call, size_t i) {
   const TensorMeta* t = DenseArg(call, i);
   return t ? t->numel() : -1;
 }
 
 FormulaResult Combine(const OpCall& call, size_t src, int64_t extra) {
-  const int64_t n = Elements(call, src);
+  const int64_t n = DenseElements(call, src);
   if (n < 0 || !DenseOutput(call)) return NotDense(call);
   return CountFor(call, ArithmeticOf(call), n + extra);
 }
@@ -53,7 +53,7 @@ FormulaResult Scatter(const OpCall& call) {
   if (!DenseOutput(call)) return NotDense(call);
   if (call.arg(4).kind != ArgKind::kString) return FormulaResult::Complete(0);  // a copy
   if (!call.arg(3).is_tensor()) {                                             // reduce with a scalar value
-    const int64_t n = Elements(call, 2);
+    const int64_t n = DenseElements(call, 2);
     return n < 0 ? NotDense(call) : CountFor(call, ArithmeticOf(call), n);
   }
   return Combine(call, 3, 0);
@@ -73,7 +73,7 @@ FormulaResult MaskedScatter(const OpCall& call) {
 }
 
 FormulaResult Nonzero(const OpCall& call) {
-  const int64_t n = Elements(call, 0);
+  const int64_t n = DenseElements(call, 0);
   if (n < 0) return NotDense(call);
   return CountFor(call, ArithmeticOf(call), n);
 }

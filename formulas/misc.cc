@@ -56,26 +56,18 @@ FormulaResult RandomSampling(const OpCall& call) {
 }  // namespace torchscan::misc
 
 namespace torchscan::misc {
-namespace {
-
-ModuleCosts Costs(const FormulaResult& flops, int64_t macs, int64_t dmas) {
-  if (flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
-  return {flops, FormulaResult::Complete(macs), FormulaResult::Complete(dmas)};
-}
-
-}  // namespace
 
 ModuleCosts DropoutCosts(const OpCall& call) {
   const TensorMeta* x = DenseArg(call, 0);
   if (!x) return ModuleCosts::Unavailable(NotDense(call));
-  return Costs(Dropout(call), 0, 2 * x->numel() + 1);
+  return ModuleCosts::FromFlops(Dropout(call), 0, 2 * x->numel() + 1);
 }
 
 ModuleCosts EmbeddingCosts(const OpCall& call) {
   const TensorMeta* ids = DenseArg(call, 1);
   const TensorMeta* out = DenseOutput(call);
   if (!ids || !out) return ModuleCosts::Unavailable(NotDense(call));
-  return Costs(Embedding(call), 0, ids->numel() + 2 * out->numel());
+  return ModuleCosts::FromFlops(Embedding(call), 0, ids->numel() + 2 * out->numel());
 }
 
 ModuleCosts EmbeddingRenormCosts(const OpCall& call) { return ModuleCosts::Unavailable(EmbeddingRenorm(call)); }
@@ -83,14 +75,14 @@ ModuleCosts EmbeddingRenormCosts(const OpCall& call) { return ModuleCosts::Unava
 ModuleCosts NearestCosts(const OpCall& call) {
   const TensorMeta* out = DenseOutput(call);
   if (!out) return ModuleCosts::Unavailable(NotDense(call));
-  return Costs(Nearest(call), 0, 2 * out->numel());
+  return ModuleCosts::FromFlops(Nearest(call), 0, 2 * out->numel());
 }
 
 template <int K>
 ModuleCosts WeightedCosts(const OpCall& call) {
   const TensorMeta* out = DenseOutput(call);
   if (!out) return ModuleCosts::Unavailable(NotDense(call));
-  return Costs(Weighted<K>(call), K * out->numel(), (K + 1) * out->numel());
+  return ModuleCosts::FromFlops(Weighted<K>(call), K * out->numel(), (K + 1) * out->numel());
 }
 template ModuleCosts WeightedCosts<2>(const OpCall&);
 template ModuleCosts WeightedCosts<4>(const OpCall&);

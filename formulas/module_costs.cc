@@ -18,15 +18,6 @@
 namespace torchscan {
 namespace {
 
-int64_t TensorElements(const ArgMeta& a) {
-  if (a.is_tensor()) return a.tensor().nested ? 0 : a.tensor().numel();
-  int64_t n = 0;
-  if (a.kind == ArgKind::kTensorList) {
-    for (const TensorMeta& t : a.tensors()) n += t.defined && !t.nested ? t.numel() : 0;
-  }
-  return n;
-}
-
 #define TS_MODULE(name, fn) {"aten::" name, fn}
 
 const ModuleFormula kModuleFormulas[] = {
@@ -102,8 +93,8 @@ ModuleCosts PointwiseCosts(const OpCall& call, FormulaFn flops) {
   if (c.flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(c.flops);
   c.macs = FormulaResult::Complete(0);
   int64_t accesses = 0;
-  for (const ArgMeta& a : call.args) accesses += TensorElements(a);
-  for (const ArgMeta& a : call.outputs) accesses += TensorElements(a);
+  for (const ArgMeta& a : call.args) accesses += Elements(a);
+  for (const ArgMeta& a : call.outputs) accesses += Elements(a);
   c.dmas = FormulaResult::Complete(accesses);
   return c;
 }
@@ -111,7 +102,7 @@ ModuleCosts PointwiseCosts(const OpCall& call, FormulaFn flops) {
 ModuleCosts ZeroCostCosts(const OpCall& call, ZeroCostReason reason) {
   const FormulaResult zero = FormulaResult::Complete(0);
   int64_t out = 0;
-  for (const ArgMeta& a : call.outputs) out += TensorElements(a);
+  for (const ArgMeta& a : call.outputs) out += Elements(a);
   switch (reason) {
     case ZeroCostReason::kFill: return {zero, zero, FormulaResult::Complete(out)};
     case ZeroCostReason::kCopy: {

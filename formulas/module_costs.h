@@ -19,6 +19,12 @@ struct ModuleCosts {
   FormulaResult dmas;
 
   static ModuleCosts Unavailable(const FormulaResult& why) { return {why, why, why}; }
+  // FLOPs from a formula plus complete MACs and DMAs; all three unavailable
+  // when the FLOP formula could not value the call.
+  static ModuleCosts FromFlops(const FormulaResult& flops, int64_t macs, int64_t dmas) {
+    if (flops.status == MetricStatus::kUnavailable) return Unavailable(flops);
+    return {flops, FormulaResult::Complete(macs), FormulaResult::Complete(dmas)};
+  }
 };
 
 using ModuleCostFn = ModuleCosts (*)(const OpCall&);

@@ -16,6 +16,32 @@ FormulaResult EmptyRows(const OpCall& call, const char* what) {
                                     std::string(call.name) + ": " + what + " are empty");
 }
 
+// What a batch-norm call does, read from whichever overload it is:
+// _native_batch_norm_legit_no_training has no `training` argument; the
+// _legit.no_stats overload (input, w, b, training, ...) has no running stats.
+struct BatchNormArgs {
+  bool training = false;
+  bool running_mean = false, running_var = false;
+  bool affine_weight = false, affine_bias = false;
+};
+
+BatchNormArgs ReadBatchNorm(const OpCall& call) {
+  BatchNormArgs b;
+  b.affine_weight = call.arg(1).is_tensor();
+  b.affine_bias = call.arg(2).is_tensor();
+  if (call.name == "aten::_native_batch_norm_legit_no_training") {
+    b.running_mean = call.arg(3).is_tensor();
+    b.running_var = call.arg(4).is_tensor();
+  } else if (call.arg(3).kind == ArgKind::kBool) {
+    b.training = call.arg(3).to_bool();
+  } else {
+    b.training = call.arg(5).kind == ArgKind::kBool && call.arg(5).to_bool();
+    b.running_mean = call.arg(3).is_tensor();
+    b.running_var = call.arg(4).is_tensor();
+  }
+  return b;
+}
+
 // 6N + 2R + AN (LayerNorm/GroupNorm).
 FormulaResult RowNorm(const OpCall& call, int64_t n, int64_t r, int affine) {
   return CountFor(call, ArithmeticOf(call), 6 * n + 2 * r + affine * n);
@@ -57,25 +83,14 @@ FormulaResult BatchNorm(const OpCall& call) {
   if (!x || x->dim() < 2) return NotDense(call);
   const int64_t n = x->numel(), c = x->size(1);
   if (n == 0) return EmptyRows(call, "inputs");
-  // _native_batch_norm_legit_no_training has no `training` argument; the
-  // _legit overload without running stats drops two tensor arguments.
-  bool training = false;
-  bool running_mean = false, running_var = false;
-  if (call.name == "aten::_native_batch_norm_legit_no_training") {
-    training = false;
-  } else if (call.arg(3).kind == ArgKind::kBool) {  // _legit.no_stats(input, w, b, training, ...)
-    training = call.arg(3).to_bool();
-  } else {
-    training = call.arg(5).kind == ArgKind::kBool && call.arg(5).to_bool();
-    running_mean = call.arg(3).is_tensor();
-    running_var = call.arg(4).is_tensor();
-  }
-  const int affine = Present(call, 1) + Present(call, 2);
-  int64_t count = 2 * n + 2 * c + affine * n;
-  if (training) {
+  const BatchNormArgs b = ReadBatchNorm(call);
+  int64_t count = 2 * n + 2 * c + (b.affine_weight + b.affine_bias) * n;
+  // Running-stat updates only happen while training; in eval the running
+  // tensors are the saved statistics.
+  if (b.training) {
     count += 4 * n;
-    if (running_mean) count += 3 * c;
-    if (running_var) count += 5 * c;
+    if (b.running_mean) count += 3 * c;
+    if (b.running_var) count += 5 * c;
   }
   return CountFor(call, ArithmeticOf(call), count);
 }
@@ -100,12 +115,6 @@ FormulaResult WeightNorm(const OpCall& call) {
 namespace torchscan::normalization {
 namespace {
 
-int64_t Elements(const OpCall& call, size_t i) { return call.arg(i).is_tensor() ? call.arg(i).tensor().numel() : 0; }
-
-ModuleCosts WithFlops(const FormulaResult& flops, int64_t macs, int64_t dmas) {
-  if (flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
-  return {flops, FormulaResult::Complete(macs), FormulaResult::Complete(dmas)};
-}
 
 // LayerNorm's staged accesses: mean N + R, variance N + 2R, normalize
 // 2N + 2R + 1 (eps), affine 2N + parameters.
@@ -120,11 +129,10 @@ ModuleCosts BatchNormCosts(const OpCall& call) {
   const TensorMeta* x = DenseArg(call, 0);
   if (!x || flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
   const int64_t n = x->numel(), c = x->size(1), m = c ? n / c : 0;
-  const bool no_training_op = call.name == "aten::_native_batch_norm_legit_no_training";
-  const bool no_stats = !no_training_op && call.arg(3).kind == ArgKind::kBool;
-  const bool running = !no_stats && call.arg(3).is_tensor() && call.arg(4).is_tensor();
-  const bool training = !no_training_op && (no_stats ? call.arg(3).to_bool() : (call.arg(5).kind == ArgKind::kBool && call.arg(5).to_bool()));
-  const bool affine = call.arg(1).is_tensor() && call.arg(2).is_tensor();
+  const BatchNormArgs b = ReadBatchNorm(call);
+  const bool running = b.running_mean && b.running_var;
+  const bool training = b.training;
+  const bool affine = b.affine_weight && b.affine_bias;
   int64_t macs = n * (1 + (affine ? 1 : 0));
   if (training && running) macs += c * (m - 1) + c * (2 * m - 1) + 4 * c;
   int64_t dmas = 2 * n + 1 + 1;  // input, output, eps, momentum
@@ -134,7 +142,7 @@ ModuleCosts BatchNormCosts(const OpCall& call) {
   // access for the batch counter; here that increment is its own observed
   // aten::add_ call, so it is not counted twice.)
   if (training && running) dmas += 2 * c;
-  return WithFlops(flops, macs, dmas);
+  return ModuleCosts::FromFlops(flops, macs, dmas);
 }
 
 ModuleCosts LayerNormCosts(const OpCall& call) {
@@ -142,9 +150,9 @@ ModuleCosts LayerNormCosts(const OpCall& call) {
   const TensorMeta* x = DenseArg(call, 0);
   if (!x || flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
   const int64_t n = x->numel(), row = Product(call.arg(1).ints());
-  const int64_t params = Elements(call, 2) + Elements(call, 3);
+  const int64_t params = Elements(call.arg(2)) + Elements(call.arg(3));
   const bool weight = call.arg(2).is_tensor();
-  return WithFlops(flops, n * (1 + (weight ? 1 : 0)), StagedNormAccesses(n, n / row, params, params > 0));
+  return ModuleCosts::FromFlops(flops, n * (1 + (weight ? 1 : 0)), StagedNormAccesses(n, n / row, params, params > 0));
 }
 
 ModuleCosts GroupNormCosts(const OpCall& call) {
@@ -153,9 +161,9 @@ ModuleCosts GroupNormCosts(const OpCall& call) {
   if (!x || flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
   const int64_t n = x->numel();
   const int64_t r = static_cast<int64_t>(*ScalarArg(call, 3) * *ScalarArg(call, 6));
-  const int64_t params = Elements(call, 1) + Elements(call, 2);
+  const int64_t params = Elements(call.arg(1)) + Elements(call.arg(2));
   const bool weight = call.arg(1).is_tensor();
-  return WithFlops(flops, n * (1 + (weight ? 1 : 0)), n == 0 ? 0 : StagedNormAccesses(n, r, params, params > 0));
+  return ModuleCosts::FromFlops(flops, n * (1 + (weight ? 1 : 0)), n == 0 ? 0 : StagedNormAccesses(n, r, params, params > 0));
 }
 
 ModuleCosts RmsNormCosts(const OpCall& call) {
@@ -163,11 +171,11 @@ ModuleCosts RmsNormCosts(const OpCall& call) {
   const TensorMeta* x = DenseArg(call, 0);
   if (!x || flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
   const int64_t n = x->numel(), r = n / Product(call.arg(1).ints());
-  const int64_t params = Elements(call, 2);
+  const int64_t params = Elements(call.arg(2));
   const bool weight = call.arg(2).is_tensor();
   // mean-square N + R, eps/rsqrt 2R + 1, normalize 2N + R, affine 2N + P.
   const int64_t dmas = n == 0 ? 0 : 3 * n + 4 * r + 1 + params + (weight ? 2 * n : 0);
-  return WithFlops(flops, n * (1 + (weight ? 1 : 0)), dmas);
+  return ModuleCosts::FromFlops(flops, n * (1 + (weight ? 1 : 0)), dmas);
 }
 
 ModuleCosts WeightNormCosts(const OpCall& call) {

@@ -85,11 +85,6 @@ int64_t RankOf(const OpCall& call) {
 
 bool ReturnsIndices(const OpCall& call) { return call.outputs.size() >= 2 && call.output(1).is_tensor(); }
 
-ModuleCosts Costs(const FormulaResult& flops, int64_t macs, int64_t dmas) {
-  if (flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
-  return {flops, FormulaResult::Complete(macs), FormulaResult::Complete(dmas)};
-}
-
 }  // namespace
 
 ModuleCosts MaxPoolCosts(const OpCall& call) {
@@ -97,7 +92,7 @@ ModuleCosts MaxPoolCosts(const OpCall& call) {
   int64_t k = 0;
   if (!out || !WindowValues(call, *out, k)) return ModuleCosts::Unavailable(NotDense(call));
   const int64_t n = out->numel();
-  return Costs(MaxPool(call), n * (k - 1), n * (k + 1 + (ReturnsIndices(call) ? 1 : 0)));
+  return ModuleCosts::FromFlops(MaxPool(call), n * (k - 1), n * (k + 1 + (ReturnsIndices(call) ? 1 : 0)));
 }
 
 ModuleCosts AvgPoolCosts(const OpCall& call) {
@@ -105,20 +100,20 @@ ModuleCosts AvgPoolCosts(const OpCall& call) {
   int64_t k = 0;
   if (!out || !WindowValues(call, *out, k)) return ModuleCosts::Unavailable(NotDense(call));
   const int64_t n = out->numel();
-  return Costs(AvgPool(call), n * (k - 1 + RankOf(call)), n * (k + 1));
+  return ModuleCosts::FromFlops(AvgPool(call), n * (k - 1 + RankOf(call)), n * (k + 1));
 }
 
 ModuleCosts AdaptiveMaxPoolCosts(const OpCall& call) {
   int64_t v = 0, o = 0;
   if (!Visits(call, v, o)) return ModuleCosts::Unavailable(NotDense(call));
-  return Costs(AdaptiveMaxPool(call), v - o, v + o * (1 + (ReturnsIndices(call) ? 1 : 0)));
+  return ModuleCosts::FromFlops(AdaptiveMaxPool(call), v - o, v + o * (1 + (ReturnsIndices(call) ? 1 : 0)));
 }
 
 ModuleCosts AdaptiveAvgPoolCosts(const OpCall& call) {
   int64_t v = 0, o = 0;
   if (!Visits(call, v, o)) return ModuleCosts::Unavailable(NotDense(call));
   const int64_t rank = static_cast<int64_t>(call.arg(1).ints().size());
-  return Costs(AdaptiveAvgPool(call), v + o * (rank - 1), v + o);
+  return ModuleCosts::FromFlops(AdaptiveAvgPool(call), v + o * (rank - 1), v + o);
 }
 
 }  // namespace torchscan::pooling
