@@ -45,6 +45,7 @@ struct Session::State {
     if (!plan) plan = PlanOperatorView(recorder.events(), catalog, overrides);
     return *plan;
   }
+  TallyContext Context() const { return {TORCHSCAN_BUILT_TORCH_VERSION, options.scope, unattributed}; }
   const OperatorPlan& ModulePlan() {
     if (!module_plan) module_plan = PlanModuleView(recorder.events(), catalog);
     return *module_plan;
@@ -259,7 +260,7 @@ absl::StatusOr<std::string> Session::FlopReportJson() {
   if (s.phase != Phase::kStopped) {
     return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
   }
-  TallyContext ctx{TORCHSCAN_BUILT_TORCH_VERSION, s.options.scope, s.unattributed};
+  const TallyContext ctx = s.Context();
   return reports::FlopReportJson(
              TallyOperatorView(s.recorder.events(), s.recorder.label_sets(), s.Plan(), s.catalog, s.overrides, ctx))
       .dump();
@@ -297,7 +298,7 @@ absl::StatusOr<std::string> Session::LayersJson() {
     layers[i].depth = scopes[i].parent >= 0 ? layers[scopes[i].parent].depth + 1 : 0;
     layers[i].failed = scopes[i].failed;
   }
-  TallyContext ctx{TORCHSCAN_BUILT_TORCH_VERSION, s.options.scope, s.unattributed};
+  const TallyContext ctx = s.Context();
   TallyOperatorView(s.recorder.events(), s.recorder.label_sets(), s.Plan(), s.catalog, s.overrides, ctx, &layers);
   TallyModuleView(s.recorder.events(), s.ModulePlan(), s.catalog, ctx, &layers);
   std::vector<FieldQuery> queries(scopes.size());
@@ -317,7 +318,7 @@ absl::StatusOr<std::string> Session::ModuleReportJson() {
   if (s.phase != Phase::kStopped) {
     return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
   }
-  TallyContext ctx{TORCHSCAN_BUILT_TORCH_VERSION, s.options.scope, s.unattributed};
+  const TallyContext ctx = s.Context();
   return reports::ModuleReportJson(TallyModuleView(s.recorder.events(), s.ModulePlan(), s.catalog, ctx)).dump();
 }
 
