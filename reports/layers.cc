@@ -2,7 +2,7 @@
 
 namespace torchscan::reports {
 
-nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope) {
+nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope, bool compute) {
   nlohmann::json out = nlohmann::json::array();
   for (const LayerTally& l : layers) {
     nlohmann::json metrics = nlohmann::json::object();
@@ -11,7 +11,8 @@ nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::stri
                                   : l.complete[m] ? MetricStatus::kComplete
                                                   : MetricStatus::kPartial;
       metrics[kLayerMetricNames[m]] =
-          MetricJson({status, l.known[m], kLayerMetricUnits[m], scope, kLayerMetricMethods[m]});
+          compute ? MetricJson({status, l.known[m], kLayerMetricUnits[m], scope, kLayerMetricMethods[m]})
+                  : MetricJson({MetricStatus::kUnavailable, 0, kLayerMetricUnits[m], scope, "not_requested"});
     }
     static const char* kFieldNames[3] = {"receptive_field", "effective_stride", "effective_padding"};
     for (int k = 0; k < 3; ++k) {

@@ -37,6 +37,8 @@ struct LayerTally {
 };
 
 // [{"path", "call_index", "parent", "depth", "failed", "metrics": {...}}]
-nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope);
+// compute = false (structure mode): compute metrics are unavailable /
+// not_requested.
+nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope, bool compute = true);
 
 }  // namespace torchscan::reports

@@ -29,7 +29,8 @@ T Value(absl::StatusOr<T> v) {
 }
 
 struct ScriptSession : torch::CustomClassHolder {
-  explicit ScriptSession(std::string scope) : session(ScanOptions{std::move(scope)}) {}
+  // Python pushes its own module scopes (hooks), so TorchScript scopes stay off.
+  explicit ScriptSession(std::string scope) : session(ScanOptions{std::move(scope), Threads::kCurrent, false}) {}
   Session session;
 };
 

@@ -11,7 +11,10 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
+#include "torchscan_dispatch/all_threads.h"
 #include "torchscan_dispatch/scan_state.h"
 
 namespace torchscan {
@@ -19,45 +22,69 @@ namespace {
 
 const c10::DispatchKeySet kAfterMode(c10::DispatchKeySet::FULL_AFTER, kModeKey);
 
-void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
-  const c10::DispatchKeySet after = ks & kAfterMode;
-  Recorder* top = ThreadTopRecorder();
-  if (C10_UNLIKELY(top == nullptr)) {
-    UnattributedCalls().fetch_add(1, std::memory_order_relaxed);
+// Every recorder that sees a call: this thread's scans (nested ones chain
+// through `outer`) and its log in an all-threads scan.
+void RecordEverywhere(Recorder* top, const c10::OperatorHandle& op, c10::DispatchKeySet after,
+                      torch::jit::Stack* stack, absl::Span<const c10::IValue> args, size_t num_returns) {
+  std::shared_ptr<ThreadLog> log = AllThreadsLog();
+  if (top == nullptr && log == nullptr) {
+    // The key came from an all-threads scan that has stopped, or was
+    // inherited by a thread that no scan covers.
+    if (!LeaveFinishedAllThreadsScan()) UnattributedCalls().fetch_add(1, std::memory_order_relaxed);
     op.redispatchBoxed(after, stack);
     return;
   }
+  absl::InlinedVector<std::pair<Recorder*, int32_t>, 4> open;
+  for (Recorder* r = top; r != nullptr; r = r->outer) open.emplace_back(r, r->Begin(op, after, args));
+  int32_t logged = -1;
+  if (log) {
+    log->Lock();
+    if (!log->sealed) logged = log->recorder.Begin(op, after, args);
+    log->Unlock();
+  }
+  auto finish = [&](absl::FunctionRef<void(Recorder&, int32_t)> f) {
+    for (auto& [r, i] : open) f(*r, i);
+    if (logged < 0) return;
+    log->Lock();
+    if (!log->sealed) f(log->recorder, logged);
+    log->Unlock();
+  };
+  try {
+    op.redispatchBoxed(after, stack);
+  } catch (...) {
+    finish([](Recorder& r, int32_t i) { r.Abort(i); });
+    throw;
+  }
+  const size_t num_out = std::min(num_returns, stack->size());
+  absl::Span<const c10::IValue> outs(stack->data() + stack->size() - num_out, num_out);
+  finish([outs](Recorder& r, int32_t i) { r.End(i, outs); });
+}
+
+void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const c10::DispatchKeySet after = ks & kAfterMode;
   const auto& schema = op.schema();
   // Vararg schemas do not say how many values are theirs: record none.
   const bool fixed = !schema.is_vararg() && !schema.is_varret();
   const size_t num_args = fixed ? std::min(schema.arguments().size(), stack->size()) : 0;
+  const size_t num_returns = fixed ? schema.returns().size() : 0;
   absl::Span<const c10::IValue> args(stack->data() + stack->size() - num_args, num_args);
 
-  if (C10_LIKELY(top->outer == nullptr)) {
-    const int32_t index = top->Begin(op, after, args);
-    try {
-      op.redispatchBoxed(after, stack);
-    } catch (...) {
-      top->Abort(index);
-      throw;
-    }
-    const size_t num_out = fixed ? std::min(schema.returns().size(), stack->size()) : 0;
-    top->End(index, absl::Span<const c10::IValue>(stack->data() + stack->size() - num_out, num_out));
+  Recorder* top = ThreadTopRecorder();
+  // The common case: one scan of this thread and no all-threads scan.
+  if (C10_UNLIKELY(top == nullptr || top->outer != nullptr ||
+                   AllThreadsGeneration().load(std::memory_order_relaxed) != 0)) {
+    RecordEverywhere(top, op, after, stack, args, num_returns);
     return;
   }
-
-  // Nested scans: every active scan of this thread sees the call.
-  std::vector<std::pair<Recorder*, int32_t>> open;
-  for (Recorder* r = top; r != nullptr; r = r->outer) open.emplace_back(r, r->Begin(op, after, args));
+  const int32_t index = top->Begin(op, after, args);
   try {
     op.redispatchBoxed(after, stack);
   } catch (...) {
-    for (auto& [r, i] : open) r->Abort(i);
+    top->Abort(index);
     throw;
   }
-  const size_t num_out = fixed ? std::min(schema.returns().size(), stack->size()) : 0;
-  absl::Span<const c10::IValue> outs(stack->data() + stack->size() - num_out, num_out);
-  for (auto& [r, i] : open) r->End(i, outs);
+  const size_t num_out = std::min(num_returns, stack->size());
+  top->End(index, absl::Span<const c10::IValue>(stack->data() + stack->size() - num_out, num_out));
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ struct Event {
   int32_t parent;            // -1: called from outside any operator
   int32_t labels = 0;        // module label set active at the call (Recorder::labels)
   int32_t scope = -1;        // innermost module scope active at the call (Recorder::scopes)
+  int32_t request = -1;      // request active at the call (Recorder::requests)
   bool finished = false;
   bool raised = false;       // the kernel threw (the exception propagated)
   absl::Span<const ArgMeta> args;
@@ -59,7 +60,9 @@ class Recorder {
     int32_t call_index = 0;
     int32_t parent = -1;
     bool failed = false;  // the module's forward raised
-    int64_t end_event = 0;            // calls recorded when it closed
+    int32_t request = -1;             // request open when it opened
+    int64_t begin_event = 0;          // calls recorded when it opened
+    int64_t end_event = -1;           // calls recorded when it closed (-1: open)
     std::vector<uintptr_t> outputs;   // identities of its output tensors
   };
   int32_t PushScope(std::string path);
@@ -69,7 +72,30 @@ class Recorder {
   const std::vector<Scope>& scopes() const { return scopes_; }
   const std::vector<std::vector<std::string>>& label_sets() const { return label_sets_; }
 
+  // Requests: calls made between BeginRequest and EndRequest carry the
+  // request's index (requests do not nest).
+  struct Request {
+    std::string id;
+    int64_t begin_event = 0;
+    bool open = true;
+  };
+  bool BeginRequest(std::string id);  // false when a request is already open
+  bool EndRequest();                  // false when none is open
+  const std::vector<Request>& requests() const { return requests_; }
+
+  // Calls [0, SettledPrefix()) are finished trees outside any module call or
+  // request still running: what a snapshot taken now may report.
+  size_t SettledPrefix() const;
+
+  // TorchScript: top-level calls made by the TorchScript interpreter open and
+  // close scopes that follow the interpreter's module hierarchy
+  // (torchscan_dispatch/torchscript_scopes.cc).
+  bool torchscript_scopes = false;
+  void EnterTorchScriptFunction();   // a TorchScript function call started
+  void LeaveTorchScriptFunction();   // ... and returned (or raised)
+
  private:
+  void SyncTorchScriptScopes();
   BlockLog<Event> events_;
   Arena arena_;
   int32_t open_ = -1;  // innermost call still running
@@ -78,6 +104,12 @@ class Recorder {
   std::vector<Scope> scopes_;
   std::map<std::string, int32_t> calls_per_path_;
   std::vector<std::vector<std::string>> label_sets_{{}};
+  std::vector<Request> requests_;
+  int32_t request_ = -1;
+  // TorchScript scopes opened by SyncTorchScriptScopes (innermost last) and,
+  // per running TorchScript function, how many of them it found open.
+  std::vector<std::pair<std::string, int32_t>> jit_open_;
+  std::vector<size_t> jit_frames_;
   std::map<std::vector<std::string>, int32_t> label_index_{{{}, 0}};
 };
 

@@ -16,6 +16,10 @@
 #include "reports/flop_report.h"
 #include "reports/names.h"
 #include "torchscan_built_against.h"
+#include "absl/functional/function_ref.h"
+#include "reports/version.h"
+#include "torchscan_dispatch/all_threads.h"
+#include "torchscan_dispatch/event_set.h"
 #include "torchscan_dispatch/fallback.h"
 #include "torchscan_dispatch/module_view.h"
 #include "torchscan_dispatch/op_catalog.h"
@@ -28,27 +32,60 @@ namespace torchscan {
 
 enum class Phase { kIdle, kActive, kStopped };
 
+// A set of calls with its two ownership plans, built once.
+struct Planned {
+  std::unique_ptr<EventSet> set;
+  std::optional<OperatorPlan> plan;         // operator view
+  std::optional<OperatorPlan> module_plan;  // module view
+
+  const OperatorPlan& Plan(OpCatalog& catalog, const Overrides& overrides) {
+    if (!plan) plan = PlanOperatorView(set->events(), catalog, overrides);
+    return *plan;
+  }
+  const OperatorPlan& ModulePlan(OpCatalog& catalog) {
+    if (!module_plan) module_plan = PlanModuleView(set->events(), catalog);
+    return *module_plan;
+  }
+};
+
 struct Session::State {
   ScanOptions options;
   Phase phase = Phase::kIdle;
-  Recorder recorder;
+  Recorder recorder;                    // Threads::kCurrent
+  std::unique_ptr<AllThreadsScan> all;  // Threads::kAll
+  std::vector<std::shared_ptr<ThreadLog>> logs;  // kAll, after Stop
   Overrides overrides;
   std::thread::id thread;
   bool included_before = false;
   int64_t unattributed_at_start = 0;
   int64_t unattributed = 0;
   OpCatalog catalog;
-  std::optional<OperatorPlan> plan;         // operator view, built once after Stop()
-  std::optional<OperatorPlan> module_plan;  // module view, likewise
+  Planned calls;  // every call of the scan, after Stop
 
-  const OperatorPlan& Plan() {
-    if (!plan) plan = PlanOperatorView(recorder.events(), catalog, overrides);
-    return *plan;
-  }
   TallyContext Context() const { return {TORCHSCAN_BUILT_TORCH_VERSION, options.scope, unattributed}; }
-  const OperatorPlan& ModulePlan() {
-    if (!module_plan) module_plan = PlanModuleView(recorder.events(), catalog);
-    return *module_plan;
+
+  // The calls of this scan that pass `filter`: after Stop, or (kAll) a
+  // snapshot of every thread's settled calls while the scan runs.
+  std::unique_ptr<EventSet> Gather(const ReportFilter& filter) {
+    if (options.threads == Threads::kCurrent) {
+      auto set = std::make_unique<EventSet>();
+      set->Add(recorder, recorder.events().size(), 1, filter);
+      return set;
+    }
+    auto set = std::make_unique<EventSet>();
+    for (const auto& log : phase == Phase::kStopped ? logs : all->Logs()) {
+      log->Lock();
+      set->Add(log->recorder, log->recorder.SettledPrefix(), log->number, filter);
+      log->Unlock();
+    }
+    return set;
+  }
+
+  Planned& Calls() {
+    if (!calls.set) {
+      calls.set = options.threads == Threads::kCurrent ? std::make_unique<EventSet>(recorder) : Gather({});
+    }
+    return calls;
   }
 };
 
@@ -119,6 +156,10 @@ Session::Session(ScanOptions options) : state_(std::make_unique<State>()) {
 
 Session::~Session() {
   if (!state_ || state_->phase != Phase::kActive) return;
+  if (state_->options.threads == Threads::kAll) {
+    (void)Stop();
+    return;
+  }
   if (state_->thread == std::this_thread::get_id() && ThreadTopRecorder() == &state_->recorder) {
     (void)Stop();
     return;
@@ -157,8 +198,20 @@ absl::Status Session::Start() {
   }
   if (auto st = EnsureFallbackInstalled(); !st.ok()) return st;
   s.thread = std::this_thread::get_id();
+  if (s.options.threads == Threads::kAll) {
+    s.all = std::make_unique<AllThreadsScan>(s.options.torchscript_scopes);
+    if (auto st = s.all->Start(); !st.ok()) {
+      s.all.reset();
+      return st;
+    }
+    (void)AllThreadsLog();  // the starting thread joins now
+    s.phase = Phase::kActive;
+    return absl::OkStatus();
+  }
   s.included_before = c10::impl::tls_is_dispatch_key_included(kModeKey);
   s.unattributed_at_start = UnattributedCalls().load(std::memory_order_relaxed);
+  s.recorder.torchscript_scopes = s.options.torchscript_scopes;
+  if (s.options.torchscript_scopes) AcquireTorchScriptCallback();
   s.recorder.outer = ThreadTopRecorder();
   ThreadTopRecorder() = &s.recorder;
   c10::impl::tls_set_dispatch_key_included(kModeKey, true);
@@ -169,6 +222,14 @@ absl::Status Session::Start() {
 absl::Status Session::Stop() {
   State& s = *state_;
   if (s.phase != Phase::kActive) return absl::FailedPreconditionError("torchscan: this scan is not active");
+  if (s.options.threads == Threads::kAll) {
+    // Any thread may stop it; calls still running are left out (in_flight).
+    s.all->Stop();
+    s.logs = s.all->Logs();
+    (void)LeaveFinishedAllThreadsScan();
+    s.phase = Phase::kStopped;
+    return absl::OkStatus();
+  }
   if (s.thread != std::this_thread::get_id()) {
     return absl::FailedPreconditionError("torchscan: stop a scan on the thread that started it");
   }
@@ -178,6 +239,7 @@ absl::Status Session::Stop() {
   }
   ThreadTopRecorder() = s.recorder.outer;
   s.recorder.outer = nullptr;
+  if (s.options.torchscript_scopes) ReleaseTorchScriptCallback();
   // Only our key's bit changes, so guards that exited meanwhile stay intact.
   c10::impl::tls_set_dispatch_key_included(kModeKey, s.included_before);
   s.unattributed = UnattributedCalls().load(std::memory_order_relaxed) - s.unattributed_at_start;
@@ -185,33 +247,94 @@ absl::Status Session::Stop() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Runs `f` on the recorder that holds the calling thread's calls in `s`.
+absl::Status WithThreadRecorder(Session::State& s, absl::FunctionRef<absl::Status(Recorder&)> f) {
+  if (s.phase != Phase::kActive) return absl::FailedPreconditionError("torchscan: this scan is not active");
+  if (s.options.threads == Threads::kCurrent) {
+    if (s.thread != std::this_thread::get_id()) {
+      return absl::FailedPreconditionError(
+          "torchscan: module scopes and requests belong to the scanning thread; scan with "
+          "ScanOptions::threads = Threads::kAll to cover worker threads");
+    }
+    return f(s.recorder);
+  }
+  std::shared_ptr<ThreadLog> log = AllThreadsLog();
+  if (!log) return absl::FailedPreconditionError("torchscan: this scan is not active");
+  log->Lock();
+  absl::Status st = log->sealed ? absl::FailedPreconditionError("torchscan: this scan is not active") : f(log->recorder);
+  log->Unlock();
+  return st;
+}
+
+}  // namespace
+
 absl::Status Session::SetModuleLabels(std::vector<std::string> labels) {
-  if (state_->phase != Phase::kActive) return absl::FailedPreconditionError("torchscan: this scan is not active");
   std::sort(labels.begin(), labels.end());
   labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
-  state_->recorder.SetLabels(std::move(labels));
-  return absl::OkStatus();
+  return WithThreadRecorder(*state_, [&](Recorder& r) {
+    r.SetLabels(std::move(labels));
+    return absl::OkStatus();
+  });
 }
 
 bool Session::active() const { return state_->phase == Phase::kActive; }
 
-size_t Session::recorded_calls() const { return state_->recorder.events().size(); }
+size_t Session::recorded_calls() const {
+  const State& s = *state_;
+  if (s.options.threads == Threads::kCurrent) return s.recorder.events().size();
+  size_t n = 0;
+  for (const auto& log : s.phase == Phase::kStopped ? s.logs : s.all ? s.all->Logs() : s.logs) {
+    log->Lock();
+    n += log->recorder.events().size();
+    log->Unlock();
+  }
+  return n;
+}
 
 std::vector<std::string> Session::RecordedOperators() const {
   std::set<std::string> names;
-  const auto& events = state_->recorder.events();
-  for (size_t i = 0; i < events.size(); ++i) {
-    const auto& n = events[i].op.operator_name();
-    names.insert(n.overload_name.empty() ? n.name : absl::StrCat(n.name, ".", n.overload_name));
+  auto add = [&names](const BlockLog<Event>& events) {
+    for (size_t i = 0; i < events.size(); ++i) {
+      const auto& n = events[i].op.operator_name();
+      names.insert(n.overload_name.empty() ? n.name : absl::StrCat(n.name, ".", n.overload_name));
+    }
+  };
+  const State& s = *state_;
+  if (s.options.threads == Threads::kCurrent) {
+    add(s.recorder.events());
+  } else {
+    for (const auto& log : s.phase == Phase::kStopped ? s.logs : s.all ? s.all->Logs() : s.logs) {
+      log->Lock();
+      add(log->recorder.events());
+      log->Unlock();
+    }
   }
   return {names.begin(), names.end()};
+}
+
+absl::Status Session::BeginRequest(std::string_view id) {
+  return WithThreadRecorder(*state_, [&](Recorder& r) {
+    if (!r.BeginRequest(std::string(id))) {
+      return absl::FailedPreconditionError("torchscan: a request is already open in this thread; end it first");
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status Session::EndRequest() {
+  return WithThreadRecorder(*state_, [&](Recorder& r) {
+    if (!r.EndRequest()) return absl::FailedPreconditionError("torchscan: no request is open in this thread");
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<std::string> Session::DeferredCallsJson() {
   State& s = *state_;
   if (s.phase != Phase::kStopped) return absl::FailedPreconditionError("torchscan: stop the scan first");
-  const auto& events = s.recorder.events();
-  const OperatorPlan& plan = s.Plan();
+  const auto& events = s.Calls().set->events();
+  const OperatorPlan& plan = s.Calls().Plan(s.catalog, s.overrides);
   nlohmann::json calls = nlohmann::json::array();
   for (size_t i = 0; i < events.size(); ++i) {
     if (plan.covered[i] || plan.kind[i] != CallKind::kDeferred || events[i].raised) continue;
@@ -255,41 +378,22 @@ absl::Status Session::SetDeferredResultsJson(std::string_view json) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Session::FlopReportJson() {
-  State& s = *state_;
-  if (s.phase != Phase::kStopped) {
-    return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
-  }
-  const TallyContext ctx = s.Context();
-  return reports::FlopReportJson(
-             TallyOperatorView(s.recorder.events(), s.recorder.label_sets(), s.Plan(), s.catalog, s.overrides, ctx))
-      .dump();
+namespace {
+
+// The three report parts of one set of calls.
+nlohmann::json FlopJson(Session::State& s, Planned& p) {
+  return reports::FlopReportJson(TallyOperatorView(p.set->events(), p.set->label_sets, p.Plan(s.catalog, s.overrides),
+                                                   s.catalog, s.overrides, s.Context()));
 }
 
-absl::StatusOr<int32_t> Session::PushModuleScope(std::string_view path) {
-  State& s = *state_;
-  if (s.phase != Phase::kActive) return absl::FailedPreconditionError("torchscan: module scopes need an active scan");
-  if (s.thread != std::this_thread::get_id()) {
-    return absl::FailedPreconditionError("torchscan: module scopes belong to the scanning thread");
-  }
-  return s.recorder.PushScope(std::string(path));
+nlohmann::json ModuleJson(Session::State& s, Planned& p) {
+  return reports::ModuleReportJson(TallyModuleView(p.set->events(), p.ModulePlan(s.catalog), s.catalog, s.Context()));
 }
 
-absl::Status Session::PopModuleScope(int32_t scope, bool failed, std::vector<uintptr_t> outputs) {
-  State& s = *state_;
-  if (s.phase != Phase::kActive) return absl::FailedPreconditionError("torchscan: module scopes need an active scan");
-  if (!s.recorder.PopScope(scope, failed, std::move(outputs))) {
-    return absl::InvalidArgumentError(absl::StrCat("torchscan: module scope ", scope, " is not open"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> Session::LayersJson() {
-  State& s = *state_;
-  if (s.phase != Phase::kStopped) {
-    return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
-  }
-  const auto& scopes = s.recorder.scopes();
+nlohmann::json LayersOf(Session::State& s, Planned& p, bool compute) {
+  const EventSet& set = *p.set;
+  const auto& scopes = set.scopes;
+  const int64_t size = static_cast<int64_t>(set.events().size());
   std::vector<reports::LayerTally> layers(scopes.size());
   for (size_t i = 0; i < scopes.size(); ++i) {
     layers[i].path = scopes[i].path;
@@ -299,27 +403,140 @@ absl::StatusOr<std::string> Session::LayersJson() {
     layers[i].failed = scopes[i].failed;
   }
   const TallyContext ctx = s.Context();
-  TallyOperatorView(s.recorder.events(), s.recorder.label_sets(), s.Plan(), s.catalog, s.overrides, ctx, &layers);
-  TallyModuleView(s.recorder.events(), s.ModulePlan(), s.catalog, ctx, &layers);
+  TallyOperatorView(set.events(), set.label_sets, p.Plan(s.catalog, s.overrides), s.catalog, s.overrides, ctx, &layers);
+  TallyModuleView(set.events(), p.ModulePlan(s.catalog), s.catalog, ctx, &layers);
   std::vector<FieldQuery> queries(scopes.size());
-  for (size_t i = 0; i < scopes.size(); ++i) queries[i] = {scopes[i].end_event, scopes[i].outputs};
-  const auto fields = ComputeFields(s.recorder.events(), s.ModulePlan(), s.catalog, queries);
+  for (size_t i = 0; i < scopes.size(); ++i) {
+    queries[i] = {scopes[i].end_event < 0 ? size : scopes[i].end_event, scopes[i].outputs};
+  }
+  const auto fields = ComputeFields(set.events(), p.ModulePlan(s.catalog), s.catalog, queries);
   for (size_t i = 0; i < scopes.size(); ++i) {
     if (fields[i] && fields[i]->axes > 0) {
       layers[i].field = {fields[i]->rf[0], fields[i]->jump[0], fields[i]->padding[0]};
     }
     layers[i].field_known = fields[i].has_value();
   }
-  return reports::LayersJson(layers, s.options.scope).dump();
+  return reports::LayersJson(layers, s.options.scope, compute);
 }
 
-absl::StatusOr<std::string> Session::ModuleReportJson() {
+bool Unfiltered(const ReportFilter& f) { return f.threads.empty() && f.requests.empty(); }
+
+}  // namespace
+
+absl::StatusOr<std::string> Session::FlopReportJson(const ReportFilter& filter) {
   State& s = *state_;
   if (s.phase != Phase::kStopped) {
     return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
   }
-  const TallyContext ctx = s.Context();
-  return reports::ModuleReportJson(TallyModuleView(s.recorder.events(), s.ModulePlan(), s.catalog, ctx)).dump();
+  if (Unfiltered(filter)) return FlopJson(s, s.Calls()).dump();
+  Planned p{s.Gather(filter)};
+  return FlopJson(s, p).dump();
+}
+
+absl::StatusOr<std::string> Session::ModuleReportJson(const ReportFilter& filter) {
+  State& s = *state_;
+  if (s.phase != Phase::kStopped) {
+    return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
+  }
+  if (Unfiltered(filter)) return ModuleJson(s, s.Calls()).dump();
+  Planned p{s.Gather(filter)};
+  return ModuleJson(s, p).dump();
+}
+
+absl::StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {
+  State& s = *state_;
+  if (s.phase != Phase::kStopped) {
+    return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
+  }
+  if (Unfiltered(filter)) return LayersOf(s, s.Calls(), true).dump();
+  Planned p{s.Gather(filter)};
+  return LayersOf(s, p, true).dump();
+}
+
+absl::StatusOr<int32_t> Session::PushModuleScope(std::string_view path) {
+  int32_t id = -1;
+  absl::Status st = WithThreadRecorder(*state_, [&](Recorder& r) {
+    id = r.PushScope(std::string(path));
+    return absl::OkStatus();
+  });
+  if (!st.ok()) return st;
+  return id;
+}
+
+absl::Status Session::PopModuleScope(int32_t scope, bool failed, std::vector<uintptr_t> outputs) {
+  return WithThreadRecorder(*state_, [&](Recorder& r) {
+    if (!r.PopScope(scope, failed, std::move(outputs))) {
+      return absl::InvalidArgumentError(absl::StrCat("torchscan: module scope ", scope, " is not open"));
+    }
+    return absl::OkStatus();
+  });
+}
+
+std::vector<ThreadInfo> Session::ThreadsSeen() const {
+  const State& s = *state_;
+  std::vector<ThreadInfo> out;
+  if (s.options.threads == Threads::kCurrent) {
+    out.push_back({1, "", static_cast<int64_t>(s.recorder.events().size())});
+    return out;
+  }
+  for (const auto& log : s.phase == Phase::kStopped ? s.logs : s.all ? s.all->Logs() : s.logs) {
+    log->Lock();
+    out.push_back({log->number, log->name, static_cast<int64_t>(log->recorder.events().size())});
+    log->Unlock();
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
+  State& s = *state_;
+  if (s.phase == Phase::kIdle) return absl::FailedPreconditionError("torchscan: the scan has not started");
+  if (s.phase == Phase::kActive && s.options.threads == Threads::kCurrent) {
+    return absl::FailedPreconditionError(
+        "torchscan: a scan of the current thread reports once it has stopped; snapshots while it runs "
+        "need ScanOptions::threads = Threads::kAll");
+  }
+  const bool snapshot = s.phase == Phase::kActive;
+  Planned fresh;
+  Planned& p = !snapshot && Unfiltered(filter) ? s.Calls() : (fresh.set = s.Gather(filter), fresh);
+  const bool compute = !s.options.structure;
+  nlohmann::json j;
+  j["kind"] = "torchscan_scan_report";
+  j["schema_version"] = reports::kSchemaVersion;
+  j["context"] = {{"torch_version", TORCHSCAN_BUILT_TORCH_VERSION},
+                  {"torchscan_version", reports::kTorchscanVersion},
+                  {"threads", s.options.threads == Threads::kAll ? "all" : "current"},
+                  {"analysis_mode", compute ? "full" : "structure"},
+                  {"snapshot", snapshot},
+                  {"in_flight_calls", p.set->in_flight},
+                  {"unattributed_calls", s.unattributed}};
+  j["operator_flops"] = compute ? FlopJson(s, p) : nlohmann::json();
+  j["module_report"] = compute ? ModuleJson(s, p) : nlohmann::json();
+  j["layers"] = LayersOf(s, p, compute);
+  // Per thread and per request: each one's own calls, valued alone.
+  auto total_of = [&](Planned& part) {
+    nlohmann::json t = nlohmann::json::object();
+    if (!compute) return t;
+    t["operator_flops"] = FlopJson(s, part)["total"];
+    for (const auto& [name, metric] : ModuleJson(s, part)["totals"].items()) t[name] = metric;
+    return t;
+  };
+  j["threads"] = nlohmann::json::array();
+  for (const ThreadInfo& t : ThreadsSeen()) {
+    if (!filter.threads.empty() && !filter.threads.count(t.number)) continue;
+    ReportFilter one = filter;
+    one.threads = {t.number};
+    Planned part{s.Gather(one)};
+    j["threads"].push_back({{"thread", t.number}, {"name", t.name}, {"calls", part.set->events().size()},
+                            {"totals", total_of(part)}});
+  }
+  j["requests"] = nlohmann::json::array();
+  for (const std::string& id : p.set->requests) {
+    ReportFilter one = filter;
+    one.requests = {id};
+    Planned part{s.Gather(one)};
+    j["requests"].push_back({{"request", id}, {"calls", part.set->events().size()}, {"totals", total_of(part)}});
+  }
+  return j.dump();
 }
 
 ScanGuard::ScanGuard(Session& session) : session_(session) {
@@ -341,6 +558,16 @@ ModuleScope::ModuleScope(Session& session, std::string_view path)
 
 ModuleScope::~ModuleScope() {
   const absl::Status st = session_.PopModuleScope(scope_, std::uncaught_exceptions() > uncaught_);
+  if (!st.ok()) TORCH_WARN(std::string(st.message()));
+}
+
+RequestScope::RequestScope(Session& session, std::string_view id) : session_(session) {
+  const absl::Status st = session_.BeginRequest(id);
+  TORCH_CHECK(st.ok(), std::string(st.message()));
+}
+
+RequestScope::~RequestScope() {
+  const absl::Status st = session_.EndRequest();
   if (!st.ok()) TORCH_WARN(std::string(st.message()));
 }
 

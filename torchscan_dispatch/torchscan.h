@@ -9,11 +9,15 @@
 //   }                                       // scan stopped, TLS restored
 //   std::string report = session.FlopReportJson().value();
 //
-// A Session scans once. Scans nest in one thread (stop in reverse order);
-// a scan never records another thread's work.
+// A Session scans once. By default it scans the thread that starts it: such
+// scans nest (stop in reverse order) and never record another thread's work.
+// With ScanOptions::threads = Threads::kAll it covers every thread that runs
+// ATen work while it is active (a server's worker pool), one log per thread.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <set>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,9 +35,34 @@ class Recorder;
 // A caller formula: one call's metadata in, FLOPs out (operator view).
 using CallerFormula = std::function<FormulaResult(const OpCall&)>;
 
+enum class Threads {
+  kCurrent,  // the thread that calls Start()
+  kAll,      // every thread, while the scan is active (one such scan at a time)
+};
+
 struct ScanOptions {
   // Scope label of the totals: "workload" (any work) or "forward".
   std::string scope = "workload";
+  Threads threads = Threads::kCurrent;
+  // Submodule calls of TorchScript models (torch::jit::load) become module
+  // scopes named by their module paths ("" is the root, "features.0", ...).
+  bool torchscript_scopes = true;
+  // Structure mode: ScanReportJson keeps the layers but reports compute
+  // metrics as unavailable / not_requested.
+  bool structure = false;
+};
+
+// Which calls a report covers; empty sets mean all. Requests and threads
+// are kept apart while scanning and merged by naming several.
+struct ReportFilter {
+  std::set<int64_t> threads;       // thread numbers (ThreadInfo::number)
+  std::set<std::string> requests;  // ids given to BeginRequest / RequestScope
+};
+
+struct ThreadInfo {
+  int64_t number = 0;  // 1, 2, ... in the order threads first ran ATen work
+  std::string name;    // the thread's name, when it has one
+  int64_t calls = 0;   // operator calls recorded
 };
 
 class Session {
@@ -75,15 +104,30 @@ class Session {
   absl::Status PopModuleScope(int32_t scope, bool failed = false, std::vector<uintptr_t> outputs = {});
   // After Stop(): one row per module call with its own calls' values in both
   // views: [{"path", "call_index", "parent", "depth", "failed", "metrics"}].
-  absl::StatusOr<std::string> LayersJson();
+  absl::StatusOr<std::string> LayersJson(const ReportFilter& filter = {});
 
-  // The schema-v1 FlopReport as JSON text.
-  absl::StatusOr<std::string> FlopReportJson();
+  // Requests: the calling thread's calls between BeginRequest and EndRequest
+  // belong to request `id` (see RequestScope).
+  absl::Status BeginRequest(std::string_view id);
+  absl::Status EndRequest();
+
+  // After Stop(): the schema-v1 FlopReport (operator view) as JSON text.
+  absl::StatusOr<std::string> FlopReportJson(const ReportFilter& filter = {});
   // The module view of the same calls (module_flops, macs, dmas) as JSON text.
-  absl::StatusOr<std::string> ModuleReportJson();
+  absl::StatusOr<std::string> ModuleReportJson(const ReportFilter& filter = {});
+  // Everything in one JSON document: {"kind": "torchscan_scan_report",
+  // "context", "operator_flops" (FlopReport), "module_report", "layers",
+  // "threads": [{"thread", "name", "calls", "totals"}], "requests": [...]}.
+  // With Threads::kAll it may also be taken while the scan runs: a snapshot
+  // of the calls that have settled (calls, module calls and requests still
+  // running are left out and counted in context.in_flight_calls).
+  absl::StatusOr<std::string> ScanReportJson(const ReportFilter& filter = {});
+  // The threads whose calls were recorded so far.
+  std::vector<ThreadInfo> ThreadsSeen() const;
+
+  struct State;  // opaque
 
  private:
-  struct State;
   std::unique_ptr<State> state_;
 };
 
@@ -112,6 +156,18 @@ class ModuleScope {
   Session& session_;
   int32_t scope_;
   int uncaught_;
+};
+
+// A request on the calling thread for the guard's lifetime.
+class RequestScope {
+ public:
+  RequestScope(Session& session, std::string_view id);
+  ~RequestScope();
+  RequestScope(const RequestScope&) = delete;
+  RequestScope& operator=(const RequestScope&) = delete;
+
+ private:
+  Session& session_;
 };
 
 // True while this thread's dispatch TLS includes TorchScan's mode key.

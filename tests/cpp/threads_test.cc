@@ -1,0 +1,327 @@
+// Thread modes, requests, snapshots and TorchScript scopes of the C++ API.
+// Expected FLOPs are derived by hand: mm of (m,k)@(k,n) is 2*m*k*n in the
+// operator view (one multiply and one add per term, FlopCounterMode's rule).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/api/module.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "torchscan_dispatch/torchscan.h"
+
+namespace torchscan {
+namespace {
+
+using nlohmann::json;
+
+ScanOptions AllThreads() {
+  ScanOptions o;
+  o.threads = Threads::kAll;
+  return o;
+}
+
+// A worker pool created before any scan starts, like a server's: jobs run
+// on threads that never saw Start().
+class Pool {
+ public:
+  explicit Pool(int n) {
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
+    std::unique_lock<std::mutex> l(mu_);
+    idle_.wait(l, [this, n] { return started_ == n; });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void Run(std::vector<std::function<void()>> jobs) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto& j : jobs) jobs_.push_back(std::move(j));
+      pending_ += static_cast<int>(jobs.size());
+    }
+    cv_.notify_all();
+    std::unique_lock<std::mutex> l(mu_);
+    idle_.wait(l, [this] { return pending_ == 0; });
+  }
+
+ private:
+  void Loop() {
+    at::ones({1}).add_(1);  // ATen work before any scan
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ++started_;
+    }
+    idle_.notify_all();
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [this] { return done_ || !jobs_.empty(); });
+        if (done_ && jobs_.empty()) return;
+        job = std::move(jobs_.back());
+        jobs_.pop_back();
+      }
+      job();
+      std::lock_guard<std::mutex> l(mu_);
+      if (--pending_ == 0) idle_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_, idle_;
+  std::vector<std::function<void()>> jobs_;
+  int pending_ = 0, started_ = 0;
+  bool done_ = false;
+  std::vector<std::thread> threads_;
+};
+
+int64_t Total(const std::string& flop_report) { return json::parse(flop_report)["total"]["value"].get<int64_t>(); }
+
+// Calls one workload records (the operator and what its kernel calls),
+// from a scan of the current thread.
+template <class F>
+int64_t CallsOf(F&& workload) {
+  Session s;
+  {
+    ScanGuard scan(s);
+    workload();
+  }
+  return static_cast<int64_t>(s.recorded_calls());
+}
+
+TEST(AllThreads, CountsWorkerPoolsFirstCallIncluded) {
+  Pool pool(2);
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});  // 2*2*3*4 = 48 per mm
+  Session s(AllThreads());
+  {
+    ScanGuard scan(s);
+    std::vector<std::function<void()>> jobs;
+    // Each job's first (and only) ATen call is the mm: a thread joins the scan
+    // in the RecordFunction callback of exactly that call.
+    for (int i = 0; i < 6; ++i) jobs.push_back([&] { at::mm(a, b); });
+    pool.Run(std::move(jobs));
+    at::mm(a, b);  // the starting thread counts too
+  }
+  EXPECT_EQ(Total(s.FlopReportJson().value()), 7 * 48);
+  const json r = json::parse(s.FlopReportJson().value());
+  EXPECT_EQ(r["total"]["status"], "complete") << r.dump(1);
+  int64_t calls = 0;
+  for (const auto& t : s.ThreadsSeen()) calls += t.calls;
+  EXPECT_EQ(calls, 7 * CallsOf([&] { at::mm(a, b); }));
+  EXPECT_GE(s.ThreadsSeen().size(), 2u);
+}
+
+TEST(AllThreads, CurrentThreadModeLeavesWorkersOut) {
+  Pool pool(1);
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  Session s;  // Threads::kCurrent
+  {
+    ScanGuard scan(s);
+    pool.Run({[&] { at::mm(a, b); }});
+    at::mm(a, b);
+  }
+  EXPECT_EQ(Total(s.FlopReportJson().value()), 48);
+}
+
+TEST(AllThreads, KeepsThreadsAndRequestsApartAndMergesThem) {
+  Pool pool(2);
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4}), c = at::ones({4, 5});
+  Session s(AllThreads());
+  {
+    ScanGuard scan(s);
+    pool.Run({[&] {
+                RequestScope r(s, "small");
+                at::mm(a, b);  // 48
+              },
+              [&] {
+                RequestScope r(s, "large");
+                at::mm(at::mm(a, b), c);  // 48 + 2*2*4*5 = 48 + 80 = 128
+              }});
+    at::mm(a, b);  // outside any request: 48
+  }
+  EXPECT_EQ(Total(s.FlopReportJson().value()), 48 + 128 + 48);
+  EXPECT_EQ(Total(s.FlopReportJson({{}, {"small"}}).value()), 48);
+  EXPECT_EQ(Total(s.FlopReportJson({{}, {"large"}}).value()), 128);
+  EXPECT_EQ(Total(s.FlopReportJson({{}, {"small", "large"}}).value()), 176);  // merged on request
+  // Per thread: the values add up to the total.
+  int64_t sum = 0;
+  for (const auto& t : s.ThreadsSeen()) sum += Total(s.FlopReportJson({{t.number}, {}}).value());
+  EXPECT_EQ(sum, 224);
+
+  const json report = json::parse(s.ScanReportJson().value());
+  EXPECT_EQ(report["kind"], "torchscan_scan_report");
+  EXPECT_EQ(report["context"]["threads"], "all");
+  EXPECT_EQ(report["operator_flops"]["total"]["value"], 224);
+  std::map<std::string, int64_t> requests;
+  for (const auto& q : report["requests"]) requests[q["request"]] = q["totals"]["operator_flops"]["value"];
+  EXPECT_EQ(requests, (std::map<std::string, int64_t>{{"large", 128}, {"small", 48}}));
+  int64_t thread_sum = 0;
+  for (const auto& t : report["threads"]) thread_sum += t["totals"]["operator_flops"]["value"].get<int64_t>();
+  EXPECT_EQ(thread_sum, 224);
+}
+
+TEST(AllThreads, SnapshotLeavesRunningRequestsForLater) {
+  Pool pool(1);
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool inside = false, release = false;
+  const int64_t mm_calls = CallsOf([&] { at::mm(a, b); });
+  Session s(AllThreads());
+  ScanGuard scan(s);
+  pool.Run({[&] {
+    RequestScope r(s, "done");
+    at::mm(a, b);
+  }});
+  std::thread busy([&] {
+    pool.Run({[&] {
+      RequestScope r(s, "running");
+      at::mm(a, b);  // finished, but its request is still open at the snapshot
+      std::unique_lock<std::mutex> l(mu);
+      inside = true;
+      cv.notify_all();
+      cv.wait(l, [&] { return release; });
+    }});
+  });
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return inside; });
+  }
+  const json snap = json::parse(s.ScanReportJson().value());
+  EXPECT_EQ(snap["context"]["snapshot"], true);
+  EXPECT_EQ(snap["operator_flops"]["total"]["value"], 48);  // only the finished request
+  EXPECT_EQ(snap["context"]["in_flight_calls"], mm_calls);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  busy.join();
+  ASSERT_TRUE(s.Stop().ok());
+  EXPECT_EQ(Total(s.FlopReportJson().value()), 96);
+}
+
+TEST(AllThreads, OverridesApplyInWorkerThreads) {
+  Pool pool(1);
+  Session s(AllThreads());
+  ASSERT_TRUE(s.SetOperatorFormula("aten::mm", [](const OpCall&) { return FormulaResult::Complete(7); }).ok());
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  {
+    ScanGuard scan(s);
+    pool.Run({[&] { at::mm(a, b); }, [&] { at::mm(a, b); }});
+  }
+  EXPECT_EQ(Total(s.FlopReportJson().value()), 14);
+}
+
+TEST(AllThreads, OneAtATimeAndKeyOffAfterwards) {
+  Session first(AllThreads()), second(AllThreads());
+  ASSERT_TRUE(first.Start().ok());
+  const absl::Status st = second.Start();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(st.message()).find("another all-threads scan"), std::string::npos);
+  Pool pool(1);
+  pool.Run({[] { at::ones({2}).mul(2); }});
+  ASSERT_TRUE(first.Stop().ok());
+  EXPECT_FALSE(ModeKeyIncluded());
+  // A worker that joined switches the key off again at its next call.
+  std::atomic<bool> included{true};
+  pool.Run({[&] {
+    at::ones({2}).mul(2);
+    included = ModeKeyIncluded();
+  }});
+  EXPECT_FALSE(included.load());
+}
+
+TEST(Guards, ExceptionThroughScopesRestoresStateAndMarksTheCallFailed) {
+  Session s;
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  try {
+    ScanGuard scan(s);
+    ModuleScope root(s, "");
+    at::mm(a, b);
+    RequestScope request(s, "r");
+    ModuleScope child(s, "head");
+    at::mm(a, a);  // shape mismatch: raises out of every guard
+  } catch (const c10::Error&) {
+  }
+  EXPECT_FALSE(ModeKeyIncluded());
+  EXPECT_FALSE(s.active());
+  const json layers = json::parse(s.LayersJson().value());
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(layers[0]["path"], "");
+  EXPECT_EQ(layers[0]["failed"], true);
+  EXPECT_EQ(layers[1]["path"], "head");
+  EXPECT_EQ(layers[1]["failed"], true);
+  EXPECT_EQ(layers[0]["metrics"]["operator_flops"]["status"], "unavailable");
+  const json r = json::parse(s.FlopReportJson().value());
+  EXPECT_EQ(r["by_operator"]["aten.mm"], 48);  // the call that ran; the raising one is a diagnostic
+}
+
+TEST(Guards, MisuseIsAStatusNotACrash) {
+  Session s;
+  EXPECT_EQ(s.BeginRequest("x").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.ScanReportJson().status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(s.Start().ok());
+  EXPECT_EQ(s.ScanReportJson().status().code(), absl::StatusCode::kFailedPrecondition);  // kCurrent: no snapshots
+  ASSERT_TRUE(s.BeginRequest("x").ok());
+  EXPECT_EQ(s.BeginRequest("y").code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(s.EndRequest().ok());
+  EXPECT_EQ(s.EndRequest().code(), absl::StatusCode::kFailedPrecondition);
+  std::thread other([&] { EXPECT_EQ(s.PushModuleScope("m").status().code(), absl::StatusCode::kFailedPrecondition); });
+  other.join();
+  ASSERT_TRUE(s.Stop().ok());
+}
+
+// A TorchScript model compiled in C++ (no Python): root -> a, b.
+torch::jit::Module Scripted() {
+  auto sub = [](const char* name, int64_t n) {
+    torch::jit::Module m(name);
+    m.register_parameter("weight", at::ones({n, n}), /*is_buffer=*/false);
+    m.define("def forward(self, x):\n  return torch.mm(x, self.weight)\n");
+    return m;
+  };
+  torch::jit::Module root("Root");
+  root.register_module("a", sub("A", 4));
+  root.register_module("b", sub("B", 4));
+  root.define("def forward(self, x):\n  return torch.relu(self.b.forward(self.a.forward(x)))\n");
+  return root;
+}
+
+TEST(TorchScript, SubmoduleCallsBecomeScopes) {
+  torch::jit::Module model = Scripted();
+  model.eval();
+  const at::Tensor x = at::ones({2, 4});
+  Session s(ScanOptions{"forward"});
+  {
+    ScanGuard scan(s);
+    for (int i = 0; i < 2; ++i) model.forward({x});
+  }
+  const json layers = json::parse(s.LayersJson().value());
+  std::map<std::string, std::vector<int64_t>> by_path;  // path -> operator FLOPs per call
+  for (const auto& l : layers) by_path[l["path"]].push_back(l["metrics"]["operator_flops"]["value"]);
+  // Each mm (2,4)@(4,4): 2*2*4*4 = 64, in its own submodule; relu (no FLOPs
+  // in the operator view's native table, 8 in the fallback: one per element)
+  // stays in the root's own row.
+  EXPECT_EQ(by_path["a"], (std::vector<int64_t>{64, 64})) << layers.dump(1);
+  EXPECT_EQ(by_path["b"], (std::vector<int64_t>{64, 64}));
+  ASSERT_EQ(by_path[""].size(), 2u);  // two forwards: two calls of the root
+  const int64_t total = Total(s.FlopReportJson().value());
+  int64_t sum = 0;
+  for (const auto& [path, values] : by_path)
+    for (int64_t v : values) sum += v;
+  EXPECT_EQ(sum, total);  // rows are exclusive and add up
+}
+
+}  // namespace
+}  // namespace torchscan

@@ -1,0 +1,230 @@
+#include "torchscan_dispatch/all_threads.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <pthread.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace torchscan {
+namespace {
+
+const c10::DispatchKeySet kAfterMode(c10::DispatchKeySet::FULL_AFTER, kModeKey);
+
+std::mutex& ActiveMutex() {
+  static std::mutex mu;
+  return mu;
+}
+AllThreadsScan*& Active() {  // guarded by ActiveMutex()
+  static AllThreadsScan* active = nullptr;
+  return active;
+}
+uint64_t& LastGeneration() {  // guarded by ActiveMutex()
+  static uint64_t last = 0;
+  return last;
+}
+
+// The first observed operator of a thread that joins in the callback.
+struct FirstCall : at::ObserverContext {
+  FirstCall(std::shared_ptr<ThreadLog> l, int32_t i, bool r) : log(std::move(l)), index(i), has_returns(r) {}
+  std::shared_ptr<ThreadLog> log;
+  int32_t index;
+  bool has_returns;
+};
+
+std::unique_ptr<at::ObserverContext> OnOperatorStart(const at::RecordFunction& fn) {
+  const uint64_t generation = AllThreadsGeneration().load(std::memory_order_acquire);
+  if (generation == 0 || ThisThreadLink().generation == generation) return nullptr;
+  // A thread that carries the key joins in the fallback, which sees this call.
+  if (c10::impl::tls_is_dispatch_key_included(kModeKey)) return nullptr;
+  const auto name = fn.operator_name();
+  if (!name) return nullptr;
+  const auto op = c10::Dispatcher::singleton().findOp(*name);
+  if (!op) return nullptr;
+  std::shared_ptr<ThreadLog> log = AllThreadsLog();  // joins: the key is on from here
+  if (!log) return nullptr;
+  const auto& schema = op->schema();
+  const bool fixed = !schema.is_vararg() && !schema.is_varret();
+  const auto inputs = fn.inputs();
+  const size_t n = fixed ? std::min(schema.arguments().size(), inputs.size()) : 0;
+  // The key set this call was dispatched with: its tensors' keys and this
+  // thread's TLS, as they were before the callback switched the key on.
+  c10::DispatchKeySet keys;
+  auto add = [&keys](const c10::IValue& v) {
+    if (v.isTensor()) keys = keys | v.toTensor().key_set();
+  };
+  for (const auto& v : inputs) {
+    if (v.isList()) {
+      for (const auto& item : v.toListRef()) add(item);
+    } else {
+      add(v);
+    }
+  }
+  const auto local = c10::impl::tls_local_dispatch_key_set();
+  keys = ((keys | local.included_) - local.excluded_).remove(kModeKey);
+  log->Lock();
+  int32_t index = -1;
+  if (!log->sealed) index = log->recorder.Begin(*op, keys & kAfterMode, absl::MakeConstSpan(inputs.data(), n));
+  log->Unlock();
+  if (index < 0) return nullptr;
+  return std::make_unique<FirstCall>(std::move(log), index, fixed && !schema.returns().empty());
+}
+
+void OnOperatorEnd(const at::RecordFunction& fn, at::ObserverContext* context) {
+  auto* call = static_cast<FirstCall*>(context);
+  if (call == nullptr) return;
+  const auto& outputs = fn.outputs();
+  call->log->Lock();
+  if (!call->log->sealed) {
+    // No outputs from an operator that returns some: its kernel raised.
+    if (call->has_returns && outputs.empty()) {
+      call->log->recorder.Abort(call->index);
+    } else {
+      call->log->recorder.End(call->index, absl::MakeConstSpan(outputs));
+    }
+  }
+  call->log->Unlock();
+}
+
+std::unique_ptr<at::ObserverContext> OnTorchScriptStart(const at::RecordFunction&) {
+  AllThreadsLog();  // a worker joins before its forward's first operator
+  ForEachThreadRecorder([](Recorder& r) {
+    if (r.torchscript_scopes) r.EnterTorchScriptFunction();
+  });
+  return nullptr;
+}
+
+void OnTorchScriptEnd(const at::RecordFunction&, at::ObserverContext*) {
+  ForEachThreadRecorder([](Recorder& r) {
+    if (r.torchscript_scopes) r.LeaveTorchScriptFunction();
+  });
+}
+
+}  // namespace
+
+std::atomic<uint64_t>& AllThreadsGeneration() {
+  static std::atomic<uint64_t> generation{0};
+  return generation;
+}
+
+ThreadLink& ThisThreadLink() {
+  static thread_local ThreadLink link;
+  return link;
+}
+
+absl::Status AllThreadsScan::Start() {
+  std::lock_guard<std::mutex> lock(ActiveMutex());
+  if (Active() != nullptr) {
+    return absl::FailedPreconditionError(
+        "torchscan: another all-threads scan is active in this process; stop it first (one at a time)");
+  }
+  generation_ = ++LastGeneration();
+  Active() = this;
+  callback_ = at::addGlobalCallback(at::RecordFunctionCallback(&OnOperatorStart, &OnOperatorEnd)
+                                        .needsInputs(true)
+                                        .needsOutputs(true)
+                                        .scopes({at::RecordScope::FUNCTION}));
+  if (torchscript_scopes_) AcquireTorchScriptCallback();
+  AllThreadsGeneration().store(generation_, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+void AllThreadsScan::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(ActiveMutex());
+    if (Active() != this) return;
+    AllThreadsGeneration().store(0, std::memory_order_release);
+    Active() = nullptr;
+  }
+  at::removeCallback(callback_);
+  if (torchscript_scopes_) ReleaseTorchScriptCallback();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& log : logs_) {
+    log->Lock();
+    log->sealed = true;
+    log->Unlock();
+  }
+}
+
+std::vector<std::shared_ptr<ThreadLog>> AllThreadsScan::Logs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return logs_;
+}
+
+std::shared_ptr<ThreadLog> AllThreadsScan::Join(uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (generation != generation_ || AllThreadsGeneration().load(std::memory_order_acquire) != generation) {
+    return nullptr;
+  }
+  auto log = std::make_shared<ThreadLog>();
+  log->number = static_cast<int64_t>(logs_.size()) + 1;
+  log->recorder.torchscript_scopes = torchscript_scopes_;
+  char name[64] = {0};
+  if (pthread_getname_np(pthread_self(), name, sizeof(name)) == 0) log->name = name;
+  logs_.push_back(log);
+  ThreadLink& link = ThisThreadLink();
+  link.generation = generation;
+  link.log = log;
+  if (!c10::impl::tls_is_dispatch_key_included(kModeKey)) {
+    c10::impl::tls_set_dispatch_key_included(kModeKey, true);
+    link.set_key = true;
+  }
+  return log;
+}
+
+std::shared_ptr<ThreadLog> AllThreadsLog() {
+  const uint64_t generation = AllThreadsGeneration().load(std::memory_order_acquire);
+  if (generation == 0) return nullptr;
+  ThreadLink& link = ThisThreadLink();
+  if (link.generation == generation) return link.log;
+  std::lock_guard<std::mutex> lock(ActiveMutex());
+  AllThreadsScan* active = Active();
+  return active ? active->Join(generation) : nullptr;
+}
+
+bool LeaveFinishedAllThreadsScan() {
+  ThreadLink& link = ThisThreadLink();
+  if (link.generation == 0 || link.generation == AllThreadsGeneration().load(std::memory_order_acquire)) {
+    return false;
+  }
+  const bool had_key = link.set_key;
+  if (had_key) c10::impl::tls_set_dispatch_key_included(kModeKey, false);
+  link = ThreadLink();
+  return had_key;
+}
+
+void ForEachThreadRecorder(absl::FunctionRef<void(Recorder&)> f) {
+  for (Recorder* r = ThreadTopRecorder(); r != nullptr; r = r->outer) f(*r);
+  const uint64_t generation = AllThreadsGeneration().load(std::memory_order_acquire);
+  ThreadLink& link = ThisThreadLink();
+  if (generation == 0 || link.generation != generation) return;
+  std::shared_ptr<ThreadLog> log = link.log;
+  log->Lock();
+  if (!log->sealed) f(log->recorder);
+  log->Unlock();
+}
+
+namespace {
+std::mutex& TorchScriptMutex() {
+  static std::mutex mu;
+  return mu;
+}
+int torchscript_users = 0;       // guarded by TorchScriptMutex()
+uint64_t torchscript_callback = 0;
+}  // namespace
+
+void AcquireTorchScriptCallback() {
+  std::lock_guard<std::mutex> lock(TorchScriptMutex());
+  if (torchscript_users++ == 0) {
+    torchscript_callback = at::addGlobalCallback(
+        at::RecordFunctionCallback(&OnTorchScriptStart, &OnTorchScriptEnd).scopes({at::RecordScope::TORCHSCRIPT_FUNCTION}));
+  }
+}
+
+void ReleaseTorchScriptCallback() {
+  std::lock_guard<std::mutex> lock(TorchScriptMutex());
+  if (--torchscript_users == 0) at::removeCallback(torchscript_callback);
+}
+
+}  // namespace torchscan

@@ -1,0 +1,91 @@
+// Scans that cover every thread (ScanOptions::threads == Threads::kAll).
+// Each thread that runs ATen work while such a scan is active gets its own
+// log: threads that already carry the mode key (inherited through PyTorch's
+// thread-local-state propagation) join in the fallback; any other thread
+// joins in a global RecordFunction callback on its first observed operator,
+// which is recorded there (its key set was computed before the callback ran)
+// while everything it calls reaches the fallback. Internal to the engine.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "torchscan_dispatch/scan_state.h"
+
+namespace torchscan {
+
+// One thread's calls in an all-threads scan. The owning thread records under
+// `Lock()` (uncontended: two atomic operations); a snapshot or stop takes the
+// same lock to read a consistent log.
+struct ThreadLog {
+  Recorder recorder;
+  int64_t number = 0;  // 1, 2, ... in the order threads joined
+  std::string name;    // the thread's name (pthread), may be empty
+  bool sealed = false; // the scan stopped: nothing more is recorded
+
+  void Lock() {
+    while (busy_.test_and_set(std::memory_order_acquire)) {
+    }
+  }
+  void Unlock() { busy_.clear(std::memory_order_release); }
+
+ private:
+  std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
+};
+
+// The process-wide state of the active all-threads scan (at most one).
+class AllThreadsScan {
+ public:
+  explicit AllThreadsScan(bool torchscript_scopes) : torchscript_scopes_(torchscript_scopes) {}
+  absl::Status Start();  // fails when another all-threads scan is active
+  void Stop();           // seals every log; later calls are not recorded
+
+  // Copies of the logs' handles (joining threads may add more meanwhile).
+  std::vector<std::shared_ptr<ThreadLog>> Logs() const;
+  // Joins the calling thread (under the scan's mutex); nullptr if the scan
+  // with `generation` is no longer active.
+  std::shared_ptr<ThreadLog> Join(uint64_t generation);
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<ThreadLog>> logs_;
+  uint64_t generation_ = 0;
+  bool torchscript_scopes_;
+  uint64_t callback_ = 0;  // RecordFunction handle
+};
+
+// Generation of the active all-threads scan; 0 when none is active.
+std::atomic<uint64_t>& AllThreadsGeneration();
+
+// The calling thread's link to an all-threads scan.
+struct ThreadLink {
+  uint64_t generation = 0;
+  std::shared_ptr<ThreadLog> log;
+  bool set_key = false;  // joining switched the mode key on in this thread
+};
+ThreadLink& ThisThreadLink();
+
+// The calling thread's log in the active all-threads scan, joining it on
+// first use; nullptr when no all-threads scan is active.
+std::shared_ptr<ThreadLog> AllThreadsLog();
+
+// After an all-threads scan stopped: switches the mode key off again in a
+// thread that the scan switched it on in. True when it did.
+bool LeaveFinishedAllThreadsScan();
+
+// Runs `f` on every recorder that records this thread's calls (its own
+// scans, innermost first, then its all-threads log, locked).
+void ForEachThreadRecorder(absl::FunctionRef<void(Recorder&)> f);
+
+// TorchScript function boundaries reach recorders with torchscript_scopes
+// set while at least one such scan is active (reference counted).
+void AcquireTorchScriptCallback();
+void ReleaseTorchScriptCallback();
+
+}  // namespace torchscan

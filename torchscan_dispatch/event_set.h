@@ -1,0 +1,44 @@
+// The calls a report is built from: one recorder's log as it is, or copies
+// gathered from several thread logs (an all-threads scan), optionally only
+// some threads or requests. Parents, scopes, labels and requests are
+// re-indexed so every report builder sees one ordinary log.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "torchscan_dispatch/scan_state.h"
+#include "torchscan_dispatch/torchscan.h"
+
+namespace torchscan {
+
+struct EventSet {
+  EventSet() = default;
+  EventSet(const EventSet&) = delete;
+  EventSet& operator=(const EventSet&) = delete;
+
+  // Borrows `r`'s calls (no copies); the recorder must outlive the set.
+  explicit EventSet(const Recorder& r);
+
+  // Copies calls [0, count) of `r`, recorded by thread `thread`, that pass
+  // `filter`. Call while `r` cannot change (its log locked, or stopped).
+  void Add(const Recorder& r, size_t count, int64_t thread, const ReportFilter& filter);
+
+  const BlockLog<Event>& events() const { return *events_; }
+  std::vector<Recorder::Scope> scopes;
+  std::vector<std::vector<std::string>> label_sets{{}};
+  std::vector<std::string> requests;  // ids, by Event::request
+  int64_t in_flight = 0;              // calls left out because they were still running
+
+ private:
+  BlockLog<Event> owned_;
+  const BlockLog<Event>* events_ = &owned_;
+  std::map<std::vector<std::string>, int32_t> label_index_{{{}, 0}};
+  std::map<std::string, int32_t> request_index_;
+  std::map<std::string, int32_t> calls_per_path_;
+};
+
+}  // namespace torchscan
