@@ -214,6 +214,8 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::retain_grad", R::kMetadata}, {"aten::retains_grad", R::kMetadata},
       {"aten::_has_compatible_shallow_copy_type", R::kMetadata},
       {"aten::detach_", R::kMetadata}, {"aten::as_strided_", R::kMetadata}, {"aten::set_data", R::kMetadata},
+      // set_ rebinds a tensor to a storage (how torch::jit::load builds parameters)
+      {"aten::set_", R::kMetadata},
       {"aten::is_complex", R::kMetadata}, {"aten::is_floating_point", R::kMetadata},
       {"aten::is_conj", R::kMetadata}, {"aten::is_neg", R::kMetadata},
       {"aten::is_inference", R::kMetadata}, {"aten::result_type", R::kMetadata},

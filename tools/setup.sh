@@ -31,11 +31,15 @@ fi
 $PY -m pip install -q -c tools/constraints.txt -r tools/requirements-test.txt
 
 # 3. Build the plugin against the installed torch and put it beside the shim.
+# Also the attach library (tools/attach.py) and the example servers the tests drive.
 log "bazel build //:torchscan"
-bazel build //:torchscan //tests:libconflicting_fallback.so 2>&1 | grep -Ev '^(INFO|Loading|Analyzing)' || true
+bazel build //:torchscan //torchscan_dispatch:libtorchscan_attach.so //tests:libconflicting_fallback.so \
+  //tests:example_server //tests:example_server_scanned 2>&1 | grep -Ev '^(INFO|Loading|Analyzing)' || true
 test -f bazel-bin/torchscan_dispatch/libtorchscan.so
+test -f bazel-bin/torchscan_dispatch/libtorchscan_attach.so
 mkdir -p python_shim/torchscan/_lib
 install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan.so python_shim/torchscan/_lib/libtorchscan.so
+install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan_attach.so python_shim/torchscan/_lib/libtorchscan_attach.so
 
 # 4. `import torchscan` from anywhere: a .pth file naming the shim folder.
 SITE=$($PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

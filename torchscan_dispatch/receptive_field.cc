@@ -38,6 +38,18 @@ class Propagator {
     const TensorMeta& out = e.outputs[0].tensor();
     const absl::string_view name = info.name;
     const OpCall call{info.name, info.overload, e.args, e.outputs};
+    // A call with no tensor arguments (at::ones, arange, ...) creates a
+    // source: each of its positions sees itself, as a model input does. Its
+    // identities may be reused addresses of freed tensors: forget those.
+    const bool from_tensors = std::any_of(e.args.begin(), e.args.end(), [](const ArgMeta& a) {
+      return a.is_tensor() || (a.kind == ArgKind::kTensorList && !a.tensors().empty());
+    });
+    if (!from_tensors) {
+      for (const ArgMeta& o : e.outputs) {
+        if (o.is_tensor()) fields_.erase(o.tensor().identity);
+      }
+      return;
+    }
     Field f;
     if (name == "aten::convolution" || name == "aten::_convolution") {
       f = Window(call, out, /*kernel from weight*/ true, 3, 4, 5, call.arg(6).kind == ArgKind::kBool && call.arg(6).to_bool());

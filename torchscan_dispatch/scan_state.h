@@ -96,6 +96,8 @@ class Recorder {
 
  private:
   void SyncTorchScriptScopes();
+  void CloseTorchScriptScopes(size_t keep);
+  std::vector<uintptr_t> LastTopLevelOutputs() const;
   BlockLog<Event> events_;
   Arena arena_;
   int32_t open_ = -1;  // innermost call still running

@@ -31,6 +31,30 @@ std::vector<std::string> ModulePaths(const std::vector<std::string>& frames) {
 
 }  // namespace
 
+// Output identities of the last finished top-level call: the value a module
+// whose inlined code ends here returned (for receptive fields).
+std::vector<uintptr_t> Recorder::LastTopLevelOutputs() const {
+  std::vector<uintptr_t> out;
+  if (events_.size() == 0) return out;
+  int32_t i = static_cast<int32_t>(events_.size()) - 1;
+  while (events_[i].parent >= 0) i = events_[i].parent;
+  if (!events_[i].finished || events_[i].raised) return out;
+  for (const ArgMeta& a : events_[i].outputs) {
+    if (a.kind == ArgKind::kTensor) out.push_back(a.tensor().identity);
+  }
+  return out;
+}
+
+void Recorder::CloseTorchScriptScopes(size_t keep) {
+  if (keep >= jit_open_.size()) return;
+  const std::vector<uintptr_t> outputs = LastTopLevelOutputs();
+  // Every closing scope returned the same value: its innermost call's output.
+  for (size_t i = jit_open_.size(); i-- > keep;) {
+    PopScope(jit_open_[i].second, /*failed=*/false, outputs);
+  }
+  jit_open_.resize(keep);
+}
+
 void Recorder::SyncTorchScriptScopes() {
   if (jit_frames_.empty()) return;  // not inside a TorchScript function call
   const std::vector<std::string> paths = ModulePaths(torch::jit::currentModuleHierarchy());
@@ -39,10 +63,7 @@ void Recorder::SyncTorchScriptScopes() {
   size_t keep = 0;
   while (keep < jit_open_.size() && keep < paths.size() && jit_open_[keep].first == paths[keep]) ++keep;
   keep = std::max(keep, floor);
-  if (keep < jit_open_.size()) {
-    PopScope(jit_open_[keep].second, /*failed=*/false);
-    jit_open_.resize(keep);
-  }
+  CloseTorchScriptScopes(keep);
   for (size_t i = keep; i < paths.size(); ++i) jit_open_.emplace_back(paths[i], PushScope(paths[i]));
 }
 
@@ -52,10 +73,7 @@ void Recorder::LeaveTorchScriptFunction() {
   if (jit_frames_.empty()) return;
   const size_t floor = jit_frames_.back();
   jit_frames_.pop_back();
-  if (floor < jit_open_.size()) {
-    PopScope(jit_open_[floor].second, /*failed=*/false);
-    jit_open_.resize(floor);
-  }
+  CloseTorchScriptScopes(floor);
 }
 
 }  // namespace torchscan

@@ -1,0 +1,137 @@
+// An example C++ inference server: loads a TorchScript model (written by
+// tests/fixtures/serving.py) and serves N requests on a pool of W worker
+// threads. Built as `example_server` it is an ordinary LibTorch binary with
+// no TorchScan in it, which tools/attach.py scans from outside. Built as
+// `example_server_scanned` (EXAMPLE_SERVER_SCANNED) it accepts --scan and
+// scans itself through the public C++ API: one all-threads scan, one
+// RequestScope per request.
+//
+//   example_server --model m.pt --requests N --workers W --input 1,3,32,32
+//                  [--scan REPORT.json] [--pace-ms MS]
+//
+// Prints "served K" after each request and "elapsed_seconds S" at the end.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/serialization/import.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifdef EXAMPLE_SERVER_SCANNED
+#include "torchscan_dispatch/torchscan.h"
+#endif
+
+namespace {
+
+struct Args {
+  std::string model, scan_report;
+  int requests = 8, workers = 2, pace_ms = 0;
+  std::vector<int64_t> input = {1, 3, 32, 32};
+};
+
+int Usage(const char* why) {
+  std::fprintf(stderr,
+               "example_server: %s\nusage: example_server --model M.pt [--requests N] [--workers W] "
+               "[--input 1,3,32,32] [--scan REPORT.json] [--pace-ms MS]\n",
+               why);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) return Usage(("missing value for " + flag).c_str());
+    const std::string value = argv[++i];
+    if (flag == "--model") {
+      a.model = value;
+    } else if (flag == "--requests") {
+      a.requests = std::stoi(value);
+    } else if (flag == "--workers") {
+      a.workers = std::stoi(value);
+    } else if (flag == "--scan") {
+      a.scan_report = value;
+    } else if (flag == "--pace-ms") {
+      a.pace_ms = std::stoi(value);
+    } else if (flag == "--input") {
+      a.input.clear();
+      std::stringstream ss(value);
+      for (std::string d; std::getline(ss, d, ',');) a.input.push_back(std::stoll(d));
+    } else {
+      return Usage(("unknown flag " + flag).c_str());
+    }
+  }
+  if (a.model.empty()) return Usage("--model is required");
+
+  torch::jit::Module model = torch::jit::load(a.model);
+  model.eval();
+
+#ifdef EXAMPLE_SERVER_SCANNED
+  std::unique_ptr<torchscan::Session> session;
+  if (!a.scan_report.empty()) {
+    torchscan::ScanOptions options;
+    options.threads = torchscan::Threads::kAll;
+    session = std::make_unique<torchscan::Session>(options);
+    if (absl::Status st = session->Start(); !st.ok()) {
+      std::fprintf(stderr, "example_server: %s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+  }
+#else
+  if (!a.scan_report.empty()) return Usage("--scan needs the example_server_scanned build");
+#endif
+
+  std::atomic<int> next{0}, served{0};
+  std::mutex print_mu;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (int w = 0; w < a.workers; ++w) {
+    pool.emplace_back([&] {
+      at::NoGradGuard no_grad;
+      for (int r = next++; r < a.requests; r = next++) {
+#ifdef EXAMPLE_SERVER_SCANNED
+        std::unique_ptr<torchscan::RequestScope> request;
+        if (session) request = std::make_unique<torchscan::RequestScope>(*session, "request-" + std::to_string(r));
+#endif
+        at::Tensor x = at::ones(a.input);
+        at::Tensor y = model.forward({x}).toTensor();
+#ifdef EXAMPLE_SERVER_SCANNED
+        request.reset();
+#endif
+        const int k = ++served;
+        {
+          std::lock_guard<std::mutex> lock(print_mu);
+          std::printf("served %d\n", k);
+          std::fflush(stdout);
+        }
+        if (a.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.pace_ms));
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+#ifdef EXAMPLE_SERVER_SCANNED
+  if (session) {
+    if (absl::Status st = session->Stop(); !st.ok()) {
+      std::fprintf(stderr, "example_server: %s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+    std::ofstream(a.scan_report) << session->ScanReportJson().value() << "\n";
+  }
+#endif
+  std::printf("elapsed_seconds %.6f\n", seconds);
+  return 0;
+}

@@ -1,0 +1,202 @@
+"""The example C++ server (tests/cpp/example_server.cc) serving a TorchScript
+model, scanned through the C++ API and through the attach launcher
+(tools/attach.py). Expected values: the same model and input measured in
+this process by measure_flops / crawl_module (and, for the operators it
+covers, FlopCounterMode), times the number of requests."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO_ROOT, run_flop_counter
+
+sys.path.insert(0, str(REPO_ROOT / "tests"))
+from fixtures.serving import INPUT_SHAPE, build_model, example_input, save_torchscript  # noqa: E402
+
+SERVER = REPO_ROOT / "bazel-bin/tests/example_server"
+SCANNED_SERVER = REPO_ROOT / "bazel-bin/tests/example_server_scanned"
+ATTACH = REPO_ROOT / "tools/attach.py"
+INPUT_ARG = ",".join(map(str, INPUT_SHAPE))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, torchscan):
+    for binary in (SERVER, SCANNED_SERVER):
+        assert binary.exists(), f"{binary} is missing: run `bash tools/setup.sh` (it builds the example servers)"
+    model = build_model()
+    path = save_torchscript(model, tmp_path_factory.mktemp("serving") / "model.pt")
+    with torch.no_grad():
+        flops = torchscan.measure_flops(lambda: model(example_input()))
+    crawl = torchscan.crawl_module(model, args=(example_input(),))
+    return {"model": path, "flops": flops, "crawl": crawl, "eager": model}
+
+
+def per_path(layers, metric):
+    """path -> sorted per-call values of one layer metric."""
+    out = defaultdict(list)
+    for row in layers:
+        out[row["path"]].append(row["metrics"][metric]["value"])
+    return {p: sorted(v, key=repr) for p, v in out.items()}
+
+
+def check_report(report, served, requests):
+    flops, crawl = served["flops"], served["crawl"]
+    assert report["kind"] == "torchscan_scan_report"
+    total = report["operator_flops"]["total"]
+    assert total["status"] == "complete", report["operator_flops"]["diagnostics"]
+    assert total["value"] == requests * flops["total"]["value"]
+    assert report["operator_flops"]["by_operator"] == {op: requests * v for op, v in flops["by_operator"].items()}
+    # Each request also builds its input, at::ones(1,3,32,32): a fill, no
+    # FLOPs or MACs, one write per element (torchscan_flops_v1: fills cost N
+    # accesses) = 3*32*32 = 3072 accesses outside the model.
+    input_fill = {"module_flops": 0, "macs": 0, "dmas": 3 * 32 * 32}
+    for metric in ("module_flops", "macs", "dmas"):
+        got = report["module_report"]["totals"][metric]
+        assert got["status"] == "complete", report["module_report"]["diagnostics"]
+        assert got["value"] == requests * (crawl["totals"][metric]["value"] + input_fill[metric]), metric
+    # Per-layer rows from the TorchScript model's own module paths: every
+    # crawl_module layer call appears once per request with the same values
+    # (receptive fields from the data flow included).
+    for metric in ("module_flops", "macs", "dmas", "receptive_field", "effective_stride", "effective_padding"):
+        want = {p: sorted(v * requests, key=repr) for p, v in per_path(crawl["layers"], metric).items()}
+        assert per_path(report["layers"], metric) == want, metric
+
+
+def test_server_scanned_through_the_cpp_api(served, tmp_path):
+    requests = 6
+    out = tmp_path / "report.json"
+    run = subprocess.run([str(SCANNED_SERVER), "--model", str(served["model"]), "--requests", str(requests),
+                          "--workers", "3", "--input", INPUT_ARG, "--scan", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(out.read_text())
+    check_report(report, served, requests)
+    assert report["context"]["threads"] == "all"
+    # Per request: each one is exactly one forward; per thread: they add up.
+    per_request = served["flops"]["total"]["value"]
+    assert sorted(q["request"] for q in report["requests"]) == sorted(f"request-{i}" for i in range(requests))
+    assert {q["totals"]["operator_flops"]["value"] for q in report["requests"]} == {per_request}
+    assert sum(t["totals"]["operator_flops"]["value"] for t in report["threads"]) == requests * per_request
+
+
+def test_operator_view_agrees_with_flop_counter_mode(served, tmp_path):
+    # FlopCounterMode counts convolution and addmm here (no formula for
+    # pooling, norm or activations): those rows must match it exactly.
+    model = served["eager"]
+    with torch.no_grad():
+        fcm_counts, _ = run_flop_counter(lambda: model(example_input()))
+    requests = 2
+    out = tmp_path / "report.json"
+    subprocess.run([str(SCANNED_SERVER), "--model", str(served["model"]), "--requests", str(requests),
+                    "--workers", "2", "--scan", str(out)], check=True, capture_output=True, timeout=300)
+    by_op = json.loads(out.read_text())["operator_flops"]["by_operator"]
+    assert fcm_counts
+    for op, value in fcm_counts.items():
+        assert by_op[op] == requests * value, op
+
+
+def attach(served, output, requests, workers, *extra, signal_name=None, pace_ms=0, **popen):
+    cmd = [sys.executable, str(ATTACH), "--output", str(output)]
+    if signal_name:
+        cmd += ["--signal", signal_name]
+    cmd += ["--", str(SERVER), "--model", str(served["model"]), "--requests", str(requests),
+            "--workers", str(workers), "--input", INPUT_ARG, "--pace-ms", str(pace_ms), *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def test_attach_launcher_scans_an_unmodified_server(served, tmp_path):
+    requests = 6
+    out = tmp_path / "attached.json"
+    proc = attach(served, out, requests, 3)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert f"served {requests}" in stdout
+    report = json.loads(out.read_text())
+    assert report["attach"]["reason"] == "exit"
+    # Everything the process ran: model loading on the main thread adds no
+    # FLOPs (allocation and storage binding are zero-cost), the requests add
+    # exactly N forwards.
+    check_report(report, served, requests)
+
+
+def test_attach_report_on_signal_while_requests_are_in_flight(served, tmp_path):
+    requests, per_request = 120, served["flops"]["total"]["value"]
+    out = tmp_path / "signalled.json"
+    proc = attach(served, out, requests, 2, signal_name="USR1", pace_ms=10)
+    snapshots = []
+    try:
+        for line in proc.stdout:
+            if line.strip() == "served 20":
+                break
+        for _ in range(2):  # two signals: two snapshots, numbered
+            os.kill(proc.pid, signal.SIGUSR1)
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                if out.exists():
+                    report = json.loads(out.read_text())
+                    if report["attach"]["reason"] == "signal" and report["attach"]["sequence"] == len(snapshots) + 1:
+                        snapshots.append(report)
+                        break
+                time.sleep(0.01)
+            else:
+                pytest.fail("no snapshot report after the signal")
+        rest, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    for snap in snapshots:
+        # Requests were being served while the snapshot was taken: it holds
+        # whole forwards only (calls of a running forward wait for the next
+        # report), a strict subset of the requests, all counted.
+        assert snap["context"]["snapshot"] is True
+        total = snap["operator_flops"]["total"]
+        assert total["status"] == "complete"
+        assert total["value"] % per_request == 0
+        assert 20 <= total["value"] // per_request < requests
+    assert snapshots[0]["operator_flops"]["total"]["value"] <= snapshots[1]["operator_flops"]["total"]["value"]
+    final = json.loads(out.read_text())
+    assert final["attach"] == {"reason": "exit", "sequence": 3, "pid": proc.pid}
+    check_report(final, served, requests)  # no call lost
+
+
+def test_launcher_refuses_binaries_it_cannot_scan(tmp_path):
+    run = subprocess.run([sys.executable, str(ATTACH), "--output", str(tmp_path / "r.json"), "--", "/bin/true"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert "not dynamically linked against LibTorch" in run.stderr
+    assert not (tmp_path / "r.json").exists()
+    run = subprocess.run([sys.executable, str(ATTACH), "--output", str(tmp_path / "r.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "give the binary to run after --" in run.stderr
+
+
+def test_launcher_refuses_other_torch_versions_and_abis():
+    sys.path.insert(0, str(REPO_ROOT / "tools"))
+    import attach as launcher
+
+    ok = {"built_against": "2.13.0+cpu", "loaded": "2.13.0", "library_abi": 1, "loaded_abi": 1}
+    assert launcher.compatibility_problem(ok) == ""
+    problem = launcher.compatibility_problem({**ok, "loaded": "2.14.1"})
+    assert "runs torch 2.14.1" in problem and "built against torch 2.13.0+cpu" in problem
+    problem = launcher.compatibility_problem({**ok, "loaded_abi": 0})
+    assert "_GLIBCXX_USE_CXX11_ABI=0" in problem
+
+
+def test_probe_reports_this_machines_torch(served, tmp_path):
+    # The library's own check, run inside the real server binary.
+    lib = REPO_ROOT / "python_shim/torchscan/_lib/libtorchscan_attach.so"
+    run = subprocess.run([str(SERVER), "--model", "unused"], env={**os.environ, "LD_PRELOAD": str(lib),
+                                                                   "TORCHSCAN_ATTACH_PROBE": "1"},
+                         capture_output=True, text=True, timeout=60)
+    probe = json.loads(run.stdout.split("TORCHSCAN_PROBE ", 1)[1])
+    assert probe["loaded"] == torch.__version__.split("+")[0]
+    assert probe["loaded_abi"] == int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    assert probe["problem"] == ""

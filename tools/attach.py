@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Scan an unmodified LibTorch binary from outside.
+
+    python3 tools/attach.py --output report.json [--signal USR1] -- ./server args...
+
+Preloads libtorchscan_attach.so into the binary, which scans every thread's
+ATen work from before main() and writes the scan report (JSON, kind
+"torchscan_scan_report") to --output when the process exits normally and each
+time --signal arrives. Before running the binary it checks that the binary
+is dynamically linked against LibTorch and that its torch version and C++ ABI
+match the library's; otherwise it refuses and says why.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SIGNALS = ("USR1", "USR2", "HUP", "WINCH")
+
+
+def default_library() -> Path:
+    for candidate in (ROOT / "python_shim/torchscan/_lib/libtorchscan_attach.so",
+                      ROOT / "bazel-bin/torchscan_dispatch/libtorchscan_attach.so"):
+        if candidate.exists():
+            return candidate
+    return candidate
+
+
+def torch_libraries(binary: str) -> dict:
+    """soname -> resolved path of the LibTorch libraries the binary loads."""
+    res = subprocess.run(["ldd", binary], capture_output=True, text=True)
+    found = {}
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if parts and parts[0] in ("libc10.so", "libtorch_cpu.so", "libtorch.so") and "=>" in parts:
+            found[parts[0]] = parts[parts.index("=>") + 1]
+    return found
+
+
+def compatibility_problem(probe: dict) -> str:
+    """Why the library cannot attach to the process the probe ran in ('' when it can)."""
+    built = probe["built_against"].split("+")[0]
+    if probe["loaded"] != built:
+        return (f"the binary runs torch {probe['loaded']} but this TorchScan library was built against torch "
+                f"{probe['built_against']}; rebuild TorchScan against the binary's torch "
+                "(TORCHSCAN_PYTHON=<python with that torch> bazel build //torchscan_dispatch:libtorchscan_attach.so)")
+    if probe["loaded_abi"] != probe["library_abi"]:
+        return (f"the binary's LibTorch uses _GLIBCXX_USE_CXX11_ABI={probe['loaded_abi']} but this TorchScan "
+                f"library was built with _GLIBCXX_USE_CXX11_ABI={probe['library_abi']}; rebuild TorchScan "
+                "against a LibTorch with the binary's ABI")
+    return ""
+
+
+def refuse(message: str) -> "NoReturn":
+    print(f"torchscan attach: refusing: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     usage="%(prog)s --output REPORT.json [--signal USR1] -- BINARY [ARGS...]")
+    parser.add_argument("--output", required=True, help="where the report is written (replaced atomically)")
+    parser.add_argument("--signal", choices=SIGNALS, help="also write the report each time this signal arrives")
+    parser.add_argument("--library", type=Path, default=None, help="libtorchscan_attach.so to preload")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- BINARY [ARGS...]")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the binary to run after --, e.g. -- ./server --port 8000")
+    library = (args.library or default_library()).resolve()
+    if not library.exists():
+        refuse(f"{library} does not exist; build it with `bash tools/setup.sh` or pass --library")
+    binary = shutil.which(command[0]) or command[0]
+    if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
+        refuse(f"{command[0]} is not an executable file")
+    if not torch_libraries(binary):
+        refuse(f"{binary} is not dynamically linked against LibTorch (ldd finds no libc10.so / "
+               "libtorch_cpu.so); a statically linked or non-LibTorch binary cannot be scanned from outside")
+
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
+    # Probe: the library reports the torch the binary really loads, then the
+    # process leaves before main().
+    probe_run = subprocess.run([binary, *command[1:]], env={**env, "TORCHSCAN_ATTACH_PROBE": "1"},
+                               capture_output=True, text=True, timeout=120)
+    lines = [l for l in probe_run.stdout.splitlines() if l.startswith("TORCHSCAN_PROBE ")]
+    if not lines:
+        refuse(f"the library could not be loaded into {binary}:\n{probe_run.stderr.strip()}")
+    problem = compatibility_problem(json.loads(lines[-1].split(" ", 1)[1]))
+    if problem:
+        refuse(problem)
+
+    env["TORCHSCAN_ATTACH_OUTPUT"] = str(Path(args.output).resolve())
+    if args.signal:
+        env["TORCHSCAN_ATTACH_SIGNAL"] = args.signal
+    # exec: the binary keeps this process id, so signals sent to it arrive.
+    os.execve(binary, [command[0], *command[1:]], env)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
