@@ -351,6 +351,44 @@ def _fmt_flops(rep: Dict[str, Any]) -> str:
     return f"{rep.get('status')} {kv_s} FLOPs (report built in {rep['report_build_ms']:.1f} ms)"
 
 
+def bench_serving(requests: int, workers: int, repeats: int) -> Dict[str, Any]:
+    """The example C++ server (tests/cpp/example_server.cc) at full load:
+    unattached, under tools/attach.py, and scanning itself through the C++
+    API (all threads, one RequestScope per request). Runs are interleaved;
+    each arm's figure is the median of the servers' own serving time."""
+    import subprocess
+    import tempfile
+
+    if str(REPO / "tests") not in sys.path:
+        sys.path.insert(0, str(REPO / "tests"))
+    from fixtures.serving import INPUT_SHAPE, build_model, save_torchscript  # noqa: WPS433
+
+    server = REPO / "bazel-bin/tests/example_server"
+    scanned = REPO / "bazel-bin/tests/example_server_scanned"
+    tmp = Path(tempfile.mkdtemp(prefix="torchscan-serving-"))
+    model = save_torchscript(build_model(), tmp / "model.pt")
+    common = ["--model", str(model), "--requests", str(requests), "--workers", str(workers),
+              "--input", ",".join(map(str, INPUT_SHAPE))]
+    arms = {
+        "unattached": [str(server), *common],
+        "attached": [sys.executable, str(REPO / "tools/attach.py"), "--output", str(tmp / "attached.json"),
+                     "--", str(server), *common],
+        "cpp_api_all_threads": [str(scanned), *common, "--scan", str(tmp / "api.json")],
+    }
+    times: Dict[str, List[float]] = {a: [] for a in arms}
+    for r in range(repeats + 1):  # the first round warms caches up and is dropped
+        for arm in (list(arms) if r % 2 == 0 else list(reversed(arms))):
+            out = subprocess.run(arms[arm], capture_output=True, text=True, check=True).stdout
+            seconds = float(out.strip().splitlines()[-1].split()[1])
+            if r:
+                times[arm].append(seconds)
+    med = {a: _median(t) for a, t in times.items()}
+    report = json.loads((tmp / "attached.json").read_text())
+    return {"requests": requests, "workers": workers, "repeats": repeats, "median_s": med,
+            "ratio_vs_unattached": {a: med[a] / med["unattached"] for a in arms if a != "unattached"},
+            "attached_report_total": report["operator_flops"]["total"]}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -364,6 +402,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--decoder-repeats", type=int, help="decoder-step repeats (default 101; 12)")
     p.add_argument("--prefill", type=int, default=32, help="decoder prompt length (default 32)")
     p.add_argument("--skip-e2e", action="store_true", help="only run the per-op test")
+    p.add_argument("--serving-requests", type=int, help="requests per example-server run (default 400; 100)")
+    p.add_argument("--skip-serving", action="store_true", help="skip the example-server test")
     p.add_argument("--no-torchscan", action="store_true", help="skip the torchscan arms")
     args = p.parse_args(argv)
 
@@ -476,6 +516,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             for k, rep in res["reports"].items():
                 print(f"      report[{k}]: {_fmt_flops(rep)}")
         result["end_to_end"] = e2e
+        print()
+
+    # ---- c. example server under the attach launcher ------------------------ #
+    if not args.skip_serving and not args.no_torchscan:
+        workers = os.cpu_count() or 2
+        sv = bench_serving(args.serving_requests or (100 if q else 400), workers, 3 if q else 7)
+        result["serving"] = sv
+        print(f"[c] example C++ server at full load: {sv['requests']} requests of the example CNN "
+              f"(1x3x32x32) on {workers} worker threads; median of {sv['repeats']} interleaved runs")
+        for arm, t in sv["median_s"].items():
+            line = f"      {arm:<20} {t * 1000:10.1f} ms"
+            if arm in sv["ratio_vs_unattached"]:
+                line += f"   ratio {_fmt_ratio(sv['ratio_vs_unattached'][arm])}"
+            print(line)
+        print(f"      attached report: {sv['attached_report_total']['status']} "
+              f"{sv['attached_report_total']['value']:,} FLOPs")
         print()
 
     elapsed = time.perf_counter() - t_start

@@ -5,6 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+#include <thread>
+#include <vector>
+
 // --- README example begins ---
 #include "torchscan_dispatch/torchscan.h"
 
@@ -18,6 +22,29 @@ std::string CountFlops(const at::Tensor& x, const at::Tensor& w) {
 }
 // --- README example ends ---
 
+// --- README server example begins ---
+// A worker pool serving requests: one scan covers every thread.
+std::string ServeScanned(int requests, const at::Tensor& w) {
+  torchscan::ScanOptions options;
+  options.threads = torchscan::Threads::kAll;
+  torchscan::Session session(options);
+  {
+    torchscan::ScanGuard scan(session);
+    std::vector<std::thread> workers;
+    for (int r = 0; r < requests; ++r) {
+      workers.emplace_back([&, r] {
+        torchscan::RequestScope request(session, "request-" + std::to_string(r));
+        at::relu(at::matmul(at::ones({8, 16}), w));
+      });
+    }
+    for (auto& t : workers) t.join();
+  }
+  // Everything, per thread and per request; FlopReportJson({{}, {"request-0"}})
+  // gives one request's FlopReport, ({{}, {"request-0", "request-1"}}) two merged.
+  return session.ScanReportJson().value();
+}
+// --- README server example ends ---
+
 TEST(ApiExample, CountsTheMatmulAndTheRelu) {
   const auto report = nlohmann::json::parse(CountFlops(at::ones({8, 16}), at::ones({16, 4})));
   // (8x16)@(16x4): 32 outputs x 16 terms x 2 = 1024; relu: one selection per
@@ -26,4 +53,13 @@ TEST(ApiExample, CountsTheMatmulAndTheRelu) {
   EXPECT_EQ(report["by_operator"]["aten.relu"], 32);
   EXPECT_EQ(report["total"]["status"], "complete");
   EXPECT_EQ(report["total"]["value"], 1056);
+}
+
+TEST(ApiExample, ServesRequestsOnAllThreads) {
+  const auto report = nlohmann::json::parse(ServeScanned(3, at::ones({16, 4})));
+  // Each request: the 1056 FLOPs derived above (mm 1024 + relu 32); the
+  // input fill costs none.
+  EXPECT_EQ(report["operator_flops"]["total"]["value"], 3 * 1056);
+  ASSERT_EQ(report["requests"].size(), 3u);
+  for (const auto& q : report["requests"]) EXPECT_EQ(q["totals"]["operator_flops"]["value"], 1056);
 }

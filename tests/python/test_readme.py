@@ -19,9 +19,12 @@ def test_python_examples_run():
         exec(compile(code, "README.md", "exec"), {})
 
 
-def test_cpp_example_is_the_tested_one():
-    (block,) = _blocks("cpp")
+def test_cpp_examples_are_the_tested_ones():
     with open(os.path.join(ROOT, "tests", "cpp", "api_example.cc")) as f:
         source = f.read()
-    example = source.split("// --- README example begins ---\n")[1].split("// --- README example ends ---")[0]
-    assert block.strip() == example.strip()
+
+    def example(name):
+        return source.split(f"// --- README {name}begins ---\n")[1].split(f"// --- README {name}ends ---")[0]
+
+    blocks = [b.strip() for b in _blocks("cpp")]
+    assert blocks == [example("example ").strip(), example("server example ").strip()]
