@@ -2,7 +2,8 @@
 
 namespace torchscan::reports {
 
-nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope, bool compute) {
+nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope,
+                          const std::array<bool, 4>& requested) {
   nlohmann::json out = nlohmann::json::array();
   for (const LayerTally& l : layers) {
     nlohmann::json metrics = nlohmann::json::object();
@@ -11,7 +12,7 @@ nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::stri
                                   : l.complete[m] ? MetricStatus::kComplete
                                                   : MetricStatus::kPartial;
       metrics[kLayerMetricNames[m]] =
-          compute ? MetricJson({status, l.known[m], kLayerMetricUnits[m], scope, kLayerMetricMethods[m]})
+          requested[m] ? MetricJson({status, l.known[m], kLayerMetricUnits[m], scope, kLayerMetricMethods[m]})
                   : MetricJson({MetricStatus::kUnavailable, 0, kLayerMetricUnits[m], scope, "not_requested"});
     }
     static const char* kFieldNames[3] = {"receptive_field", "effective_stride", "effective_padding"};

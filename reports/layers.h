@@ -37,8 +37,9 @@ struct LayerTally {
 };
 
 // [{"path", "call_index", "parent", "depth", "failed", "metrics": {...}}]
-// compute = false (structure mode): compute metrics are unavailable /
-// not_requested.
-nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope, bool compute = true);
+// requested[m] = false: metric m (kLayerMetricNames order) is unavailable /
+// not_requested (structure mode, or a view left out).
+nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope,
+                          const std::array<bool, 4>& requested = {true, true, true, true});
 
 }  // namespace torchscan::reports

@@ -390,7 +390,7 @@ nlohmann::json ModuleJson(Session::State& s, Planned& p) {
   return reports::ModuleReportJson(TallyModuleView(p.set->events(), p.ModulePlan(s.catalog), s.catalog, s.Context()));
 }
 
-nlohmann::json LayersOf(Session::State& s, Planned& p, bool compute) {
+nlohmann::json LayersOf(Session::State& s, Planned& p, const std::array<bool, 4>& requested) {
   const EventSet& set = *p.set;
   const auto& scopes = set.scopes;
   const int64_t size = static_cast<int64_t>(set.events().size());
@@ -416,7 +416,7 @@ nlohmann::json LayersOf(Session::State& s, Planned& p, bool compute) {
     }
     layers[i].field_known = fields[i].has_value();
   }
-  return reports::LayersJson(layers, s.options.scope, compute);
+  return reports::LayersJson(layers, s.options.scope, requested);
 }
 
 bool Unfiltered(const ReportFilter& f) { return f.threads.empty() && f.requests.empty(); }
@@ -448,9 +448,9 @@ absl::StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {
   if (s.phase != Phase::kStopped) {
     return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
   }
-  if (Unfiltered(filter)) return LayersOf(s, s.Calls(), true).dump();
+  if (Unfiltered(filter)) return LayersOf(s, s.Calls(), {true, true, true, true}).dump();
   Planned p{s.Gather(filter)};
-  return LayersOf(s, p, true).dump();
+  return LayersOf(s, p, {true, true, true, true}).dump();
 }
 
 absl::StatusOr<int32_t> Session::PushModuleScope(std::string_view path) {
@@ -498,26 +498,28 @@ absl::StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) 
   const bool snapshot = s.phase == Phase::kActive;
   Planned fresh;
   Planned& p = !snapshot && Unfiltered(filter) ? s.Calls() : (fresh.set = s.Gather(filter), fresh);
-  const bool compute = !s.options.structure;
+  const bool op_view = s.options.operator_view && !s.options.structure;
+  const bool module_view = s.options.module_view && !s.options.structure;
   nlohmann::json j;
   j["kind"] = "torchscan_scan_report";
   j["schema_version"] = reports::kSchemaVersion;
   j["context"] = {{"torch_version", TORCHSCAN_BUILT_TORCH_VERSION},
                   {"torchscan_version", reports::kTorchscanVersion},
                   {"threads", s.options.threads == Threads::kAll ? "all" : "current"},
-                  {"analysis_mode", compute ? "full" : "structure"},
+                  {"analysis_mode", s.options.structure ? "structure" : "full"},
                   {"snapshot", snapshot},
                   {"in_flight_calls", p.set->in_flight},
                   {"unattributed_calls", s.unattributed}};
-  j["operator_flops"] = compute ? FlopJson(s, p) : nlohmann::json();
-  j["module_report"] = compute ? ModuleJson(s, p) : nlohmann::json();
-  j["layers"] = LayersOf(s, p, compute);
+  j["operator_flops"] = op_view ? FlopJson(s, p) : nlohmann::json();
+  j["module_report"] = module_view ? ModuleJson(s, p) : nlohmann::json();
+  j["layers"] = LayersOf(s, p, {op_view, module_view, module_view, module_view});
   // Per thread and per request: each one's own calls, valued alone.
   auto total_of = [&](Planned& part) {
     nlohmann::json t = nlohmann::json::object();
-    if (!compute) return t;
-    t["operator_flops"] = FlopJson(s, part)["total"];
-    for (const auto& [name, metric] : ModuleJson(s, part)["totals"].items()) t[name] = metric;
+    if (op_view) t["operator_flops"] = FlopJson(s, part)["total"];
+    if (module_view) {
+      for (const auto& [name, metric] : ModuleJson(s, part)["totals"].items()) t[name] = metric;
+    }
     return t;
   };
   j["threads"] = nlohmann::json::array();

@@ -47,8 +47,13 @@ struct ScanOptions {
   // Submodule calls of TorchScript models (torch::jit::load) become module
   // scopes named by their module paths ("" is the root, "features.0", ...).
   bool torchscript_scopes = true;
-  // Structure mode: ScanReportJson keeps the layers but reports compute
-  // metrics as unavailable / not_requested.
+  // Which views ScanReportJson values: the operator view (operator_flops)
+  // and the module view (module_flops, macs, dmas). A view left out is null
+  // in the document and unavailable / not_requested in the layers.
+  bool operator_view = true;
+  bool module_view = true;
+  // Structure mode: no views; the layers (module calls, receptive fields)
+  // stay.
   bool structure = false;
 };
 

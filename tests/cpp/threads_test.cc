@@ -268,6 +268,43 @@ TEST(Guards, ExceptionThroughScopesRestoresStateAndMarksTheCallFailed) {
   EXPECT_EQ(r["by_operator"]["aten.mm"], 48);  // the call that ran; the raising one is a diagnostic
 }
 
+TEST(Options, ViewsAndStructureMode) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  auto report = [&](ScanOptions o) {
+    Session s(o);
+    {
+      ScanGuard scan(s);
+      ModuleScope m(s, "head");
+      at::mm(a, b);
+    }
+    return json::parse(s.ScanReportJson().value());
+  };
+  ScanOptions only_operator;
+  only_operator.module_view = false;
+  json r = report(only_operator);
+  EXPECT_EQ(r["operator_flops"]["total"]["value"], 48);
+  EXPECT_TRUE(r["module_report"].is_null());
+  EXPECT_EQ(r["layers"][0]["metrics"]["operator_flops"]["value"], 48);
+  EXPECT_EQ(r["layers"][0]["metrics"]["macs"]["method"], "not_requested");
+  EXPECT_EQ(r["layers"][0]["metrics"]["macs"]["status"], "unavailable");
+
+  ScanOptions structure;
+  structure.structure = true;
+  r = report(structure);
+  EXPECT_EQ(r["context"]["analysis_mode"], "structure");
+  EXPECT_TRUE(r["operator_flops"].is_null());
+  EXPECT_TRUE(r["module_report"].is_null());
+  ASSERT_EQ(r["layers"].size(), 1u);
+  EXPECT_EQ(r["layers"][0]["path"], "head");
+  for (const char* m : {"operator_flops", "module_flops", "macs", "dmas"}) {
+    EXPECT_EQ(r["layers"][0]["metrics"][m]["method"], "not_requested") << m;
+  }
+
+  r = report(ScanOptions{});  // both views: 2*3*4 = 24 MACs (one per term), FLOPs as above
+  EXPECT_EQ(r["module_report"]["totals"]["macs"]["value"], 24);
+  EXPECT_EQ(r["context"]["threads"], "current");
+}
+
 TEST(Guards, MisuseIsAStatusNotACrash) {
   Session s;
   EXPECT_EQ(s.BeginRequest("x").code(), absl::StatusCode::kFailedPrecondition);
