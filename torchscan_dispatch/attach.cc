@@ -87,8 +87,8 @@ struct Attached {
 };
 Attached* attached = nullptr;  // lives until the process ends
 
-void WriteReport(const char* reason) {
-  std::lock_guard<std::mutex> lock(attached->write_mu);
+// Caller holds attached->write_mu.
+void WriteReportLocked(const char* reason) {
   absl::StatusOr<std::string> text = attached->session->ScanReportJson();
   if (!text.ok()) {
     std::fprintf(stderr, "torchscan attach: no report (%s)\n", std::string(text.status().message()).c_str());
@@ -108,6 +108,11 @@ void WriteReport(const char* reason) {
   if (std::rename(tmp.c_str(), attached->output.c_str()) != 0) {
     std::fprintf(stderr, "torchscan attach: cannot rename %s: %s\n", tmp.c_str(), std::strerror(errno));
   }
+}
+
+void WriteReport(const char* reason) {
+  std::lock_guard<std::mutex> lock(attached->write_mu);
+  WriteReportLocked(reason);
 }
 
 void OnSignal(int) {
@@ -133,9 +138,11 @@ void Writer() {
 
 void AtExit() {
   // Stop first: every thread's later calls (static destructors, threads the
-  // server left running) are not part of the scan.
+  // server left running) are not part of the scan. The lock keeps a
+  // snapshot the writer thread may be taking from racing with the stop.
+  std::lock_guard<std::mutex> lock(attached->write_mu);
   (void)attached->session->Stop();
-  WriteReport("exit");
+  WriteReportLocked("exit");
 }
 
 int SignalNumber(const std::string& name) {
