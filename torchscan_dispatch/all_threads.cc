@@ -27,29 +27,40 @@ uint64_t& LastGeneration() {  // guarded by ActiveMutex()
 
 // The first observed operator of a thread that joins in the callback.
 struct FirstCall : at::ObserverContext {
-  FirstCall(std::shared_ptr<ThreadLog> l, int32_t i, bool r) : log(std::move(l)), index(i), has_returns(r) {}
+  FirstCall(std::shared_ptr<ThreadLog> l, int32_t i, size_t r) : log(std::move(l)), index(i), returns(r) {}
   std::shared_ptr<ThreadLog> log;
   int32_t index;
-  bool has_returns;
+  size_t returns;  // values the schema returns
 };
 
 std::unique_ptr<at::ObserverContext> OnOperatorStart(const at::RecordFunction& fn) {
   const uint64_t generation = AllThreadsGeneration().load(std::memory_order_acquire);
-  if (generation == 0 || ThisThreadLink().generation == generation) return nullptr;
-  // A thread that carries the key joins in the fallback, which sees this call.
+  if (generation == 0) return nullptr;
+  // With the key on, the fallback sees this call (and joins the thread).
   if (c10::impl::tls_is_dispatch_key_included(kModeKey)) return nullptr;
+  // The key is off: a thread that has not joined yet, or one whose key a
+  // guard restored (ThreadLocalStateGuard in a pool, a scan of its own
+  // stopping). Switch it on and record this call here.
   const auto name = fn.operator_name();
   if (!name) return nullptr;
   const auto op = c10::Dispatcher::singleton().findOp(*name);
   if (!op) return nullptr;
-  std::shared_ptr<ThreadLog> log = AllThreadsLog();  // joins: the key is on from here
-  if (!log) return nullptr;
+  std::shared_ptr<ThreadLog> log = AllThreadsLog();  // joins
+  ThreadLink* link = ThisThreadLink();
+  if (!log || !link) return nullptr;
+  if (!c10::impl::tls_is_dispatch_key_included(kModeKey)) {
+    c10::impl::tls_set_dispatch_key_included(kModeKey, true);
+    link->set_key = true;
+  }
   const auto& schema = op->schema();
   const bool fixed = !schema.is_vararg() && !schema.is_varret();
-  const auto inputs = fn.inputs();
-  const size_t n = fixed ? std::min(schema.arguments().size(), inputs.size()) : 0;
+  // A boxed call's inputs are its caller's whole stack: the arguments are
+  // the last ones.
+  const auto all_inputs = fn.inputs();
+  const size_t n = fixed ? std::min(schema.arguments().size(), all_inputs.size()) : 0;
+  const auto inputs = all_inputs.slice(all_inputs.size() - n, n);
   // The key set this call was dispatched with: its tensors' keys and this
-  // thread's TLS, as they were before the callback switched the key on.
+  // thread's TLS, as they were before the key was switched on.
   c10::DispatchKeySet keys;
   auto add = [&keys](const c10::IValue& v) {
     if (v.isTensor()) keys = keys | v.toTensor().key_set();
@@ -68,7 +79,7 @@ std::unique_ptr<at::ObserverContext> OnOperatorStart(const at::RecordFunction& f
   if (!log->sealed) index = log->recorder.Begin(*op, keys & kAfterMode, absl::MakeConstSpan(inputs.data(), n));
   log->Unlock();
   if (index < 0) return nullptr;
-  return std::make_unique<FirstCall>(std::move(log), index, fixed && !schema.returns().empty());
+  return std::make_unique<FirstCall>(std::move(log), index, fixed ? schema.returns().size() : 0);
 }
 
 void OnOperatorEnd(const at::RecordFunction& fn, at::ObserverContext* context) {
@@ -77,11 +88,13 @@ void OnOperatorEnd(const at::RecordFunction& fn, at::ObserverContext* context) {
   const auto& outputs = fn.outputs();
   call->log->Lock();
   if (!call->log->sealed) {
-    // No outputs from an operator that returns some: its kernel raised.
-    if (call->has_returns && outputs.empty()) {
+    // Fewer outputs than the operator returns: its kernel raised. A boxed
+    // call's outputs are its caller's stack: the results are the last ones.
+    if (outputs.size() < call->returns) {
       call->log->recorder.Abort(call->index);
     } else {
-      call->log->recorder.End(call->index, absl::MakeConstSpan(outputs));
+      call->log->recorder.End(call->index,
+                              absl::MakeConstSpan(outputs.data() + outputs.size() - call->returns, call->returns));
     }
   }
   call->log->Unlock();
@@ -108,9 +121,30 @@ std::atomic<uint64_t>& AllThreadsGeneration() {
   return generation;
 }
 
-ThreadLink& ThisThreadLink() {
-  static thread_local ThreadLink link;
-  return link;
+namespace {
+// The link lives on the heap, reached through a trivially destructible
+// thread_local pointer, so code running after the thread's TLS destructors
+// (atexit handlers on the main thread) finds nullptr instead of a dead object.
+// initial-exec like tls_top (scan_state.cc): the engine's TLS variables share
+// one access model.
+thread_local ThreadLink* tls_link __attribute__((tls_model("initial-exec"))) = nullptr;
+thread_local bool tls_link_gone __attribute__((tls_model("initial-exec"))) = false;
+struct LinkReaper {
+  ~LinkReaper() {
+    delete tls_link;
+    tls_link = nullptr;
+    tls_link_gone = true;
+  }
+};
+thread_local LinkReaper tls_reaper __attribute__((tls_model("initial-exec")));
+}  // namespace
+
+ThreadLink* ThisThreadLink() {
+  if (C10_LIKELY(tls_link != nullptr)) return tls_link;
+  if (tls_link_gone) return nullptr;
+  (void)&tls_reaper;  // constructs the reaper: the link is freed at thread exit
+  tls_link = new ThreadLink();
+  return tls_link;
 }
 
 absl::Status AllThreadsScan::Start() {
@@ -162,13 +196,15 @@ std::shared_ptr<ThreadLog> AllThreadsScan::Join(uint64_t generation) {
   log->recorder.torchscript_scopes = torchscript_scopes_;
   char name[64] = {0};
   if (pthread_getname_np(pthread_self(), name, sizeof(name)) == 0) log->name = name;
+  ThreadLink* link = ThisThreadLink();
+  if (link == nullptr) return nullptr;  // the thread is exiting
   logs_.push_back(log);
-  ThreadLink& link = ThisThreadLink();
-  link.generation = generation;
-  link.log = log;
+  link->generation = generation;
+  link->log = log;
+  link->set_key = false;
   if (!c10::impl::tls_is_dispatch_key_included(kModeKey)) {
     c10::impl::tls_set_dispatch_key_included(kModeKey, true);
-    link.set_key = true;
+    link->set_key = true;
   }
   return log;
 }
@@ -176,30 +212,34 @@ std::shared_ptr<ThreadLog> AllThreadsScan::Join(uint64_t generation) {
 std::shared_ptr<ThreadLog> AllThreadsLog() {
   const uint64_t generation = AllThreadsGeneration().load(std::memory_order_acquire);
   if (generation == 0) return nullptr;
-  ThreadLink& link = ThisThreadLink();
-  if (link.generation == generation) return link.log;
+  ThreadLink* link = ThisThreadLink();
+  if (link == nullptr) return nullptr;
+  if (link->generation == generation) return link->log;
   std::lock_guard<std::mutex> lock(ActiveMutex());
   AllThreadsScan* active = Active();
   return active ? active->Join(generation) : nullptr;
 }
 
 bool LeaveFinishedAllThreadsScan() {
-  ThreadLink& link = ThisThreadLink();
-  if (link.generation == 0 || link.generation == AllThreadsGeneration().load(std::memory_order_acquire)) {
+  ThreadLink* link = ThisThreadLink();
+  if (link == nullptr || link->generation == 0 ||
+      link->generation == AllThreadsGeneration().load(std::memory_order_acquire)) {
     return false;
   }
-  const bool had_key = link.set_key;
+  // A scan of this thread is active and needs the key: leave it for later.
+  if (ThreadTopRecorder() != nullptr) return false;
+  const bool had_key = link->set_key;
   if (had_key) c10::impl::tls_set_dispatch_key_included(kModeKey, false);
-  link = ThreadLink();
+  *link = ThreadLink();
   return had_key;
 }
 
 void ForEachThreadRecorder(absl::FunctionRef<void(Recorder&)> f) {
   for (Recorder* r = ThreadTopRecorder(); r != nullptr; r = r->outer) f(*r);
   const uint64_t generation = AllThreadsGeneration().load(std::memory_order_acquire);
-  ThreadLink& link = ThisThreadLink();
-  if (generation == 0 || link.generation != generation) return;
-  std::shared_ptr<ThreadLog> log = link.log;
+  ThreadLink* link = ThisThreadLink();
+  if (generation == 0 || link == nullptr || link->generation != generation) return;
+  std::shared_ptr<ThreadLog> log = link->log;
   log->Lock();
   if (!log->sealed) f(log->recorder);
   log->Unlock();

@@ -69,7 +69,9 @@ struct ThreadLink {
   std::shared_ptr<ThreadLog> log;
   bool set_key = false;  // joining switched the mode key on in this thread
 };
-ThreadLink& ThisThreadLink();
+// nullptr once the thread's thread-local storage is being torn down (e.g.
+// atexit handlers of the main thread): callers then do nothing.
+ThreadLink* ThisThreadLink();
 
 // The calling thread's log in the active all-threads scan, joining it on
 // first use; nullptr when no all-threads scan is active.

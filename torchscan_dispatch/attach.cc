@@ -84,11 +84,15 @@ struct Attached {
   std::mutex write_mu;  // one report at a time
   int sequence = 0;
   int pipe_read = -1, pipe_write = -1;
+  int signo = 0;
+  pid_t pid = 0;        // the attached process (a fork()ed child writes nothing)
+  bool closed = false;  // the exit report is written: no more reports
 };
 Attached* attached = nullptr;  // lives until the process ends
 
 // Caller holds attached->write_mu.
 void WriteReportLocked(const char* reason) {
+  if (attached->closed || getpid() != attached->pid) return;
   absl::StatusOr<std::string> text = attached->session->ScanReportJson();
   if (!text.ok()) {
     std::fprintf(stderr, "torchscan attach: no report (%s)\n", std::string(text.status().message()).c_str());
@@ -99,7 +103,7 @@ void WriteReportLocked(const char* reason) {
   const std::string tmp = attached->output + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << report.dump(1) << "\n";
+    out << report.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     if (!out) {
       std::fprintf(stderr, "torchscan attach: cannot write %s\n", tmp.c_str());
       return;
@@ -141,8 +145,11 @@ void AtExit() {
   // server left running) are not part of the scan. The lock keeps a
   // snapshot the writer thread may be taking from racing with the stop.
   std::lock_guard<std::mutex> lock(attached->write_mu);
+  if (getpid() != attached->pid) return;
   (void)attached->session->Stop();
   WriteReportLocked("exit");
+  attached->closed = true;  // a signal arriving during teardown writes nothing
+  if (attached->signo > 0) signal(attached->signo, SIG_IGN);
 }
 
 int SignalNumber(const std::string& name) {
@@ -181,6 +188,11 @@ __attribute__((constructor)) void Attach() {
   }
   attached = new Attached();
   attached->output = output;
+  attached->pid = getpid();
+  attached->signo = signo;
+  // Child processes the server starts are not part of this attach.
+  unsetenv("TORCHSCAN_ATTACH_OUTPUT");
+  unsetenv("TORCHSCAN_ATTACH_SIGNAL");
   ScanOptions options;
   options.threads = Threads::kAll;
   attached->session = std::make_unique<Session>(options);

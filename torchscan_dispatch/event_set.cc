@@ -9,8 +9,8 @@ EventSet::EventSet(const Recorder& r)
 
 void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const ReportFilter& filter) {
   const auto& src = r.events();
-  in_flight += static_cast<int64_t>(src.size() - count);
   if (!filter.threads.empty() && !filter.threads.count(thread)) return;
+  in_flight += static_cast<int64_t>(src.size() - count);
   auto request_kept = [&](int32_t q) {
     if (filter.requests.empty()) return true;
     return q >= 0 && filter.requests.count(r.requests()[q].id) > 0;

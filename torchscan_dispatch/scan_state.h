@@ -96,7 +96,7 @@ class Recorder {
 
  private:
   void SyncTorchScriptScopes();
-  void CloseTorchScriptScopes(size_t keep);
+  void CloseTorchScriptScopes(size_t keep, bool failed);
   std::vector<uintptr_t> LastTopLevelOutputs() const;
   BlockLog<Event> events_;
   Arena arena_;

@@ -4,6 +4,8 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <exception>
 #include <optional>
 #include <set>
@@ -48,9 +50,17 @@ struct Planned {
   }
 };
 
+// One thread log cut at its settled prefix: every part of one report reads
+// the same cut, so totals, threads and requests agree in a snapshot.
+struct Cut {
+  std::shared_ptr<ThreadLog> log;
+  size_t count;
+};
+
 struct Session::State {
   ScanOptions options;
-  Phase phase = Phase::kIdle;
+  std::atomic<Phase> phase{Phase::kIdle};  // kAll: read by worker threads
+  std::mutex report_mu;                    // one ScanReportJson at a time
   Recorder recorder;                    // Threads::kCurrent
   std::unique_ptr<AllThreadsScan> all;  // Threads::kAll
   std::vector<std::shared_ptr<ThreadLog>> logs;  // kAll, after Stop
@@ -66,17 +76,28 @@ struct Session::State {
 
   // The calls of this scan that pass `filter`: after Stop, or (kAll) a
   // snapshot of every thread's settled calls while the scan runs.
-  std::unique_ptr<EventSet> Gather(const ReportFilter& filter) {
+  std::vector<Cut> Cuts() const {
+    std::vector<Cut> cuts;
+    for (const auto& log : phase == Phase::kStopped ? logs : all->Logs()) {
+      log->Lock();
+      cuts.push_back({log, log->recorder.SettledPrefix()});
+      log->Unlock();
+    }
+    return cuts;
+  }
+
+  std::unique_ptr<EventSet> Gather(const ReportFilter& filter, const std::vector<Cut>* cuts = nullptr) {
+    auto set = std::make_unique<EventSet>();
     if (options.threads == Threads::kCurrent) {
-      auto set = std::make_unique<EventSet>();
       set->Add(recorder, recorder.events().size(), 1, filter);
       return set;
     }
-    auto set = std::make_unique<EventSet>();
-    for (const auto& log : phase == Phase::kStopped ? logs : all->Logs()) {
-      log->Lock();
-      set->Add(log->recorder, log->recorder.SettledPrefix(), log->number, filter);
-      log->Unlock();
+    std::vector<Cut> fresh;
+    if (cuts == nullptr) cuts = &(fresh = Cuts());
+    for (const Cut& cut : *cuts) {
+      cut.log->Lock();
+      set->Add(cut.log->recorder, cut.count, cut.log->number, filter);
+      cut.log->Unlock();
     }
     return set;
   }
@@ -489,6 +510,7 @@ std::vector<ThreadInfo> Session::ThreadsSeen() const {
 
 absl::StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
   State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.report_mu);
   if (s.phase == Phase::kIdle) return absl::FailedPreconditionError("torchscan: the scan has not started");
   if (s.phase == Phase::kActive && s.options.threads == Threads::kCurrent) {
     return absl::FailedPreconditionError(
@@ -496,8 +518,10 @@ absl::StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) 
         "need ScanOptions::threads = Threads::kAll");
   }
   const bool snapshot = s.phase == Phase::kActive;
+  // Every part of the report reads the same cut of each thread's log.
+  const std::vector<Cut> cuts = s.options.threads == Threads::kAll ? s.Cuts() : std::vector<Cut>();
   Planned fresh;
-  Planned& p = !snapshot && Unfiltered(filter) ? s.Calls() : (fresh.set = s.Gather(filter), fresh);
+  Planned& p = !snapshot && Unfiltered(filter) ? s.Calls() : (fresh.set = s.Gather(filter, &cuts), fresh);
   const bool op_view = s.options.operator_view && !s.options.structure;
   const bool module_view = s.options.module_view && !s.options.structure;
   nlohmann::json j;
@@ -523,22 +547,29 @@ absl::StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) 
     return t;
   };
   j["threads"] = nlohmann::json::array();
-  for (const ThreadInfo& t : ThreadsSeen()) {
-    if (!filter.threads.empty() && !filter.threads.count(t.number)) continue;
+  std::vector<std::pair<int64_t, std::string>> threads;
+  if (s.options.threads == Threads::kCurrent) {
+    threads.emplace_back(1, "");
+  } else {
+    for (const Cut& cut : cuts) threads.emplace_back(cut.log->number, cut.log->name);
+  }
+  for (const auto& [number, name] : threads) {
+    if (!filter.threads.empty() && !filter.threads.count(number)) continue;
     ReportFilter one = filter;
-    one.threads = {t.number};
-    Planned part{s.Gather(one)};
-    j["threads"].push_back({{"thread", t.number}, {"name", t.name}, {"calls", part.set->events().size()},
+    one.threads = {number};
+    Planned part{s.Gather(one, &cuts)};
+    j["threads"].push_back({{"thread", number}, {"name", name}, {"calls", part.set->events().size()},
                             {"totals", total_of(part)}});
   }
   j["requests"] = nlohmann::json::array();
   for (const std::string& id : p.set->requests) {
     ReportFilter one = filter;
     one.requests = {id};
-    Planned part{s.Gather(one)};
+    Planned part{s.Gather(one, &cuts)};
     j["requests"].push_back({{"request", id}, {"calls", part.set->events().size()}, {"totals", total_of(part)}});
   }
-  return j.dump();
+  // Thread names and request ids are caller bytes: never fail on bad UTF-8.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 ScanGuard::ScanGuard(Session& session) : session_(session) {

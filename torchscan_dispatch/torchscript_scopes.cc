@@ -9,6 +9,8 @@
 // forwards of the same model are two calls of the root scope.
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <exception>
+
 #include "torchscan_dispatch/scan_state.h"
 
 namespace torchscan {
@@ -45,12 +47,12 @@ std::vector<uintptr_t> Recorder::LastTopLevelOutputs() const {
   return out;
 }
 
-void Recorder::CloseTorchScriptScopes(size_t keep) {
+void Recorder::CloseTorchScriptScopes(size_t keep, bool failed) {
   if (keep >= jit_open_.size()) return;
   const std::vector<uintptr_t> outputs = LastTopLevelOutputs();
   // Every closing scope returned the same value: its innermost call's output.
   for (size_t i = jit_open_.size(); i-- > keep;) {
-    PopScope(jit_open_[i].second, /*failed=*/false, outputs);
+    PopScope(jit_open_[i].second, failed, outputs);
   }
   jit_open_.resize(keep);
 }
@@ -63,7 +65,7 @@ void Recorder::SyncTorchScriptScopes() {
   size_t keep = 0;
   while (keep < jit_open_.size() && keep < paths.size() && jit_open_[keep].first == paths[keep]) ++keep;
   keep = std::max(keep, floor);
-  CloseTorchScriptScopes(keep);
+  CloseTorchScriptScopes(keep, /*failed=*/false);
   for (size_t i = keep; i < paths.size(); ++i) jit_open_.emplace_back(paths[i], PushScope(paths[i]));
 }
 
@@ -73,7 +75,9 @@ void Recorder::LeaveTorchScriptFunction() {
   if (jit_frames_.empty()) return;
   const size_t floor = jit_frames_.back();
   jit_frames_.pop_back();
-  CloseTorchScriptScopes(floor);
+  // The function's frame ends while an exception unwinds it: its module
+  // calls raised.
+  CloseTorchScriptScopes(floor, std::uncaught_exceptions() > 0);
 }
 
 }  // namespace torchscan

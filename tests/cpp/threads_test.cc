@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/jit/api/module.h>
 
 #include <atomic>
@@ -243,6 +245,69 @@ TEST(AllThreads, OneAtATimeAndKeyOffAfterwards) {
   EXPECT_FALSE(included.load());
 }
 
+TEST(AllThreads, RejoinsWhenAGuardSwitchedTheKeyOff) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  // A current-thread scan stopping inside an all-threads scan restores the
+  // key it found (off): the next call still counts for the all-threads scan.
+  Session current;
+  ASSERT_TRUE(current.Start().ok());
+  Session all(AllThreads());
+  ASSERT_TRUE(all.Start().ok());
+  ASSERT_TRUE(current.Stop().ok());
+  at::mm(a, b);
+  ASSERT_TRUE(all.Stop().ok());
+  EXPECT_EQ(Total(all.FlopReportJson().value()), 48);
+  EXPECT_FALSE(ModeKeyIncluded());
+
+  // Pool threads restore their TLS after each task (ThreadLocalStateGuard):
+  // every task counts.
+  Pool pool(1);
+  Session s(AllThreads());
+  {
+    ScanGuard scan(s);
+    for (int i = 0; i < 3; ++i) {
+      pool.Run({[&] {
+        c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::TESTING_ONLY_GenericMode, false);
+        at::mm(a, b);
+      }});
+    }
+  }
+  EXPECT_EQ(Total(s.FlopReportJson().value()), 3 * 48);
+}
+
+TEST(AllThreads, StoppingUnderACurrentThreadScanLeavesItsKey) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  Session all(AllThreads());
+  ASSERT_TRUE(all.Start().ok());
+  Session current;
+  ASSERT_TRUE(current.Start().ok());
+  ASSERT_TRUE(all.Stop().ok());
+  at::mm(a, b);  // still the current-thread scan's
+  ASSERT_TRUE(current.Stop().ok());
+  EXPECT_EQ(Total(current.FlopReportJson().value()), 48);
+  at::mm(a, b);  // the first call afterwards switches the leftover key off
+  EXPECT_FALSE(ModeKeyIncluded());
+}
+
+TEST(AllThreads, BoxedFirstCallRecordsItsOwnArguments) {
+  // A worker's first call is boxed, with other values below its arguments on
+  // the stack (as in the TorchScript interpreter).
+  Pool pool(1);
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  Session s(AllThreads());
+  {
+    ScanGuard scan(s);
+    pool.Run({[&] {
+      const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "");
+      torch::jit::Stack stack{c10::IValue(7), c10::IValue(a), c10::IValue(b)};
+      op.callBoxed(stack);
+    }});
+  }
+  const json r = json::parse(s.FlopReportJson().value());
+  EXPECT_EQ(r["total"]["status"], "complete") << r.dump(1);
+  EXPECT_EQ(r["total"]["value"], 48);
+}
+
 TEST(Guards, ExceptionThroughScopesRestoresStateAndMarksTheCallFailed) {
   Session s;
   const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
@@ -358,6 +423,19 @@ TEST(TorchScript, SubmoduleCallsBecomeScopes) {
   for (const auto& [path, values] : by_path)
     for (int64_t v : values) sum += v;
   EXPECT_EQ(sum, total);  // rows are exclusive and add up
+}
+
+TEST(TorchScript, AForwardThatRaisesMarksItsCallsFailed) {
+  torch::jit::Module model = Scripted();
+  Session s;
+  {
+    ScanGuard scan(s);
+    EXPECT_ANY_THROW(model.forward({at::ones({2, 5})}));  // (2,5)@(4,4) raises in a
+  }
+  const json layers = json::parse(s.LayersJson().value());
+  ASSERT_FALSE(layers.empty());
+  for (const auto& l : layers) EXPECT_EQ(l["failed"], true) << l["path"];
+  EXPECT_FALSE(ModeKeyIncluded());
 }
 
 }  // namespace
