@@ -373,7 +373,8 @@ def bench_serving(requests: int, workers: int, repeats: int) -> Dict[str, Any]:
         "unattached": [str(server), *common],
         "attached": [sys.executable, str(REPO / "tools/attach.py"), "--output", str(tmp / "attached.json"),
                      "--", str(server), *common],
-        "cpp_api_all_threads": [str(scanned), *common, "--scan", str(tmp / "api.json")],
+        "cpp_api_join_on_first_call": [str(scanned), *common, "--scan", str(tmp / "api.json")],
+        "cpp_api_join_at_start": [str(scanned), *common, "--scan", str(tmp / "api2.json"), "--join-at-start"],
     }
     times: Dict[str, List[float]] = {a: [] for a in arms}
     for r in range(repeats + 1):  # the first round warms caches up and is dropped
@@ -402,7 +403,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--decoder-repeats", type=int, help="decoder-step repeats (default 101; 12)")
     p.add_argument("--prefill", type=int, default=32, help="decoder prompt length (default 32)")
     p.add_argument("--skip-e2e", action="store_true", help="only run the per-op test")
-    p.add_argument("--serving-requests", type=int, help="requests per example-server run (default 400; 100)")
+    p.add_argument("--serving-requests", type=int, help="requests per example-server run (default 2000; 200)")
     p.add_argument("--skip-serving", action="store_true", help="skip the example-server test")
     p.add_argument("--no-torchscan", action="store_true", help="skip the torchscan arms")
     args = p.parse_args(argv)
@@ -521,12 +522,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # ---- c. example server under the attach launcher ------------------------ #
     if not args.skip_serving and not args.no_torchscan:
         workers = os.cpu_count() or 2
-        sv = bench_serving(args.serving_requests or (100 if q else 400), workers, 3 if q else 7)
+        sv = bench_serving(args.serving_requests or (200 if q else 2000), workers, 3 if q else 7)
         result["serving"] = sv
         print(f"[c] example C++ server at full load: {sv['requests']} requests of the example CNN "
               f"(1x3x32x32) on {workers} worker threads; median of {sv['repeats']} interleaved runs")
         for arm, t in sv["median_s"].items():
-            line = f"      {arm:<20} {t * 1000:10.1f} ms"
+            line = f"      {arm:<28} {t * 1000:10.1f} ms"
             if arm in sv["ratio_vs_unattached"]:
                 line += f"   ratio {_fmt_ratio(sv['ratio_vs_unattached'][arm])}"
             print(line)

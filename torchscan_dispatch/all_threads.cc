@@ -155,10 +155,12 @@ absl::Status AllThreadsScan::Start() {
   }
   generation_ = ++LastGeneration();
   Active() = this;
-  callback_ = at::addGlobalCallback(at::RecordFunctionCallback(&OnOperatorStart, &OnOperatorEnd)
-                                        .needsInputs(true)
-                                        .needsOutputs(true)
-                                        .scopes({at::RecordScope::FUNCTION}));
+  if (join_on_first_call_) {
+    callback_ = at::addGlobalCallback(at::RecordFunctionCallback(&OnOperatorStart, &OnOperatorEnd)
+                                          .needsInputs(true)
+                                          .needsOutputs(true)
+                                          .scopes({at::RecordScope::FUNCTION}));
+  }
   if (torchscript_scopes_) AcquireTorchScriptCallback();
   AllThreadsGeneration().store(generation_, std::memory_order_release);
   return absl::OkStatus();
@@ -171,7 +173,7 @@ void AllThreadsScan::Stop() {
     AllThreadsGeneration().store(0, std::memory_order_release);
     Active() = nullptr;
   }
-  at::removeCallback(callback_);
+  if (callback_ != 0) at::removeCallback(callback_);
   if (torchscript_scopes_) ReleaseTorchScriptCallback();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& log : logs_) {

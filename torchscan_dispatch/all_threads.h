@@ -42,7 +42,8 @@ struct ThreadLog {
 // The process-wide state of the active all-threads scan (at most one).
 class AllThreadsScan {
  public:
-  explicit AllThreadsScan(bool torchscript_scopes) : torchscript_scopes_(torchscript_scopes) {}
+  AllThreadsScan(bool torchscript_scopes, bool join_on_first_call)
+      : torchscript_scopes_(torchscript_scopes), join_on_first_call_(join_on_first_call) {}
   absl::Status Start();  // fails when another all-threads scan is active
   void Stop();           // seals every log; later calls are not recorded
 
@@ -57,7 +58,8 @@ class AllThreadsScan {
   std::vector<std::shared_ptr<ThreadLog>> logs_;
   uint64_t generation_ = 0;
   bool torchscript_scopes_;
-  uint64_t callback_ = 0;  // RecordFunction handle
+  bool join_on_first_call_;
+  uint64_t callback_ = 0;  // RecordFunction handle (0: none)
 };
 
 // Generation of the active all-threads scan; 0 when none is active.

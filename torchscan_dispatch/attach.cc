@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -152,6 +153,20 @@ void AtExit() {
   if (attached->signo > 0) signal(attached->signo, SIG_IGN);
 }
 
+// Every thread created after the library loaded joins the scan as it starts,
+// so no RecordFunction callback is needed to catch first calls.
+struct Start {
+  void* (*fn)(void*);
+  void* arg;
+};
+
+void* StartJoined(void* p) {
+  const Start start = *static_cast<Start*>(p);
+  delete static_cast<Start*>(p);
+  JoinAllThreadsScan();
+  return start.fn(start.arg);
+}
+
 int SignalNumber(const std::string& name) {
   if (name.empty()) return 0;
   const std::string n = name.rfind("SIG", 0) == 0 ? name.substr(3) : name;
@@ -195,6 +210,10 @@ __attribute__((constructor)) void Attach() {
   unsetenv("TORCHSCAN_ATTACH_SIGNAL");
   ScanOptions options;
   options.threads = Threads::kAll;
+  options.join_on_first_call = false;  // threads join at creation (pthread_create below)
+  if (const char* ts = std::getenv("TORCHSCAN_ATTACH_TORCHSCRIPT_SCOPES"); ts && std::string(ts) == "0") {
+    options.torchscript_scopes = false;
+  }
   attached->session = std::make_unique<Session>(options);
   if (absl::Status st = attached->session->Start(); !st.ok()) {
     std::fprintf(stderr, "torchscan attach: not attaching: %s\n", std::string(st.message()).c_str());
@@ -220,3 +239,15 @@ __attribute__((constructor)) void Attach() {
 
 }  // namespace
 }  // namespace torchscan
+
+// Interposes on the binary's pthread_create (the only symbol this library
+// exports, see attach.lds).
+extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*fn)(void*), void* arg) {
+  using Create = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  static const Create real = reinterpret_cast<Create>(dlsym(RTLD_NEXT, "pthread_create"));
+  if (torchscan::attached == nullptr) return real(thread, attr, fn, arg);
+  auto* start = new torchscan::Start{fn, arg};
+  const int rc = real(thread, attr, &torchscan::StartJoined, start);
+  if (rc != 0) delete start;
+  return rc;
+}

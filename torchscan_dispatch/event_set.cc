@@ -11,10 +11,12 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
   const auto& src = r.events();
   if (!filter.threads.empty() && !filter.threads.count(thread)) return;
   in_flight += static_cast<int64_t>(src.size() - count);
-  auto request_kept = [&](int32_t q) {
-    if (filter.requests.empty()) return true;
-    return q >= 0 && filter.requests.count(r.requests()[q].id) > 0;
-  };
+  // Which of the recorder's requests pass, decided once per request.
+  std::vector<bool> kept_request(r.requests().size(), filter.requests.empty());
+  if (!filter.requests.empty()) {
+    for (size_t q = 0; q < kept_request.size(); ++q) kept_request[q] = filter.requests.count(r.requests()[q].id) > 0;
+  }
+  auto request_kept = [&](int32_t q) { return q >= 0 ? kept_request[q] : filter.requests.empty(); };
   // New index of every kept call (-1: left out), and of every scope.
   std::vector<int32_t> call_at(count, -1);
   std::vector<int64_t> kept_before(count + 1, 0);
@@ -58,6 +60,20 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
       to.request = it->second;
     }
   }
+}
+
+std::unique_ptr<EventSet> EventSet::ByRequest() const {
+  auto out = std::make_unique<EventSet>();
+  out->label_sets = label_sets;
+  out->requests = requests;
+  for (const std::string& id : requests) {
+    Recorder::Scope scope;
+    scope.path = id;
+    out->scopes.push_back(std::move(scope));
+  }
+  const BlockLog<Event>& src = events();
+  for (size_t i = 0; i < src.size(); ++i) out->owned_.Emplace(src[i]).scope = src[i].request;
+  return out;
 }
 
 }  // namespace torchscan

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -26,6 +27,10 @@ struct EventSet {
   // Copies calls [0, count) of `r`, recorded by thread `thread`, that pass
   // `filter`. Call while `r` cannot change (its log locked, or stopped).
   void Add(const Recorder& r, size_t count, int64_t thread, const ReportFilter& filter);
+
+  // The same calls with each call's scope replaced by its request (one scope
+  // per request, named by its id): per-request values in one tally.
+  std::unique_ptr<EventSet> ByRequest() const;
 
   const BlockLog<Event>& events() const { return *events_; }
   std::vector<Recorder::Scope> scopes;

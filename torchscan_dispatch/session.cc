@@ -16,6 +16,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "reports/flop_report.h"
+#include "reports/layers.h"
+#include "reports/metric.h"
 #include "reports/names.h"
 #include "torchscan_built_against.h"
 #include "absl/functional/function_ref.h"
@@ -220,7 +222,7 @@ absl::Status Session::Start() {
   if (auto st = EnsureFallbackInstalled(); !st.ok()) return st;
   s.thread = std::this_thread::get_id();
   if (s.options.threads == Threads::kAll) {
-    s.all = std::make_unique<AllThreadsScan>(s.options.torchscript_scopes);
+    s.all = std::make_unique<AllThreadsScan>(s.options.torchscript_scopes, s.options.join_on_first_call);
     if (auto st = s.all->Start(); !st.ok()) {
       s.all.reset();
       return st;
@@ -551,7 +553,9 @@ absl::StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) 
   if (s.options.threads == Threads::kCurrent) {
     threads.emplace_back(1, "");
   } else {
-    for (const Cut& cut : cuts) threads.emplace_back(cut.log->number, cut.log->name);
+    for (const Cut& cut : cuts) {
+      if (cut.count > 0) threads.emplace_back(cut.log->number, cut.log->name);  // threads that ran ATen work
+    }
   }
   for (const auto& [number, name] : threads) {
     if (!filter.threads.empty() && !filter.threads.count(number)) continue;
@@ -561,12 +565,32 @@ absl::StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) 
     j["threads"].push_back({{"thread", number}, {"name", name}, {"calls", part.set->events().size()},
                             {"totals", total_of(part)}});
   }
+  // Per request, in one pass: the calls re-scoped by request, tallied like layers.
   j["requests"] = nlohmann::json::array();
-  for (const std::string& id : p.set->requests) {
-    ReportFilter one = filter;
-    one.requests = {id};
-    Planned part{s.Gather(one, &cuts)};
-    j["requests"].push_back({{"request", id}, {"calls", part.set->events().size()}, {"totals", total_of(part)}});
+  if (!p.set->requests.empty()) {
+    Planned by_request{p.set->ByRequest()};
+    std::vector<reports::LayerTally> rows(by_request.set->scopes.size());
+    const TallyContext ctx = s.Context();
+    if (op_view) {
+      TallyOperatorView(by_request.set->events(), by_request.set->label_sets, by_request.Plan(s.catalog, s.overrides),
+                        s.catalog, s.overrides, ctx, &rows);
+    }
+    if (module_view) TallyModuleView(by_request.set->events(), by_request.ModulePlan(s.catalog), s.catalog, ctx, &rows);
+    std::vector<int64_t> calls(rows.size(), 0);
+    for (size_t i = 0; i < by_request.set->events().size(); ++i) {
+      const int32_t q = by_request.set->events()[i].scope;
+      if (q >= 0) ++calls[q];
+    }
+    for (size_t q = 0; q < rows.size(); ++q) {
+      nlohmann::json totals = nlohmann::json::object();
+      for (int m = 0; m < 4; ++m) {
+        if (!(m == 0 ? op_view : module_view)) continue;
+        totals[reports::kLayerMetricNames[m]] = reports::MetricJson(
+            {rows[q].complete[m] ? MetricStatus::kComplete : MetricStatus::kPartial, rows[q].known[m],
+             reports::kLayerMetricUnits[m], s.options.scope, reports::kLayerMetricMethods[m]});
+      }
+      j["requests"].push_back({{"request", by_request.set->requests[q]}, {"calls", calls[q]}, {"totals", totals}});
+    }
   }
   // Thread names and request ids are caller bytes: never fail on bad UTF-8.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -603,6 +627,8 @@ RequestScope::~RequestScope() {
   const absl::Status st = session_.EndRequest();
   if (!st.ok()) TORCH_WARN(std::string(st.message()));
 }
+
+void JoinAllThreadsScan() { (void)AllThreadsLog(); }
 
 bool ModeKeyIncluded() { return c10::impl::tls_is_dispatch_key_included(kModeKey); }
 

@@ -44,6 +44,12 @@ struct ScanOptions {
   // Scope label of the totals: "workload" (any work) or "forward".
   std::string scope = "workload";
   Threads threads = Threads::kCurrent;
+  // Threads::kAll: threads that do not carry the mode key join on their first
+  // operator through a global RecordFunction callback, which makes every ATen
+  // call box its inputs while the scan runs. false: threads join only when
+  // they carry the key, e.g. because they called JoinAllThreadsScan() when
+  // they started (the attach library does this for every new thread).
+  bool join_on_first_call = true;
   // Submodule calls of TorchScript models (torch::jit::load) become module
   // scopes named by their module paths ("" is the root, "features.0", ...).
   bool torchscript_scopes = true;
@@ -174,6 +180,10 @@ class RequestScope {
  private:
   Session& session_;
 };
+
+// Joins the calling thread to the active Threads::kAll scan (no-op when
+// there is none): its ATen calls are recorded from here on.
+void JoinAllThreadsScan();
 
 // True while this thread's dispatch TLS includes TorchScan's mode key.
 bool ModeKeyIncluded();

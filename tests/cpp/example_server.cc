@@ -7,7 +7,11 @@
 // RequestScope per request.
 //
 //   example_server --model m.pt --requests N --workers W --input 1,3,32,32
-//                  [--scan REPORT.json] [--pace-ms MS]
+//                  [--scan REPORT.json [--join-at-start]] [--pace-ms MS]
+//
+// --join-at-start: workers join the scan when they start
+// (torchscan::JoinAllThreadsScan) instead of on their first operator, which
+// spares every ATen call the RecordFunction input boxing.
 //
 // Prints "served K" after each request and "elapsed_seconds S" at the end.
 #include <ATen/ATen.h>
@@ -36,13 +40,14 @@ namespace {
 struct Args {
   std::string model, scan_report;
   int requests = 8, workers = 2, pace_ms = 0;
+  bool join_at_start = false;
   std::vector<int64_t> input = {1, 3, 32, 32};
 };
 
 int Usage(const char* why) {
   std::fprintf(stderr,
                "example_server: %s\nusage: example_server --model M.pt [--requests N] [--workers W] "
-               "[--input 1,3,32,32] [--scan REPORT.json] [--pace-ms MS]\n",
+               "[--input 1,3,32,32] [--scan REPORT.json [--join-at-start]] [--pace-ms MS]\n",
                why);
   return 2;
 }
@@ -53,6 +58,10 @@ int main(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--join-at-start") {
+      a.join_at_start = true;
+      continue;
+    }
     if (i + 1 >= argc) return Usage(("missing value for " + flag).c_str());
     const std::string value = argv[++i];
     if (flag == "--model") {
@@ -83,6 +92,7 @@ int main(int argc, char** argv) {
   if (!a.scan_report.empty()) {
     torchscan::ScanOptions options;
     options.threads = torchscan::Threads::kAll;
+    options.join_on_first_call = !a.join_at_start;
     session = std::make_unique<torchscan::Session>(options);
     if (absl::Status st = session->Start(); !st.ok()) {
       std::fprintf(stderr, "example_server: %s\n", std::string(st.message()).c_str());
@@ -99,6 +109,9 @@ int main(int argc, char** argv) {
   std::vector<std::thread> pool;
   for (int w = 0; w < a.workers; ++w) {
     pool.emplace_back([&] {
+#ifdef EXAMPLE_SERVER_SCANNED
+      if (a.join_at_start) torchscan::JoinAllThreadsScan();
+#endif
       at::NoGradGuard no_grad;
       for (int r = next++; r < a.requests; r = next++) {
 #ifdef EXAMPLE_SERVER_SCANNED

@@ -86,6 +86,15 @@ def test_server_scanned_through_the_cpp_api(served, tmp_path):
     assert sum(t["totals"]["operator_flops"]["value"] for t in report["threads"]) == requests * per_request
 
 
+def test_workers_that_join_at_start_are_scanned_alike(served, tmp_path):
+    requests = 4
+    out = tmp_path / "report.json"
+    subprocess.run([str(SCANNED_SERVER), "--model", str(served["model"]), "--requests", str(requests),
+                    "--workers", "2", "--input", INPUT_ARG, "--scan", str(out), "--join-at-start"],
+                   check=True, capture_output=True, timeout=300)
+    check_report(json.loads(out.read_text()), served, requests)
+
+
 def test_operator_view_agrees_with_flop_counter_mode(served, tmp_path):
     # FlopCounterMode counts convolution and addmm here (no formula for
     # pooling, norm or activations): those rows must match it exactly.
