@@ -446,34 +446,31 @@ bool Unfiltered(const ReportFilter& f) { return f.threads.empty() && f.requests.
 
 }  // namespace
 
-absl::StatusOr<std::string> Session::FlopReportJson(const ReportFilter& filter) {
-  State& s = *state_;
+namespace {
+
+// One report part of a stopped scan's calls (all of them, or those `filter` keeps).
+absl::StatusOr<std::string> StoppedReport(Session::State& s, const ReportFilter& filter,
+                                          absl::FunctionRef<nlohmann::json(Planned&)> part) {
   if (s.phase != Phase::kStopped) {
     return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
   }
-  if (Unfiltered(filter)) return FlopJson(s, s.Calls()).dump();
+  if (Unfiltered(filter)) return part(s.Calls()).dump();
   Planned p{s.Gather(filter)};
-  return FlopJson(s, p).dump();
+  return part(p).dump();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Session::FlopReportJson(const ReportFilter& filter) {
+  return StoppedReport(*state_, filter, [&](Planned& p) { return FlopJson(*state_, p); });
 }
 
 absl::StatusOr<std::string> Session::ModuleReportJson(const ReportFilter& filter) {
-  State& s = *state_;
-  if (s.phase != Phase::kStopped) {
-    return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
-  }
-  if (Unfiltered(filter)) return ModuleJson(s, s.Calls()).dump();
-  Planned p{s.Gather(filter)};
-  return ModuleJson(s, p).dump();
+  return StoppedReport(*state_, filter, [&](Planned& p) { return ModuleJson(*state_, p); });
 }
 
 absl::StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {
-  State& s = *state_;
-  if (s.phase != Phase::kStopped) {
-    return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
-  }
-  if (Unfiltered(filter)) return LayersOf(s, s.Calls(), {true, true, true, true}).dump();
-  Planned p{s.Gather(filter)};
-  return LayersOf(s, p, {true, true, true, true}).dump();
+  return StoppedReport(*state_, filter, [&](Planned& p) { return LayersOf(*state_, p, {true, true, true, true}); });
 }
 
 absl::StatusOr<int32_t> Session::PushModuleScope(std::string_view path) {
