@@ -375,6 +375,8 @@ def bench_serving(requests: int, workers: int, repeats: int) -> Dict[str, Any]:
                      "--", str(server), *common],
         "cpp_api_join_on_first_call": [str(scanned), *common, "--scan", str(tmp / "api.json")],
         "cpp_api_join_at_start": [str(scanned), *common, "--scan", str(tmp / "api2.json"), "--join-at-start"],
+        "cpp_api_join_at_start_lean": [str(scanned), *common, "--scan", str(tmp / "api3.json"), "--join-at-start",
+                                       "--lean"],
     }
     times: Dict[str, List[float]] = {a: [] for a in arms}
     for r in range(repeats + 1):  # the first round warms caches up and is dropped

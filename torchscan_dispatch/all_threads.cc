@@ -196,6 +196,7 @@ std::shared_ptr<ThreadLog> AllThreadsScan::Join(uint64_t generation) {
   auto log = std::make_shared<ThreadLog>();
   log->number = static_cast<int64_t>(logs_.size()) + 1;
   log->recorder.torchscript_scopes = torchscript_scopes_;
+  log->recorder.record_owned_children = record_owned_children_;
   char name[64] = {0};
   if (pthread_getname_np(pthread_self(), name, sizeof(name)) == 0) log->name = name;
   ThreadLink* link = ThisThreadLink();

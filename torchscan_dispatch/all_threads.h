@@ -42,8 +42,10 @@ struct ThreadLog {
 // The process-wide state of the active all-threads scan (at most one).
 class AllThreadsScan {
  public:
-  AllThreadsScan(bool torchscript_scopes, bool join_on_first_call)
-      : torchscript_scopes_(torchscript_scopes), join_on_first_call_(join_on_first_call) {}
+  AllThreadsScan(bool torchscript_scopes, bool join_on_first_call, bool record_owned_children)
+      : torchscript_scopes_(torchscript_scopes),
+        join_on_first_call_(join_on_first_call),
+        record_owned_children_(record_owned_children) {}
   absl::Status Start();  // fails when another all-threads scan is active
   void Stop();           // seals every log; later calls are not recorded
 
@@ -59,6 +61,7 @@ class AllThreadsScan {
   uint64_t generation_ = 0;
   bool torchscript_scopes_;
   bool join_on_first_call_;
+  bool record_owned_children_;
   uint64_t callback_ = 0;  // RecordFunction handle (0: none)
 };
 

@@ -5,6 +5,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -15,12 +16,25 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "torchscan_dispatch/all_threads.h"
+#include "torchscan_dispatch/op_catalog.h"
 #include "torchscan_dispatch/scan_state.h"
 
 namespace torchscan {
 namespace {
 
 const c10::DispatchKeySet kAfterMode(c10::DispatchKeySet::FULL_AFTER, kModeKey);
+
+// Runs the call below the mode key; when no recorder wants them, the calls
+// its kernel makes skip the fallback (they would add nothing to a report).
+void Redispatch(const c10::OperatorHandle& op, c10::DispatchKeySet after, torch::jit::Stack* stack,
+                bool skip_children) {
+  if (skip_children && OwnsSubtreeInBothViews(op)) {
+    c10::impl::ExcludeDispatchKeyGuard no_children(kModeKey);
+    op.redispatchBoxed(after, stack);
+    return;
+  }
+  op.redispatchBoxed(after, stack);
+}
 
 // Every recorder that sees a call: this thread's scans (nested ones chain
 // through `outer`) and its log in an all-threads scan.
@@ -35,11 +49,16 @@ void RecordEverywhere(Recorder* top, const c10::OperatorHandle& op, c10::Dispatc
     return;
   }
   absl::InlinedVector<std::pair<Recorder*, int32_t>, 4> open;
-  for (Recorder* r = top; r != nullptr; r = r->outer) open.emplace_back(r, r->Begin(op, after, args));
+  bool skip_children = true;
+  for (Recorder* r = top; r != nullptr; r = r->outer) {
+    open.emplace_back(r, r->Begin(op, after, args));
+    skip_children = skip_children && !r->record_owned_children;
+  }
   int32_t logged = -1;
   if (log) {
     log->Lock();
     if (!log->sealed) logged = log->recorder.Begin(op, after, args);
+    skip_children = skip_children && !log->recorder.record_owned_children;
     log->Unlock();
   }
   auto finish = [&](absl::FunctionRef<void(Recorder&, int32_t)> f) {
@@ -50,7 +69,7 @@ void RecordEverywhere(Recorder* top, const c10::OperatorHandle& op, c10::Dispatc
     log->Unlock();
   };
   try {
-    op.redispatchBoxed(after, stack);
+    Redispatch(op, after, stack, skip_children);
   } catch (...) {
     finish([](Recorder& r, int32_t i) { r.Abort(i); });
     throw;
@@ -78,7 +97,7 @@ void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
   }
   const int32_t index = top->Begin(op, after, args);
   try {
-    op.redispatchBoxed(after, stack);
+    Redispatch(op, after, stack, !top->record_owned_children);
   } catch (...) {
     top->Abort(index);
     throw;

@@ -42,4 +42,21 @@ bool OpCatalog::RanDecomposition(const c10::OperatorHandle& op, c10::DispatchKey
   return false;
 }
 
+namespace {
+// initial-exec like the engine's other TLS variables (all_threads.cc).
+thread_local std::unordered_map<c10::OperatorHandle, bool>* tls_owners __attribute__((tls_model("initial-exec"))) =
+    nullptr;
+}  // namespace
+
+bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op) {
+  if (tls_owners == nullptr) tls_owners = new std::unordered_map<c10::OperatorHandle, bool>();  // one per thread
+  auto it = tls_owners->find(op);
+  if (it != tls_owners->end()) return it->second;
+  const std::string name = op.operator_name().name;
+  const bool zero = op.hasSchema() && ClassifyZeroCost(op.schema()) != ZeroCostReason::kNone;
+  const bool owns = (zero || FindOperatorFormula(name) != nullptr) && (zero || FindModuleFormula(name) != nullptr);
+  tls_owners->emplace(op, owns);
+  return owns;
+}
+
 }  // namespace torchscan

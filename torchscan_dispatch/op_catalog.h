@@ -38,4 +38,9 @@ class OpCatalog {
   std::unordered_map<c10::OperatorHandle, std::string> tables_;
 };
 
+// True when a call of `op` owns its whole subtree in both views (a formula
+// or a zero-cost rule in each): its children add nothing to any report.
+// Cached per thread; safe on the hot path.
+bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op);
+
 }  // namespace torchscan

@@ -91,6 +91,9 @@ class Recorder {
   // close scopes that follow the interpreter's module hierarchy
   // (torchscan_dispatch/torchscript_scopes.cc).
   bool torchscript_scopes = false;
+  // false: calls that own their subtree in both views run their children
+  // without the mode key (ScanOptions::record_owned_children).
+  bool record_owned_children = true;
   void EnterTorchScriptFunction();   // a TorchScript function call started
   void LeaveTorchScriptFunction();   // ... and returned (or raised)
 

@@ -222,7 +222,8 @@ absl::Status Session::Start() {
   if (auto st = EnsureFallbackInstalled(); !st.ok()) return st;
   s.thread = std::this_thread::get_id();
   if (s.options.threads == Threads::kAll) {
-    s.all = std::make_unique<AllThreadsScan>(s.options.torchscript_scopes, s.options.join_on_first_call);
+    s.all = std::make_unique<AllThreadsScan>(s.options.torchscript_scopes, s.options.join_on_first_call,
+                                             s.options.record_owned_children);
     if (auto st = s.all->Start(); !st.ok()) {
       s.all.reset();
       return st;
@@ -234,6 +235,7 @@ absl::Status Session::Start() {
   s.included_before = c10::impl::tls_is_dispatch_key_included(kModeKey);
   s.unattributed_at_start = UnattributedCalls().load(std::memory_order_relaxed);
   s.recorder.torchscript_scopes = s.options.torchscript_scopes;
+  s.recorder.record_owned_children = s.options.record_owned_children;
   if (s.options.torchscript_scopes) AcquireTorchScriptCallback();
   s.recorder.outer = ThreadTopRecorder();
   ThreadTopRecorder() = &s.recorder;

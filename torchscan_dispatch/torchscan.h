@@ -53,6 +53,11 @@ struct ScanOptions {
   // Submodule calls of TorchScript models (torch::jit::load) become module
   // scopes named by their module paths ("" is the root, "features.0", ...).
   bool torchscript_scopes = true;
+  // false: a call that owns its whole subtree in both views (a formula or a
+  // zero-cost rule in each, e.g. aten::convolution) runs the calls its kernel
+  // makes without the fallback. Reports are the same; those inner calls are
+  // not recorded (RecordedOperators, recorded_calls), and a scan costs less.
+  bool record_owned_children = true;
   // Which views ScanReportJson values: the operator view (operator_flops)
   // and the module view (module_flops, macs, dmas). A view left out is null
   // in the document and unavailable / not_requested in the layers.

@@ -7,8 +7,10 @@
 // RequestScope per request.
 //
 //   example_server --model m.pt --requests N --workers W --input 1,3,32,32
-//                  [--scan REPORT.json [--join-at-start]] [--pace-ms MS]
+//                  [--scan REPORT.json [--join-at-start] [--lean]] [--pace-ms MS]
 //
+// --lean: ScanOptions::record_owned_children = false (same report, fewer
+// calls recorded).
 // --join-at-start: workers join the scan when they start
 // (torchscan::JoinAllThreadsScan) instead of on their first operator, which
 // spares every ATen call the RecordFunction input boxing.
@@ -40,14 +42,14 @@ namespace {
 struct Args {
   std::string model, scan_report;
   int requests = 8, workers = 2, pace_ms = 0;
-  bool join_at_start = false;
+  bool join_at_start = false, lean = false;
   std::vector<int64_t> input = {1, 3, 32, 32};
 };
 
 int Usage(const char* why) {
   std::fprintf(stderr,
                "example_server: %s\nusage: example_server --model M.pt [--requests N] [--workers W] "
-               "[--input 1,3,32,32] [--scan REPORT.json [--join-at-start]] [--pace-ms MS]\n",
+               "[--input 1,3,32,32] [--scan REPORT.json [--join-at-start] [--lean]] [--pace-ms MS]\n",
                why);
   return 2;
 }
@@ -58,8 +60,8 @@ int main(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--join-at-start") {
-      a.join_at_start = true;
+    if (flag == "--join-at-start" || flag == "--lean") {
+      (flag == "--lean" ? a.lean : a.join_at_start) = true;
       continue;
     }
     if (i + 1 >= argc) return Usage(("missing value for " + flag).c_str());
@@ -93,6 +95,7 @@ int main(int argc, char** argv) {
     torchscan::ScanOptions options;
     options.threads = torchscan::Threads::kAll;
     options.join_on_first_call = !a.join_at_start;
+    options.record_owned_children = !a.lean;
     session = std::make_unique<torchscan::Session>(options);
     if (absl::Status st = session->Start(); !st.ok()) {
       std::fprintf(stderr, "example_server: %s\n", std::string(st.message()).c_str());

@@ -370,6 +370,30 @@ TEST(Options, ViewsAndStructureMode) {
   EXPECT_EQ(r["context"]["threads"], "current");
 }
 
+TEST(Options, LeanScansReportTheSameFromFewerCalls) {
+  const at::Tensor x = at::ones({1, 3, 8, 8}), w = at::ones({4, 3, 3, 3}), b = at::ones({4});
+  auto scan = [&](bool record_owned_children) {
+    ScanOptions o;
+    o.record_owned_children = record_owned_children;
+    Session s(o);
+    {
+      ScanGuard guard(s);
+      ModuleScope m(s, "conv");
+      at::relu(at::conv2d(x, w, b, 1, 1));
+    }
+    return std::make_tuple(json::parse(s.ScanReportJson().value()), s.recorded_calls());
+  };
+  const auto [full, full_calls] = scan(true);
+  const auto [lean, lean_calls] = scan(false);
+  // conv2d (4 outputs channels x 8x8 positions x 27 terms x 2 = 13824) and
+  // relu (4x8x8 = 256), whichever way the convolution's inner calls run.
+  EXPECT_EQ(full["operator_flops"]["total"]["value"], 13824 + 256);
+  EXPECT_EQ(lean["operator_flops"], full["operator_flops"]);
+  EXPECT_EQ(lean["module_report"], full["module_report"]);
+  EXPECT_EQ(lean["layers"], full["layers"]);
+  EXPECT_LT(lean_calls, full_calls);
+}
+
 TEST(Guards, MisuseIsAStatusNotACrash) {
   Session s;
   EXPECT_EQ(s.BeginRequest("x").code(), absl::StatusCode::kFailedPrecondition);

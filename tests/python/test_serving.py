@@ -92,7 +92,16 @@ def test_workers_that_join_at_start_are_scanned_alike(served, tmp_path):
     subprocess.run([str(SCANNED_SERVER), "--model", str(served["model"]), "--requests", str(requests),
                     "--workers", "2", "--input", INPUT_ARG, "--scan", str(out), "--join-at-start"],
                    check=True, capture_output=True, timeout=300)
-    check_report(json.loads(out.read_text()), served, requests)
+    full = json.loads(out.read_text())
+    check_report(full, served, requests)
+    # Lean: calls that own their subtree run their children unrecorded; the
+    # report is the same, from fewer recorded calls.
+    subprocess.run([str(SCANNED_SERVER), "--model", str(served["model"]), "--requests", str(requests),
+                    "--workers", "2", "--input", INPUT_ARG, "--scan", str(out), "--join-at-start", "--lean"],
+                   check=True, capture_output=True, timeout=300)
+    lean = json.loads(out.read_text())
+    check_report(lean, served, requests)
+    assert sum(t["calls"] for t in lean["threads"]) < sum(t["calls"] for t in full["threads"])
 
 
 def test_operator_view_agrees_with_flop_counter_mode(served, tmp_path):
