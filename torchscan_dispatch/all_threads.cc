@@ -10,8 +10,6 @@
 namespace torchscan {
 namespace {
 
-const c10::DispatchKeySet kAfterMode(c10::DispatchKeySet::FULL_AFTER, kModeKey);
-
 std::mutex& ActiveMutex() {
   static std::mutex mu;
   return mu;
@@ -23,6 +21,13 @@ AllThreadsScan*& Active() {  // guarded by ActiveMutex()
 uint64_t& LastGeneration() {  // guarded by ActiveMutex()
   static uint64_t last = 0;
   return last;
+}
+
+// Switches the mode key on in this thread, remembering that the scan did.
+void SwitchKeyOn(ThreadLink& link) {
+  if (c10::impl::tls_is_dispatch_key_included(kModeKey)) return;
+  c10::impl::tls_set_dispatch_key_included(kModeKey, true);
+  link.set_key = true;
 }
 
 // The first observed operator of a thread that joins in the callback.
@@ -48,16 +53,12 @@ std::unique_ptr<at::ObserverContext> OnOperatorStart(const at::RecordFunction& f
   std::shared_ptr<ThreadLog> log = AllThreadsLog();  // joins
   ThreadLink* link = ThisThreadLink();
   if (!log || !link) return nullptr;
-  if (!c10::impl::tls_is_dispatch_key_included(kModeKey)) {
-    c10::impl::tls_set_dispatch_key_included(kModeKey, true);
-    link->set_key = true;
-  }
+  SwitchKeyOn(*link);  // already joined: a guard had switched it off
   const auto& schema = op->schema();
-  const bool fixed = !schema.is_vararg() && !schema.is_varret();
   // A boxed call's inputs are its caller's whole stack: the arguments are
   // the last ones.
   const auto all_inputs = fn.inputs();
-  const size_t n = fixed ? std::min(schema.arguments().size(), all_inputs.size()) : 0;
+  const size_t n = std::min(RecordedArguments(schema), all_inputs.size());
   const auto inputs = all_inputs.slice(all_inputs.size() - n, n);
   // The key set this call was dispatched with: its tensors' keys and this
   // thread's TLS, as they were before the key was switched on.
@@ -79,7 +80,7 @@ std::unique_ptr<at::ObserverContext> OnOperatorStart(const at::RecordFunction& f
   if (!log->sealed) index = log->recorder.Begin(*op, keys & kAfterMode, absl::MakeConstSpan(inputs.data(), n));
   log->Unlock();
   if (index < 0) return nullptr;
-  return std::make_unique<FirstCall>(std::move(log), index, fixed ? schema.returns().size() : 0);
+  return std::make_unique<FirstCall>(std::move(log), index, RecordedReturns(schema));
 }
 
 void OnOperatorEnd(const at::RecordFunction& fn, at::ObserverContext* context) {
@@ -205,10 +206,7 @@ std::shared_ptr<ThreadLog> AllThreadsScan::Join(uint64_t generation) {
   link->generation = generation;
   link->log = log;
   link->set_key = false;
-  if (!c10::impl::tls_is_dispatch_key_included(kModeKey)) {
-    c10::impl::tls_set_dispatch_key_included(kModeKey, true);
-    link->set_key = true;
-  }
+  SwitchKeyOn(*link);
   return log;
 }
 

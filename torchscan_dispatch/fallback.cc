@@ -22,8 +22,6 @@
 namespace torchscan {
 namespace {
 
-const c10::DispatchKeySet kAfterMode(c10::DispatchKeySet::FULL_AFTER, kModeKey);
-
 // Runs the call below the mode key; when no recorder wants them, the calls
 // its kernel makes skip the fallback (they would add nothing to a report).
 void Redispatch(const c10::OperatorHandle& op, c10::DispatchKeySet after, torch::jit::Stack* stack,
@@ -82,10 +80,8 @@ void RecordEverywhere(Recorder* top, const c10::OperatorHandle& op, c10::Dispatc
 void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const c10::DispatchKeySet after = ks & kAfterMode;
   const auto& schema = op.schema();
-  // Vararg schemas do not say how many values are theirs: record none.
-  const bool fixed = !schema.is_vararg() && !schema.is_varret();
-  const size_t num_args = fixed ? std::min(schema.arguments().size(), stack->size()) : 0;
-  const size_t num_returns = fixed ? schema.returns().size() : 0;
+  const size_t num_args = std::min(RecordedArguments(schema), stack->size());
+  const size_t num_returns = RecordedReturns(schema);
   absl::Span<const c10::IValue> args(stack->data() + stack->size() - num_args, num_args);
 
   Recorder* top = ThreadTopRecorder();

@@ -20,6 +20,14 @@ namespace torchscan {
 
 // The one mode-style key the plugin uses (see DESIGN.md for why this one).
 inline constexpr c10::DispatchKey kModeKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
+// The keys a call continues with below the mode key.
+inline const c10::DispatchKeySet kAfterMode(c10::DispatchKeySet::FULL_AFTER, kModeKey);
+
+// How many argument / return values of a call are recorded: vararg schemas
+// do not say how many values on the stack are theirs, so none.
+inline bool FixedArity(const c10::FunctionSchema& s) { return !s.is_vararg() && !s.is_varret(); }
+inline size_t RecordedArguments(const c10::FunctionSchema& s) { return FixedArity(s) ? s.arguments().size() : 0; }
+inline size_t RecordedReturns(const c10::FunctionSchema& s) { return FixedArity(s) ? s.returns().size() : 0; }
 
 // One intercepted operator call. Children follow their parent in `events`
 // (pre-order), so a reverse walk visits children before parents.

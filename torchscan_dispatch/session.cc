@@ -78,9 +78,15 @@ struct Session::State {
 
   // The calls of this scan that pass `filter`: after Stop, or (kAll) a
   // snapshot of every thread's settled calls while the scan runs.
+  // kAll: the thread logs so far (all of them once stopped).
+  std::vector<std::shared_ptr<ThreadLog>> ThreadLogs() const {
+    if (phase == Phase::kStopped || !all) return logs;
+    return all->Logs();
+  }
+
   std::vector<Cut> Cuts() const {
     std::vector<Cut> cuts;
-    for (const auto& log : phase == Phase::kStopped ? logs : all->Logs()) {
+    for (const auto& log : ThreadLogs()) {
       log->Lock();
       cuts.push_back({log, log->recorder.SettledPrefix()});
       log->Unlock();
@@ -310,7 +316,7 @@ size_t Session::recorded_calls() const {
   const State& s = *state_;
   if (s.options.threads == Threads::kCurrent) return s.recorder.events().size();
   size_t n = 0;
-  for (const auto& log : s.phase == Phase::kStopped ? s.logs : s.all ? s.all->Logs() : s.logs) {
+  for (const auto& log : s.ThreadLogs()) {
     log->Lock();
     n += log->recorder.events().size();
     log->Unlock();
@@ -330,7 +336,7 @@ std::vector<std::string> Session::RecordedOperators() const {
   if (s.options.threads == Threads::kCurrent) {
     add(s.recorder.events());
   } else {
-    for (const auto& log : s.phase == Phase::kStopped ? s.logs : s.all ? s.all->Logs() : s.logs) {
+    for (const auto& log : s.ThreadLogs()) {
       log->Lock();
       add(log->recorder.events());
       log->Unlock();
@@ -501,7 +507,7 @@ std::vector<ThreadInfo> Session::ThreadsSeen() const {
     out.push_back({1, "", static_cast<int64_t>(s.recorder.events().size())});
     return out;
   }
-  for (const auto& log : s.phase == Phase::kStopped ? s.logs : s.all ? s.all->Logs() : s.logs) {
+  for (const auto& log : s.ThreadLogs()) {
     log->Lock();
     out.push_back({log->number, log->name, static_cast<int64_t>(log->recorder.events().size())});
     log->Unlock();
