@@ -76,8 +76,6 @@ struct Session::State {
 
   TallyContext Context() const { return {TORCHSCAN_BUILT_TORCH_VERSION, options.scope, unattributed}; }
 
-  // The calls of this scan that pass `filter`: after Stop, or (kAll) a
-  // snapshot of every thread's settled calls while the scan runs.
   // kAll: the thread logs so far (all of them once stopped).
   std::vector<std::shared_ptr<ThreadLog>> ThreadLogs() const {
     if (phase == Phase::kStopped || !all) return logs;
@@ -94,6 +92,8 @@ struct Session::State {
     return cuts;
   }
 
+  // The calls of this scan that pass `filter`: after Stop, or (kAll) a
+  // snapshot of every thread's settled calls while the scan runs.
   std::unique_ptr<EventSet> Gather(const ReportFilter& filter, const std::vector<Cut>* cuts = nullptr) {
     auto set = std::make_unique<EventSet>();
     if (options.threads == Threads::kCurrent) {
