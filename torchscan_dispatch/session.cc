@@ -549,7 +549,9 @@ absl::StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) 
     nlohmann::json t = nlohmann::json::object();
     if (op_view) t["operator_flops"] = FlopJson(s, part)["total"];
     if (module_view) {
-      for (const auto& [name, metric] : ModuleJson(s, part)["totals"].items()) t[name] = metric;
+      // Keep the report alive while iterating: items() of a temporary's member dangles.
+      const nlohmann::json module = ModuleJson(s, part);
+      for (const auto& [name, metric] : module["totals"].items()) t[name] = metric;
     }
     return t;
   };
