@@ -12,97 +12,152 @@ namespace {
 
 using json = nlohmann::json;
 
-bool IsMetric(const json& v) { return v.is_object() && v.contains("status"); }
+// Inputs are schema-valid (ValidateReport): every metric below is a
+// MetricResult, every identity a (string, non-negative integer) pair.
 
-// {"status", "delta", "before", "after"} for one metric.
-json MetricDiff(const json* before, const json* after) {
-  auto snapshot = [](const json* m) -> json {
-    if (!m || !IsMetric(*m)) return json{{"status", "unavailable"}, {"value", nullptr}, {"known_value", nullptr}};
-    return json{{"status", (*m)["status"]}, {"value", (*m)["value"]}, {"known_value", (*m)["known_value"]}};
-  };
-  const json b = snapshot(before), a = snapshot(after);
-  const bool both = b["status"] == "complete" && a["status"] == "complete";
+const json* Find(const json& obj, const std::string& key) {
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+json Unavailable() { return json{{"status", "unavailable"}, {"value", nullptr}, {"known_value", nullptr}}; }
+
+// {"status", "value", "known_value"} of a MetricResult; unavailable when absent.
+json Snapshot(const json* m) {
+  if (!m) return Unavailable();
+  return json{{"status", (*m)["status"]}, {"value", (*m)["value"]}, {"known_value", (*m)["known_value"]}};
+}
+
+// {"status", "delta", "before", "after"} of two snapshots.
+json MetricDiff(const json& b, const json& a) {
   std::string status = "complete";
   for (const json* side : {&b, &a}) {
     if ((*side)["status"] == "unavailable") status = "unavailable";
     else if ((*side)["status"] == "partial" && status == "complete") status = "partial";
   }
-  json delta = both ? json(a["value"].get<int64_t>() - b["value"].get<int64_t>()) : json();
-  return json{{"status", status}, {"delta", delta}, {"before", b}, {"after", a}};
+  const bool both = b["status"] == "complete" && a["status"] == "complete";
+  return json{{"status", status}, {"delta", both ? NumberDelta(b["value"], a["value"]) : json()}, {"before", b},
+              {"after", a}};
 }
 
-bool SameMetric(const json& x, const json& y) {
-  return x.value("status", "") == y.value("status", "") && x.value("value", json()) == y.value("value", json()) &&
-         x.value("known_value", json()) == y.value("known_value", json());
-}
-
-using Key = std::pair<std::string, int64_t>;
+using Key = std::pair<std::string, uint64_t>;
 
 std::map<Key, const json*> LayersByIdentity(const json& report) {
   std::map<Key, const json*> out;
-  if (!report.contains("layers")) return out;
-  for (const json& l : report["layers"]) out[{l.value("path", ""), l.value("call_index", int64_t{0})}] = &l;
+  for (const json& l : report["layers"]) out[{l["path"].get<std::string>(), l["call_index"].get<uint64_t>()}] = &l;
   return out;
 }
 
-json Snapshot(const json& layer) {
-  json s = {{"path", layer["path"]}, {"call_index", layer["call_index"]},
-            {"metrics", layer.value("metrics", json::object())}};
-  if (layer.contains("token_dependencies")) s["token_dependencies"] = layer["token_dependencies"];
+json LayerSnapshot(const json& layer) {
+  json s = {{"path", layer["path"]}, {"call_index", layer["call_index"]}, {"metrics", layer["metrics"]}};
+  if (const json* deps = Find(layer, "token_dependencies")) s["token_dependencies"] = *deps;
   return s;
 }
 
-}  // namespace
-
-absl::StatusOr<json> CompareReports(const json& before, const json& after) {
-  for (const json* r : {&before, &after}) {
-    if (!r->is_object() || !r->contains("schema_version") || (*r)["schema_version"] != kSchemaVersion) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "torchscan.compare_reports: both reports must have schema_version ", kSchemaVersion,
-          " (migrate older reports explicitly); got ",
-          r->is_object() && r->contains("schema_version") ? (*r)["schema_version"].dump() : "none"));
+// The names of the MetricResults (objects) in either of two objects.
+std::map<std::string, bool> MetricNames(const json& x, const json& y) {
+  std::map<std::string, bool> names;
+  for (const json* o : {&x, &y}) {
+    for (const auto& [k, v] : o->items()) {
+      if (v.is_object()) names[k] = true;
     }
   }
+  return names;
+}
+
+json CompareAnalysis(const json& before, const json& after) {
   json diff = {{"schema_version", kSchemaVersion}, {"totals", json::object()}};
-  const json& bt = before.contains("totals") ? before["totals"] : json::object();
-  const json& at = after.contains("totals") ? after["totals"] : json::object();
-  std::map<std::string, bool> names;
-  for (const auto& [k, v] : bt.items()) if (IsMetric(v)) names[k] = true;
-  for (const auto& [k, v] : at.items()) if (IsMetric(v)) names[k] = true;
-  for (const auto& [name, _] : names) {
-    diff["totals"][name] = MetricDiff(bt.contains(name) ? &bt[name] : nullptr, at.contains(name) ? &at[name] : nullptr);
+  const json& bt = before["totals"];
+  const json& at = after["totals"];
+  for (const auto& [name, _] : MetricNames(bt, at)) {
+    diff["totals"][name] = MetricDiff(Snapshot(Find(bt, name)), Snapshot(Find(at, name)));
   }
 
   json added = json::array(), removed = json::array(), changed = json::array();
   const auto b_layers = LayersByIdentity(before), a_layers = LayersByIdentity(after);
   for (const auto& [key, layer] : b_layers) {
-    if (!a_layers.count(key)) removed.push_back(Snapshot(*layer));
+    if (!a_layers.count(key)) removed.push_back(LayerSnapshot(*layer));
   }
   for (const auto& [key, layer] : a_layers) {
     auto it = b_layers.find(key);
     if (it == b_layers.end()) {
-      added.push_back(Snapshot(*layer));
+      added.push_back(LayerSnapshot(*layer));
       continue;
     }
-    const json& bm = it->second->value("metrics", json::object());
-    const json& am = layer->value("metrics", json::object());
+    const json& bm = (*it->second)["metrics"];
+    const json& am = (*layer)["metrics"];
     json metrics = json::object();
-    std::map<std::string, bool> metric_names;
-    for (const auto& [k, v] : bm.items()) metric_names[k] = true;
-    for (const auto& [k, v] : am.items()) metric_names[k] = true;
-    for (const auto& [name, _] : metric_names) {
-      const json* x = bm.contains(name) ? &bm[name] : nullptr;
-      const json* y = am.contains(name) ? &am[name] : nullptr;
-      if (x && y && SameMetric(*x, *y)) continue;
-      metrics[name] = MetricDiff(x, y);
+    for (const auto& [name, _] : MetricNames(bm, am)) {
+      const json b = Snapshot(Find(bm, name)), a = Snapshot(Find(am, name));
+      if (b != a) metrics[name] = MetricDiff(b, a);
     }
-    json entry = {{"path", key.first}, {"call_index", key.second}, {"metrics", metrics}};
-    const json bd = it->second->value("token_dependencies", json()), ad = layer->value("token_dependencies", json());
-    if (bd != ad) entry["token_dependencies"] = {{"before", bd}, {"after", ad}};
+    json entry = {{"path", key.first}, {"call_index", (*layer)["call_index"]}, {"metrics", metrics}};
+    const json* bd = Find(*it->second, "token_dependencies");
+    const json* ad = Find(*layer, "token_dependencies");
+    const json bdv = bd ? *bd : json(), adv = ad ? *ad : json();
+    if (bdv != adv) entry["token_dependencies"] = {{"before", bdv}, {"after", adv}};
     if (!metrics.empty() || entry.contains("token_dependencies")) changed.push_back(entry);
   }
   diff["layers"] = {{"added", added}, {"removed", removed}, {"changed", changed}};
   return diff;
+}
+
+// One operator's known FLOPs on one side, as a snapshot with the side's total
+// status: by_operator holds counted work only, so an operator absent from a
+// complete report did none (0); on a partial side the value is a lower bound.
+json OperatorSnapshot(const json& report, const std::string& op) {
+  const std::string status = report["total"]["status"].get<std::string>();
+  const json* v = Find(report["by_operator"], op);
+  if (!v && status == "unavailable") return Unavailable();
+  const json known = v ? *v : json(0);
+  const bool complete = status == "complete";
+  return json{{"status", complete ? "complete" : "partial"}, {"value", complete ? known : json()},
+              {"known_value", known}};
+}
+
+json CompareFlops(const json& before, const json& after) {
+  json diff = {{"schema_version", kSchemaVersion},
+               {"totals", {{"operator_flops", MetricDiff(Snapshot(&before["total"]), Snapshot(&after["total"]))}}}};
+  std::map<std::string, bool> ops;
+  for (const json* r : {&before, &after}) {
+    for (const auto& [op, _] : (*r)["by_operator"].items()) ops[op] = true;
+  }
+  json by_operator = json::object();
+  for (const auto& [op, _] : ops) {
+    const json b = OperatorSnapshot(before, op), a = OperatorSnapshot(after, op);
+    if (b != a) by_operator[op] = MetricDiff(b, a);
+  }
+  diff["by_operator"] = by_operator;
+  return diff;
+}
+
+std::string Label(const ReportSource& s) {
+  return absl::StrCat("the ", s.side.empty() ? "" : s.side + " ", "report",
+                      s.file.empty() ? "" : absl::StrCat(" (", s.file, ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<json> CompareReports(const json& before, const json& after, const ReportSource& before_source,
+                                    const ReportSource& after_source) {
+  const absl::StatusOr<ReportKind> bk = ValidateReport(before, before_source);
+  if (!bk.ok()) return absl::InvalidArgumentError(absl::StrCat("torchscan.compare_reports: ", bk.status().message()));
+  const absl::StatusOr<ReportKind> ak = ValidateReport(after, after_source);
+  if (!ak.ok()) return absl::InvalidArgumentError(absl::StrCat("torchscan.compare_reports: ", ak.status().message()));
+  if (*bk != *ak) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "torchscan.compare_reports: ", Label(before_source), " is a", *bk == ReportKind::kAnalysis ? "n " : " ",
+        ReportKindName(*bk), " and ", Label(after_source), " is a", *ak == ReportKind::kAnalysis ? "n " : " ",
+        ReportKindName(*ak), "; compare two reports of the same kind (an AnalysisReport's operator_flops field is its "
+        "FlopReport)"));
+  }
+  try {
+    return *bk == ReportKind::kAnalysis ? CompareAnalysis(before, after) : CompareFlops(before, after);
+  } catch (const json::exception& e) {
+    // Unreachable for validated input (the fuzz test holds it to that).
+    return absl::InternalError(
+        absl::StrCat("torchscan.compare_reports: internal error reading validated reports: ", e.what()));
+  }
 }
 
 }  // namespace torchscan::reports

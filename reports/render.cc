@@ -14,19 +14,48 @@ namespace {
 
 using json = nlohmann::json;
 
+// Only schema-valid reports (ValidateReport) reach the functions below; they
+// still read defensively (find, type tests), so a gap between the validator
+// and a reader shows as "?" rather than an exception.
+
+const json* Find(const json& obj, const char* key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+std::string String(const json& obj, const char* key) {
+  const json* v = Find(obj, key);
+  return v && v->is_string() ? v->get<std::string>() : "";
+}
+
+// Any JSON number in human units (integers exactly below 1000).
+std::string Human(const json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    return u < 1000 ? std::to_string(u) : HumanNumber(static_cast<double>(u));
+  }
+  if (v.is_number_integer()) return HumanCount(v.get<int64_t>());
+  if (v.is_number_float()) return HumanNumber(v.get<double>());
+  return "?";
+}
+
 std::string Shape(const json& meta) {
   if (!meta.is_object()) return "-";
-  if (meta.value("kind", "") == "tensor") {
+  const std::string kind = String(meta, "kind");
+  if (kind == "tensor") {
     std::vector<std::string> dims;
-    for (const auto& d : meta["shape"]) dims.push_back(std::to_string(d.get<int64_t>()));
+    if (const json* shape = Find(meta, "shape"); shape && shape->is_array()) {
+      for (const auto& d : *shape) dims.push_back(d.is_number() ? d.dump() : "?");
+    }
     return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
   }
-  if (meta.value("kind", "") == "failed") return "failed";
-  if (meta.value("kind", "") == "tuple" || meta.value("kind", "") == "list") {
-    const auto& items = meta["items"];
-    return items.empty() ? "()" : absl::StrCat(Shape(items[0]), items.size() > 1 ? ", ..." : "");
+  if (kind == "tuple" || kind == "list") {
+    const json* items = Find(meta, "items");
+    if (!items || !items->is_array() || items->empty()) return "()";
+    return absl::StrCat(Shape((*items)[0]), items->size() > 1 ? ", ..." : "");
   }
-  return meta.value("kind", "-");
+  return kind.empty() ? "-" : kind;
 }
 
 std::string Table(const std::vector<std::vector<std::string>>& rows) {
@@ -51,91 +80,144 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-std::string FieldText(const json& m) {
-  if (!m.is_object() || m.value("status", "") != "complete") return "-";
-  return m["value"].is_number_integer() ? std::to_string(m["value"].get<int64_t>())
-                                        : absl::StrFormat("%.2f", m["value"].get<double>());
+std::string FieldText(const json* m) {
+  if (!m || String(*m, "status") != "complete") return "-";
+  const json* v = Find(*m, "value");
+  if (!v || !v->is_number()) return "?";
+  return v->is_number_integer() ? v->dump() : absl::StrFormat("%.2f", v->get<double>());
 }
+
+// A layer's metric; a metric covered by an ancestor (metric_owners) is absent.
+std::string LayerMetric(const json& metrics, const char* name) {
+  const json* m = Find(metrics, name);
+  return m ? MetricText(*m) : "-";
+}
+
+// Indentation stops growing here, so a corrupt depth cannot make a huge line.
+constexpr uint64_t kMaxIndent = 32;
 
 std::string RenderAnalysis(const json& r, int max_depth, bool receptive_field) {
   std::vector<std::vector<std::string>> rows = {
       {"Layer", "Type", "Output shape", "Params", "FLOPs", "MACs", "DMAs"}};
   if (receptive_field) rows[0].insert(rows[0].end(), {"RF", "Stride", "Padding"});
   for (const auto& l : r["layers"]) {
-    const int depth = l.value("depth", 0);
-    if (max_depth >= 0 && depth > max_depth) continue;
-    const std::string name = l.value("path", "").empty() ? "(root)" : l["path"].get<std::string>();
-    const std::string label = std::string(2 * depth, ' ') + name +
-                              (l.value("call_index", 0) > 0 ? absl::StrCat(" #", l["call_index"].get<int>()) : "");
-    const json& m = l["metrics"];
-    rows.push_back({label, l.value("type", ""), Shape(l.value("output", json())),
-                    HumanCount(l.value("parameters", int64_t{0})), MetricText(m["module_flops"]),
-                    MetricText(m["macs"]), MetricText(m["dmas"])});
+    const json* d = Find(l, "depth");
+    const uint64_t depth = d && d->is_number_unsigned() ? d->get<uint64_t>() : 0;
+    if (max_depth >= 0 && depth > static_cast<uint64_t>(max_depth)) continue;
+    const std::string path = String(l, "path");
+    const json* call = Find(l, "call_index");
+    const bool repeat = call && call->is_number_integer() && *call != 0;
+    const std::string label = std::string(2 * std::min(depth, kMaxIndent), ' ') + (path.empty() ? "(root)" : path) +
+                              (repeat ? absl::StrCat(" #", call->dump()) : "");
+    static const json kNone = json::object();
+    const json* found = Find(l, "metrics");
+    const json& m = found ? *found : kNone;
+    const json* params = Find(l, "parameters");
+    const json* output = Find(l, "output");
+    rows.push_back({label, String(l, "type"), Shape(output ? *output : json()), params ? Human(*params) : "-",
+                    LayerMetric(m, "module_flops"), LayerMetric(m, "macs"), LayerMetric(m, "dmas")});
     if (receptive_field) {
-      rows.back().insert(rows.back().end(), {FieldText(m.value("receptive_field", json())),
-                                             FieldText(m.value("effective_stride", json())),
-                                             FieldText(m.value("effective_padding", json()))});
+      rows.back().insert(rows.back().end(), {FieldText(Find(m, "receptive_field")),
+                                             FieldText(Find(m, "effective_stride")),
+                                             FieldText(Find(m, "effective_padding"))});
     }
   }
   const json& t = r["totals"];
+  auto count = [&](const char* k) {
+    const json* v = Find(t, k);
+    return v ? Human(*v) : "?";
+  };
+  auto metric = [&](const char* k) {
+    const json* v = Find(t, k);
+    return v ? MetricText(*v) : "n/a";
+  };
   std::string out = Table(rows);
   absl::StrAppend(&out, "\n");
   absl::StrAppend(&out, absl::StrFormat("Parameters: %s (trainable %s, frozen %s), %s; buffers %s\n",
-                                        HumanCount(t["parameters"]), HumanCount(t["trainable_parameters"]),
-                                        HumanCount(t["frozen_parameters"]),
-                                        absl::StrCat(HumanCount(t["parameter_bytes"]), "B"),
-                                        HumanCount(t["buffer_elements"])));
-  absl::StrAppend(&out, "Module view (TorchScan conventions): ", MetricText(t["module_flops"]), " FLOPs, ",
-                  MetricText(t["macs"]), " MACs, ", MetricText(t["dmas"]), " DMAs\n");
-  absl::StrAppend(&out, "Operator view (PyTorch dispatch): ", MetricText(t["operator_flops"]), " FLOPs\n");
-  const size_t n = r.contains("diagnostics") ? r["diagnostics"].size() : 0;
+                                        count("parameters"), count("trainable_parameters"), count("frozen_parameters"),
+                                        absl::StrCat(count("parameter_bytes"), "B"), count("buffer_elements")));
+  absl::StrAppend(&out, "Module view (TorchScan conventions): ", metric("module_flops"), " FLOPs, ", metric("macs"),
+                  " MACs, ", metric("dmas"), " DMAs\n");
+  absl::StrAppend(&out, "Operator view (PyTorch dispatch): ", metric("operator_flops"), " FLOPs\n");
+  const json* diagnostics = Find(r, "diagnostics");
+  const size_t n = diagnostics && diagnostics->is_array() ? diagnostics->size() : 0;
   absl::StrAppend(&out, "Diagnostics: ", n,
                   n ? " (\">=\" marks a partial value: a lower bound, some work has no formula)\n" : "\n");
   return out;
 }
 
+// Larger first; exact for integers (up to 2^64 - 1), doubles beyond.
+bool Greater(const json& a, const json& b) {
+  if (a.is_number_integer() && b.is_number_integer()) {
+    auto wide = [](const json& v) -> __int128 {
+      return v.is_number_unsigned() ? static_cast<__int128>(v.get<uint64_t>()) : static_cast<__int128>(v.get<int64_t>());
+    };
+    return wide(a) > wide(b);
+  }
+  return NumberAsDouble(a) > NumberAsDouble(b);
+}
+
 std::string RenderFlops(const json& r) {
-  std::string out = absl::StrCat("Operator FLOPs: ", MetricText(r["total"]), " (", r["total"].value("status", ""),
-                                 ")\n");
-  std::vector<std::pair<int64_t, std::string>> ops;
-  for (const auto& [op, v] : r["by_operator"].items()) ops.push_back({v.get<int64_t>(), op});
-  std::sort(ops.rbegin(), ops.rend());
+  const json& total = r["total"];
+  std::string out = absl::StrCat("Operator FLOPs: ", MetricText(total), " (", String(total, "status"), ")\n");
+  std::vector<std::pair<const json*, std::string>> ops;
+  for (const auto& [op, v] : r["by_operator"].items()) ops.push_back({&v, op});
+  // Most FLOPs first; ties by name, descending (the order before counts could pass 2^63).
+  std::sort(ops.begin(), ops.end(), [](const auto& x, const auto& y) {
+    if (Greater(*x.first, *y.first)) return true;
+    if (Greater(*y.first, *x.first)) return false;
+    return x.second > y.second;
+  });
   std::vector<std::vector<std::string>> rows = {{"Operator", "", "", "FLOPs"}};
-  for (const auto& [v, op] : ops) rows.push_back({op, "", "", HumanCount(v)});
+  for (const auto& [v, op] : ops) rows.push_back({op, "", "", Human(*v)});
   absl::StrAppend(&out, Table(rows));
-  for (const auto& d : r["diagnostics"]) absl::StrAppend(&out, "[", d.value("code", ""), "] ", d.value("message", ""), "\n");
+  if (const json* diagnostics = Find(r, "diagnostics"); diagnostics && diagnostics->is_array()) {
+    for (const auto& d : *diagnostics) absl::StrAppend(&out, "[", String(d, "code"), "] ", String(d, "message"), "\n");
+  }
   return out;
 }
 
 }  // namespace
 
-std::string HumanCount(int64_t n) {
-  static const char* kUnits[] = {"", "k", "M", "G", "T", "P"};
-  double v = static_cast<double>(n);
+std::string HumanNumber(double v) {
+  // SI prefixes up to quetta (10^30); larger values stay in Q.
+  static const char* kUnits[] = {"", "k", "M", "G", "T", "P", "E", "Z", "Y", "R", "Q"};
+  if (!std::isfinite(v)) return "?";
+  if (std::abs(v) < 1000) return v == std::floor(v) ? absl::StrFormat("%.0f", v) : absl::StrFormat("%.2f", v);
   int unit = 0;
-  while (std::abs(v) >= 1000 && unit < 5) {
+  while (std::abs(v) >= 1000 && unit < 10) {
     v /= 1000;
     ++unit;
   }
-  return unit == 0 ? std::to_string(n) : absl::StrFormat("%.2f%s", v, kUnits[unit]);
+  return absl::StrFormat("%.2f%s", v, kUnits[unit]);
+}
+
+std::string HumanCount(int64_t n) {
+  if (n > -1000 && n < 1000) return std::to_string(n);
+  return HumanNumber(static_cast<double>(n));
 }
 
 std::string MetricText(const json& m) {
   if (!m.is_object()) return "n/a";
-  const std::string status = m.value("status", "unavailable");
-  if (status == "complete") return HumanCount(m["value"].get<int64_t>());
-  if (status == "partial") return ">= " + HumanCount(m["known_value"].get<int64_t>());
+  const std::string status = String(m, "status");
+  const json* v = Find(m, status == "complete" ? "value" : "known_value");
+  if (status == "complete") return v ? Human(*v) : "?";
+  if (status == "partial") return ">= " + (v ? Human(*v) : "?");
   return "n/a";
 }
 
-absl::StatusOr<std::string> RenderReport(const json& report, int max_depth, bool receptive_field) {
-  if (!report.is_object() || report.value("schema_version", 0) != kSchemaVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("torchscan.render_report: expected a schema_version ", kSchemaVersion, " report"));
+absl::StatusOr<std::string> RenderReport(const json& report, int max_depth, bool receptive_field,
+                                         const ReportSource& source) {
+  const absl::StatusOr<ReportKind> kind = ValidateReport(report, source);
+  if (!kind.ok()) return absl::InvalidArgumentError(absl::StrCat("torchscan.render_report: ", kind.status().message()));
+  try {
+    return *kind == ReportKind::kAnalysis ? RenderAnalysis(report, max_depth, receptive_field) : RenderFlops(report);
+  } catch (const json::exception& e) {
+    // Unreachable for validated input (the fuzz test holds it to that); kept so
+    // a gap is an error message, not an exception through the bindings.
+    return absl::InternalError(absl::StrCat("torchscan.render_report: internal error reading a validated report: ",
+                                            e.what()));
   }
-  if (report.contains("layers") && report.contains("totals")) return RenderAnalysis(report, max_depth, receptive_field);
-  if (report.contains("by_operator") && report.contains("total")) return RenderFlops(report);
-  return absl::InvalidArgumentError("torchscan.render_report: not an AnalysisReport or a FlopReport");
 }
 
 }  // namespace torchscan::reports

@@ -9,6 +9,7 @@
 
 #include "reports/diff.h"
 #include "reports/render.h"
+#include "reports/validate.h"
 #include "torchscan_dispatch/coverage_audit.h"
 #include "torchscan_dispatch/fallback.h"
 #include "torchscan_dispatch/torchscan.h"
@@ -65,20 +66,24 @@ TORCH_LIBRARY(torchscan, m) {
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
       .def_static("coverage_audit", []() { return CoverageAuditJson(); })
       .def_static("formula_table", []() { return FormulaTableJson(); })
+      // Report readers: `file` / `before_file`, `after_file` name the source in
+      // messages ("" when the report did not come from a file).
       .def_static("render_report",
-                  [](std::string report, int64_t max_depth, bool receptive_field) {
-                    auto j = nlohmann::json::parse(report, nullptr, /*allow_exceptions=*/false);
-                    TORCH_CHECK_VALUE(!j.is_discarded(), "torchscan.render_report: the report is not valid JSON");
-                    return Value(reports::RenderReport(j, static_cast<int>(max_depth), receptive_field));
+                  [](std::string report, int64_t max_depth, bool receptive_field, std::string file) {
+                    const reports::ReportSource source{std::move(file), ""};
+                    auto j = reports::LoadReport(report, source);
+                    TORCH_CHECK_VALUE(j.ok(), "torchscan.render_report: ", j.status().message());
+                    return Value(reports::RenderReport(*j, static_cast<int>(max_depth), receptive_field, source));
                   })
       .def_static("compare_reports",
-                  [](std::string before, std::string after) {
-                    auto parse = [](const std::string& text) {
-                      auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-                      TORCH_CHECK_VALUE(!j.is_discarded(), "torchscan.compare_reports: a report is not valid JSON");
-                      return j;
-                    };
-                    return Value(reports::CompareReports(parse(before), parse(after))).dump();
+                  [](std::string before, std::string after, std::string before_file, std::string after_file) {
+                    const reports::ReportSource bs{std::move(before_file), "before"}, as{std::move(after_file), "after"};
+                    auto b = reports::LoadReport(before, bs);
+                    TORCH_CHECK_VALUE(b.ok(), "torchscan.compare_reports: ", b.status().message());
+                    auto a = reports::LoadReport(after, as);
+                    TORCH_CHECK_VALUE(a.ok(), "torchscan.compare_reports: ", a.status().message());
+                    return Value(reports::CompareReports(*b, *a, bs, as))
+                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
                   })
       .def_static("mode_key_included", []() { return ModeKeyIncluded(); })
       .def_static("built_against", []() { return std::string(TORCHSCAN_BUILT_TORCH_VERSION); });

@@ -7,7 +7,12 @@
 
 `scan` imports MODULE, calls FACTORY() for the model, crawls one forward on a
 generated input (a batch of one) and prints the summary; `render` prints a
-saved report without measuring; `diff` compares two saved AnalysisReports.
+saved report without measuring; `diff` compares two saved reports of the same
+kind (two AnalysisReports, or two FlopReports).
+
+A problem with a file (missing, unreadable, not JSON, not a valid report, an
+--output that cannot be written) ends the command with a one-line message
+naming the file (and, for diff, which side) and exit status 1.
 """
 
 from __future__ import annotations
@@ -15,10 +20,22 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import torchscan
+from torchscan.crawler import _compare_json_text, _render_json_text
+
+
+def _fail(command: str, message: str) -> NoReturn:
+    # SystemExit with a message: printed to stderr, exit status 1, no traceback.
+    raise SystemExit(f"torchscan {command}: {message}")
+
+
+def _name(path: str) -> str:
+    """A path as printable text (undecodable bytes from argv escaped)."""
+    return path.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _factory(spec: str):
@@ -39,9 +56,62 @@ def _shape(text: str):
         raise SystemExit(f"torchscan scan: --input-shape takes comma-separated integers, got {text!r}") from None
 
 
-def _load(path: str) -> dict:
-    with open(path) as f:
-        return json.load(f)
+def _read_report(command: str, path: str, side: Optional[str] = None) -> str:
+    """The text of a report file; file-level problems end the command. JSON
+    syntax and schema are checked by the C++ loader, which names the file."""
+    what = f"the {side} report {_name(path)}" if side else f"the report {_name(path)}"
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        _fail(command, f"{what} does not exist")
+    except IsADirectoryError:
+        _fail(command, f"{what} is a directory, not a report file")
+    except PermissionError:
+        _fail(command, f"{what} cannot be read (permission denied)")
+    except OSError as e:
+        _fail(command, f"{what} cannot be read ({e.strerror or e})")
+    try:
+        text = data.decode("utf-8-sig")  # a byte-order mark is harmless
+    except UnicodeDecodeError as e:
+        _fail(command, f"{what} is not JSON (not UTF-8 text: byte {e.start} is 0x{data[e.start]:02x})")
+    if not text.strip():
+        _fail(command, f"{what} is empty, not a JSON report")
+    return text
+
+
+def _check_output(command: str, path: str) -> None:
+    """Refuse an --output that cannot be written, before any work is done."""
+    name = _name(path)
+    if os.path.isdir(path):
+        _fail(command, f"--output {name} is a directory; give a file name, e.g. {os.path.join(name, 'report.json')}")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(parent):
+        _fail(command, f"--output {name}: the directory {_name(parent)} does not exist; create it first")
+    if not os.path.isdir(parent):
+        _fail(command, f"--output {name}: {_name(parent)} is not a directory")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            _fail(command, f"--output {name} exists and is not writable")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        _fail(command, f"--output {name}: the directory {_name(parent)} is not writable")
+
+
+def _write_output(command: str, path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        _fail(command, f"cannot write --output {_name(path)} ({e.strerror or e})")
+
+
+def _reader_error(command: str, e: Exception) -> NoReturn:
+    """A report reader's ValueError as the command's one-line message."""
+    message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    for prefix in ("torchscan.render_report: ", "torchscan.compare_reports: "):
+        if message.startswith(prefix):
+            message = message[len(prefix):]
+    _fail(command, message)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -56,27 +126,38 @@ def main(argv: Optional[List[str]] = None) -> int:
     render = sub.add_parser("render", help="print a saved report")
     render.add_argument("report")
     render.add_argument("--max-depth", type=int)
-    diff = sub.add_parser("diff", help="compare two saved AnalysisReports")
+    diff = sub.add_parser("diff", help="compare two saved reports of the same kind")
     diff.add_argument("before")
     diff.add_argument("after")
     diff.add_argument("--output")
     args = parser.parse_args(argv)
 
     if args.command == "scan":
+        if args.output:
+            _check_output("scan", args.output)  # before the model is built or run
         model = _factory(args.factory)()
         report = torchscan.crawl_module(model, args.input_shape, mode=args.mode)
         print(torchscan.render_report(report, args.max_depth))
         if args.output:
-            with open(args.output, "w") as f:
-                json.dump(report, f, indent=1, sort_keys=True)
+            _write_output("scan", args.output, json.dumps(report, indent=1, sort_keys=True))
     elif args.command == "render":
-        print(torchscan.render_report(_load(args.report), args.max_depth))
+        text = _read_report("render", args.report)
+        try:
+            print(_render_json_text(text, args.max_depth, file=_name(args.report)))
+        except (ValueError, RuntimeError) as e:
+            _reader_error("render", e)
     else:
-        result = torchscan.compare_reports(_load(args.before), _load(args.after))
+        if args.output:
+            _check_output("diff", args.output)
+        before = _read_report("diff", args.before, "before")
+        after = _read_report("diff", args.after, "after")
+        try:
+            result = json.loads(_compare_json_text(before, after, _name(args.before), _name(args.after)))
+        except (ValueError, RuntimeError) as e:
+            _reader_error("diff", e)
         text = json.dumps(result, indent=1, sort_keys=True)
         if args.output:
-            with open(args.output, "w") as f:
-                f.write(text)
+            _write_output("diff", args.output, text)
         print(text)
     return 0
 

@@ -182,25 +182,52 @@ def _build_report(module, scan, calls, mode, strict, source, call_args, call_kwa
     return report
 
 
-def compare_reports(before: Mapping, after: Mapping) -> dict:
-    """ReportDiff of two saved AnalysisReports (layer calls matched by path
-    and call index; numeric deltas only when both sides are complete)."""
+def _report_json(report, where: str, what: str = "the report") -> str:
+    """A report mapping as JSON text for the C++ readers; what cannot be JSON
+    (NaN, a tensor, a cycle, absurd nesting) is refused here, by name."""
     import json
 
+    try:
+        return json.dumps(report, allow_nan=False)
+    except TypeError as e:
+        raise TypeError(f"{where}: {what} is not JSON-serializable ({e}); pass the report dict as saved") from None
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{where}: {what} is not valid JSON ({e})") from None
+
+
+def _compare_json_text(before: str, after: str, before_file: str = "", after_file: str = "") -> str:
+    """ReportDiff JSON text of two reports given as JSON text; the file names
+    (when known) appear in error messages, with "before"/"after"."""
     from torchscan._library import Session
 
-    return json.loads(Session.compare_reports(json.dumps(before), json.dumps(after)))
+    return Session.compare_reports(before, after, before_file, after_file)
+
+
+def _render_json_text(text: str, max_depth: Optional[int] = None, receptive_field: bool = False,
+                      file: str = "") -> str:
+    """render_report for a report given as JSON text; `file` names it in errors."""
+    from torchscan._library import Session
+
+    depth = -1 if max_depth is None else int(max_depth)
+    return Session.render_report(text, depth, bool(receptive_field), file)
+
+
+def compare_reports(before: Mapping, after: Mapping) -> dict:
+    """ReportDiff of two saved reports of the same kind: two AnalysisReports
+    (layer calls matched by path and call index) or two FlopReports (total and
+    by_operator). Numeric deltas only when both sides are complete. A report
+    that does not match the schema is a ValueError naming the side and field."""
+    import json
+
+    where = "torchscan.compare_reports"
+    return json.loads(_compare_json_text(_report_json(before, where, "the before report"),
+                                         _report_json(after, where, "the after report")))
 
 
 def render_report(report: Mapping, max_depth: Optional[int] = None, receptive_field: bool = False) -> str:
     """Text rendering of a saved AnalysisReport or FlopReport; measures nothing.
     receptive_field adds receptive-field, effective-stride and padding columns."""
-    import json
-
-    from torchscan._library import Session
-
-    return Session.render_report(json.dumps(report), -1 if max_depth is None else int(max_depth),
-                                 bool(receptive_field))
+    return _render_json_text(_report_json(report, "torchscan.render_report"), max_depth, receptive_field)
 
 
 def summary(module: nn.Module, input_shape: Optional[Sequence] = None, *, max_depth: Optional[int] = None,
