@@ -48,7 +48,7 @@ Arithmetic ReductionArithmetic(const OpCall& call, size_t dtype_arg) {
   return ArithmeticOf(call);
 }
 
-FormulaResult CountFor(const OpCall& call, Arithmetic a, int64_t count) {
+FormulaResult CountFor(const OpCall& call, Arithmetic a, Count count) {
   switch (a) {
     case Arithmetic::kReal: return FormulaResult::Complete(count);
     case Arithmetic::kInteger:
@@ -82,9 +82,9 @@ FormulaResult NotDense(const OpCall& call) {
       std::string(call.name) + ": sparse, nested or symbolic-shape tensors have no TorchScan count");
 }
 
-int64_t Elements(const ArgMeta& a) {
+Count Elements(const ArgMeta& a) {
   if (a.is_tensor()) return a.tensor().nested ? 0 : a.tensor().numel();
-  int64_t n = 0;
+  Count n = 0;  // a list's elements together need not fit int64_t
   if (a.kind == ArgKind::kTensorList) {
     for (const TensorMeta& t : a.tensors()) n += t.defined && !t.nested ? t.numel() : 0;
   }

@@ -29,7 +29,7 @@ Arithmetic ArithmeticOfDtype(c10::ScalarType t);
 Arithmetic ReductionArithmetic(const OpCall& call, size_t dtype_arg);
 
 // Applies the dtype rule to a real-arithmetic count.
-FormulaResult CountFor(const OpCall& call, Arithmetic a, int64_t count);
+FormulaResult CountFor(const OpCall& call, Arithmetic a, Count count);
 
 // The first output, when it is a dense strided tensor; nullptr otherwise.
 const TensorMeta* DenseOutput(const OpCall& call, size_t i = 0);
@@ -40,7 +40,7 @@ FormulaResult NotDense(const OpCall& call);
 
 // Elements of a tensor or tensor-list value (0 for anything else, and for
 // undefined or nested tensors).
-int64_t Elements(const ArgMeta& a);
+Count Elements(const ArgMeta& a);
 
 // Scalar-valued argument (int, float or bool); nullopt when absent/None.
 std::optional<double> ScalarArg(const OpCall& call, size_t i);

@@ -1,6 +1,7 @@
 #include "formulas/attention.h"
 
 #include <array>
+#include <optional>
 #include <utility>
 
 #include "formulas/arithmetic.h"
@@ -25,10 +26,10 @@ FormulaResult FromShapes(const OpCall& call, size_t first_qkv, const TensorMeta*
   const TensorMeta* k = TensorArg(call, first_qkv + 1, 4);
   const TensorMeta* v = TensorArg(call, first_qkv + 2, 4);
   if (!q || !k || !v) return ShapeMismatch(call, "expected dense 4-D query, key and value");
-  const int64_t flops = grad_out ? SdpaBackwardFlops(grad_out->sizes(), q->sizes(), k->sizes(), v->sizes())
-                                 : SdpaForwardFlops(q->sizes(), k->sizes(), v->sizes());
-  if (flops < 0) return ShapeMismatch(call, "query/key/value shapes are inconsistent");
-  return FormulaResult::Partial(flops, "fused_attention_matrix_core_only",
+  const std::optional<Count> flops = grad_out ? SdpaBackwardFlops(grad_out->sizes(), q->sizes(), k->sizes(), v->sizes())
+                                              : SdpaForwardFlops(q->sizes(), k->sizes(), v->sizes());
+  if (!flops) return ShapeMismatch(call, "query/key/value shapes are inconsistent");
+  return FormulaResult::Partial(*flops, "fused_attention_matrix_core_only",
                                 "fused attention counts its matrix products only; its scaling, softmax and "
                                 "masking are not part of the native convention");
 }
@@ -43,20 +44,22 @@ FormulaResult Varlen(const OpCall& call) {
 
 }  // namespace
 
-int64_t SdpaForwardFlops(absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                         absl::Span<const int64_t> v) {
-  if (!Consistent(q, k, v)) return -1;
-  const int64_t bh = q[0] * q[1], sq = q[2], d = q[3], sk = k[2], dv = v[3];
+std::optional<Count> SdpaForwardFlops(absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                                      absl::Span<const int64_t> v) {
+  if (!Consistent(q, k, v)) return std::nullopt;
+  const Count bh = Count(q[0]) * q[1];
+  const int64_t sq = q[2], d = q[3], sk = k[2], dv = v[3];
   return bh * (matmul::MmFlops(sq, d, sk) + matmul::MmFlops(sq, sk, dv));
 }
 
-int64_t SdpaBackwardFlops(absl::Span<const int64_t> g, absl::Span<const int64_t> q,
-                          absl::Span<const int64_t> k, absl::Span<const int64_t> v) {
+std::optional<Count> SdpaBackwardFlops(absl::Span<const int64_t> g, absl::Span<const int64_t> q,
+                                       absl::Span<const int64_t> k, absl::Span<const int64_t> v) {
   if (!Consistent(q, k, v) || g.size() != 4 || g[0] != q[0] || g[1] != q[1] || g[2] != q[2] ||
       g[3] != v[3]) {
-    return -1;
+    return std::nullopt;
   }
-  const int64_t bh = q[0] * q[1], sq = q[2], d = q[3], sk = k[2], dv = v[3];
+  const Count bh = Count(q[0]) * q[1];
+  const int64_t sq = q[2], d = q[3], sk = k[2], dv = v[3];
   return bh * (matmul::MmFlops(sq, d, sk)      // recompute scores
                + matmul::MmFlops(sq, dv, sk)   // grad scores = grad_out @ v^T
                + matmul::MmFlops(sk, sq, dv)   // grad v = scores^T @ grad_out
@@ -98,17 +101,20 @@ FormulaResult EfficientBackward(const OpCall& call) {
 namespace {
 
 // Self- or cross-attention core of the fused kernels: q (B, L, E), kv length S.
-int64_t FusedAttentionFlops(int64_t b, int64_t l, int64_t s, int64_t e, int64_t h, bool mask,
-                            bool average_weights) {
+// Wide throughout: b*l*e*e alone passes int64_t for large enough calls.
+Count FusedAttentionFlops(int64_t b, int64_t l, int64_t s, int64_t e, int64_t h, bool mask,
+                          bool average_weights) {
   const int64_t d = e / h;
-  const int64_t scores = b * h * l * s, rows = b * h * l;
-  int64_t flops = matmul::MmFlops(b * l, e, e) + 2 * matmul::MmFlops(b * s, e, e)  // Q, K, V
-                  + matmul::MmFlops(b * l, e, e);                                   // output projection
-  flops += b * l * e;                                                               // Q scaling
-  flops += b * h * (matmul::MmFlops(l, d, s) + matmul::MmFlops(l, s, d));          // QK^T, PV
-  flops += 5 * scores - 2 * rows;                                                    // stable softmax
+  const Count bl = Count(b) * l, bs = Count(b) * s, bh = Count(b) * h;
+  const Count scores = bh * l * s, rows = bh * l;
+  Count flops = matmul::MmFlops(bl, e, e) + 2 * matmul::MmFlops(bs, e, e)  // Q, K, V
+                + matmul::MmFlops(bl, e, e);                               // output projection
+  flops += bl * e;                                                          // Q scaling
+  flops += bh * (matmul::MmFlops(l, d, s) + matmul::MmFlops(l, s, d));     // QK^T, PV
+  flops += 5 * scores;                                                      // stable softmax: 5N - 2R
   if (mask) flops += scores;
   if (average_weights) flops += scores;
+  flops -= 2 * rows;  // last, so no partial sum goes below zero
   return flops;
 }
 
@@ -133,7 +139,7 @@ FormulaResult NativeMultiHeadAttention(const OpCall& call) {
 FormulaResult TransformBiasRescaleQkv(const OpCall& call) {
   const TensorMeta* qkv = TensorArg(call, 0, 3);
   if (!qkv || qkv->size(2) % 3 != 0) return ShapeMismatch(call, "expected a dense (B, L, 3E) input");
-  return FormulaResult::Complete(qkv->numel() + qkv->numel() / 3);
+  return FormulaResult::Complete(Count(qkv->numel()) + qkv->numel() / 3);
 }
 
 FormulaResult TransformerEncoderLayer(const OpCall& call) {
@@ -146,10 +152,10 @@ FormulaResult TransformerEncoderLayer(const OpCall& call) {
   }
   const int64_t b = x->size(0), l = x->size(1), e = x->size(2), f = ffn1->size(0);
   const bool gelu = call.arg(7).kind == ArgKind::kBool && call.arg(7).to_bool();
-  const int64_t n = b * l * e, r = b * l;
-  int64_t flops = FusedAttentionFlops(b, l, l, e, heads.to_int(), call.arg(18).is_tensor(), false);
-  flops += matmul::MmFlops(b * l, e, f) + matmul::MmFlops(b * l, f, e);  // feed-forward
-  flops += (gelu ? 5 : 1) * b * l * f;                                   // activation
+  const Count r = Count(b) * l, n = r * e;
+  Count flops = FusedAttentionFlops(b, l, l, e, heads.to_int(), call.arg(18).is_tensor(), false);
+  flops += matmul::MmFlops(r, e, f) + matmul::MmFlops(r, f, e);          // feed-forward
+  flops += Count(gelu ? 5 : 1) * r * f;                                  // activation
   flops += 2 * (6 * n + 2 * r + 2 * n);                                  // two affine LayerNorms
   flops += 2 * n;                                                        // two residual additions
   return FormulaResult::Complete(flops);
@@ -173,17 +179,18 @@ ModuleCosts SdpaCpuCosts(const OpCall& call) {
   }
   const int64_t b = q->size(0), h = q->size(1), l = q->size(2), d = q->size(3), s = k->size(2),
                 dv = v->size(3);
-  const int64_t a = b * h * l * s, r = b * h * l;
+  const Count r = Count(b) * h * l, a = r * s;
   const bool causal = call.arg(4).kind == ArgKind::kBool && call.arg(4).to_bool();
   const ArgMeta& mask = call.arg(5);
   const int masks = (causal ? 1 : 0) + (mask.is_tensor() ? 1 : 0);
-  const int64_t mask_elements = mask.is_tensor() ? mask.tensor().numel() : 0;
-  const int64_t flops = a * (d > 0 ? 2 * d - 1 : 0) + a + masks * a + (5 * a - 2 * r) +
-                        r * dv * (s > 0 ? 2 * s - 1 : 0);
-  const int64_t macs = a * d + a * dv;
-  const int64_t out = r * dv;
-  const int64_t dmas = (q->numel() + k->numel() + a) + 2 * a + mask_elements + masks * 2 * a + (8 * a + 4 * r) +
-                       (a + v->numel() + out);
+  const Count mask_elements = mask.is_tensor() ? mask.tensor().numel() : 0;
+  // Softmax is 5A - 2R; the 2R comes off last so no partial sum goes below zero.
+  const Count flops = a * (d > 0 ? Count(2) * d - 1 : Count(0)) + a + masks * a + 5 * a +
+                      r * dv * (s > 0 ? Count(2) * s - 1 : Count(0)) - 2 * r;
+  const Count macs = a * d + a * dv;
+  const Count out = r * dv;
+  const Count dmas = (Count(q->numel()) + k->numel() + a) + 2 * a + mask_elements + masks * 2 * a + (8 * a + 4 * r) +
+                     (a + v->numel() + out);
   return {FormulaResult::Complete(flops), FormulaResult::Complete(macs), FormulaResult::Complete(dmas)};
 }
 
@@ -195,32 +202,39 @@ namespace {
 struct MhaCall {
   int64_t b, t, s, e, h;
   bool in_bias, out_bias, averaged;
-  int64_t mask_elements;  // -1: no mask
-  int64_t inputs;         // Nq + Nk + Nv
-  int64_t parameters;     // projection weights and biases
+  std::optional<Count> mask_elements;  // nullopt: no mask
+  Count inputs;                        // Nq + Nk + Nv
+  Count parameters;                    // projection weights and biases
 };
 
-int64_t Dots(int64_t n, int64_t k) { return n * (k > 0 ? 2 * k - 1 : 0); }
+Count Dots(const Count& n, int64_t k) { return n * (k > 0 ? Count(2) * k - 1 : Count(0)); }
 
-std::array<int64_t, 3> MhaTriple(const MhaCall& m) {
-  const int64_t d = m.e / m.h, a = m.b * m.h * m.t * m.s, r = m.b * m.h * m.t;
-  const int64_t q = m.b * m.t * m.e, j = m.b * m.s * m.e;
-  const int64_t masks = m.mask_elements >= 0 ? 1 : 0;
-  int64_t flops = Dots(q, m.e) + (m.in_bias ? q : 0) + 2 * (Dots(j, m.e) + (m.in_bias ? j : 0));
-  flops += q;                                            // query scale
-  flops += Dots(a, d) + masks * a + r * (5 * m.s - 2);  // scores, masks, softmax
-  flops += Dots(m.b * m.h * m.t * d, m.s);               // weighted values
-  flops += Dots(q, m.e) + (m.out_bias ? q : 0);          // output projection
+std::array<Count, 3> MhaTriple(const MhaCall& m) {
+  const int64_t d = m.e / m.h;
+  const Count r = Count(m.b) * m.h * m.t, a = r * m.s;
+  const Count q = Count(m.b) * m.t * m.e, j = Count(m.b) * m.s * m.e;
+  const int masks = m.mask_elements ? 1 : 0;
+  Count flops = Dots(q, m.e) + (m.in_bias ? q : Count(0)) + 2 * (Dots(j, m.e) + (m.in_bias ? j : Count(0)));
+  flops += q;                                 // query scale
+  flops += Dots(a, d) + masks * a + 5 * a;    // scores, masks, softmax (5S - 2 per row: 2R below)
+  flops += Dots(r * d, m.s);                  // weighted values
+  flops += Dots(q, m.e) + (m.out_bias ? q : Count(0));  // output projection
   if (m.averaged) flops += a;
-  const int64_t macs = m.e * m.inputs + 2 * m.b * m.t * m.s * m.e + m.b * m.t * m.e * m.e;
-  int64_t dmas = m.inputs + m.parameters + 7 * q + 4 * j + 10 * a + 4 * r;
-  if (masks) dmas += m.mask_elements + 2 * a;
-  if (m.averaged) dmas += a + m.b * m.t * m.s;
+  flops -= 2 * r;                             // last, so no partial sum goes below zero
+  const Count macs = m.e * m.inputs + 2 * Count(m.b) * m.t * m.s * m.e + Count(m.b) * m.t * m.e * m.e;
+  Count dmas = m.inputs + m.parameters + 7 * q + 4 * j + 10 * a + 4 * r;
+  if (masks) dmas += *m.mask_elements + 2 * a;
+  if (m.averaged) dmas += a + Count(m.b) * m.t * m.s;
   return {flops, macs, dmas};
 }
 
-ModuleCosts Complete(const std::array<int64_t, 3>& v) {
+ModuleCosts Complete(const std::array<Count, 3>& v) {
   return {FormulaResult::Complete(v[0]), FormulaResult::Complete(v[1]), FormulaResult::Complete(v[2])};
+}
+
+std::optional<Count> MaskElements(const OpCall& call, size_t i) {
+  if (!call.arg(i).is_tensor()) return std::nullopt;
+  return Elements(call.arg(i));
 }
 
 }  // namespace
@@ -235,7 +249,7 @@ ModuleCosts NativeMultiHeadAttentionCosts(const OpCall& call) {
   MhaCall m{q->size(0), q->size(1), k->size(1), q->size(2), call.arg(4).to_int(),
             call.arg(6).is_tensor(), call.arg(8).is_tensor(),
             (need.kind != ArgKind::kBool || need.to_bool()) && (average.kind != ArgKind::kBool || average.to_bool()),
-            call.arg(9).is_tensor() ? Elements(call.arg(9)) : -1,
+            MaskElements(call, 9),
             Elements(call.arg(0)) + Elements(call.arg(1)) + Elements(call.arg(2)),
             Elements(call.arg(5)) + Elements(call.arg(6)) + Elements(call.arg(7)) + Elements(call.arg(8))};
   return Complete(MhaTriple(m));
@@ -246,24 +260,24 @@ ModuleCosts TransformerEncoderLayerCosts(const OpCall& call) {
   if (operator_view.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(operator_view);
   const TensorMeta* x = TensorArg(call, 0, 3);
   const int64_t b = x->size(0), l = x->size(1), e = x->size(2), f = TensorArg(call, 14, 2)->size(0);
-  const int64_t n = x->numel(), rows = b * l, u = rows * f;
+  const Count n = x->numel(), rows = Count(b) * l, u = rows * f;
   const MhaCall m{b, l, l, e, call.arg(2).to_int(), call.arg(4).is_tensor(), call.arg(6).is_tensor(), false,
-                  call.arg(18).is_tensor() ? Elements(call.arg(18)) : -1, 3 * n,
+                  MaskElements(call, 18), 3 * n,
                   Elements(call.arg(3)) + Elements(call.arg(4)) + Elements(call.arg(5)) + Elements(call.arg(6))};
-  std::array<int64_t, 3> v = MhaTriple(m);
+  std::array<Count, 3> v = MhaTriple(m);
   const bool gelu = call.arg(7).kind == ArgKind::kBool && call.arg(7).to_bool();
   const bool b1 = call.arg(15).is_tensor(), b2 = call.arg(17).is_tensor();
   // Feed-forward: two module-convention linears and the activation.
-  v[0] += Dots(u, e) + (b1 ? u : 0) + (gelu ? 5 : 1) * u + Dots(rows * e, f) + (b2 ? rows * e : 0);
-  v[1] += rows * (e * f + f * e);
+  v[0] += Dots(u, e) + (b1 ? u : Count(0)) + Count(gelu ? 5 : 1) * u + Dots(rows * e, f) + (b2 ? rows * e : Count(0));
+  v[1] += rows * (Count(e) * f + Count(f) * e);
   v[2] += 2 * n + 4 * u + Elements(call.arg(14)) + Elements(call.arg(15)) + Elements(call.arg(16)) + Elements(call.arg(17));
   // Two residual additions and two LayerNorms (affine when their tensors are given).
   for (const auto& [w, bias] : {std::pair<size_t, size_t>{10, 11}, {12, 13}}) {
     const bool affine_w = call.arg(w).is_tensor(), affine_b = call.arg(bias).is_tensor();
-    const int64_t params = Elements(call.arg(w)) + Elements(call.arg(bias));
+    const Count params = Elements(call.arg(w)) + Elements(call.arg(bias));
     v[0] += n + 6 * n + 2 * rows + (affine_w + affine_b) * n;
     v[1] += n * (1 + (affine_w ? 1 : 0));
-    v[2] += 3 * n + 4 * n + 5 * rows + 1 + params + (params > 0 ? 2 * n : 0);
+    v[2] += 3 * n + 4 * n + 5 * rows + 1 + params + (params > 0 ? 2 * n : Count(0));
   }
   return Complete(v);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/types/span.h"
 #include "formulas/module_costs.h"
@@ -16,13 +17,13 @@ namespace torchscan::attention {
 // hkv (grouped-query attention broadcasts K/V heads to hq):
 //   scores = q @ k^T : b*hq products (sq x d)(d x sk)  -> 2*b*hq*sq*sk*d
 //   out = scores @ v : b*hq products (sq x sk)(sk x dv) -> 2*b*hq*sq*sk*dv
-// Returns -1 when the shapes are inconsistent.
-int64_t SdpaForwardFlops(absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                         absl::Span<const int64_t> v);
+// nullopt when the shapes are inconsistent.
+std::optional<Count> SdpaForwardFlops(absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                                      absl::Span<const int64_t> v);
 // Backward recomputes scores and runs four more products (grad of scores,
 // of V, of Q, of K): 2*b*hq*(sq*sk*d + sq*dv*sk + sk*sq*dv + sq*sk*d + d*sq*sk).
-int64_t SdpaBackwardFlops(absl::Span<const int64_t> grad_out, absl::Span<const int64_t> q,
-                          absl::Span<const int64_t> k, absl::Span<const int64_t> v);
+std::optional<Count> SdpaBackwardFlops(absl::Span<const int64_t> grad_out, absl::Span<const int64_t> q,
+                                       absl::Span<const int64_t> k, absl::Span<const int64_t> v);
 
 // Kernels taking (query, key, value, ...) in (b, h, s, d) layout.
 FormulaResult SdpaForward(const OpCall& call);

@@ -7,10 +7,10 @@
 
 namespace torchscan::convolution {
 
-int64_t ConvFlops(absl::Span<const int64_t> x, absl::Span<const int64_t> w,
-                  absl::Span<const int64_t> out, bool transposed) {
+Count ConvFlops(absl::Span<const int64_t> x, absl::Span<const int64_t> w,
+                absl::Span<const int64_t> out, bool transposed) {
   absl::Span<const int64_t> positions = transposed ? x : out;
-  return 2 * x[0] * Product(positions.subspan(2)) * Product(w);
+  return Count(2) * x[0] * Product(positions.subspan(2)) * Product(w);
 }
 
 namespace {
@@ -58,7 +58,7 @@ FormulaResult ConvolutionBackward(const OpCall& call) {
     return ShapeMismatch(call, "expected grad_output, input, weight and output_mask");
   }
   const bool transposed = transposed_arg.kind == ArgKind::kBool && transposed_arg.to_bool();
-  int64_t flops = 0;
+  Count flops = 0;
   if (mask.ints()[0]) {
     const ArgMeta& gx = call.output(0);
     if (!gx.is_tensor() || gx.tensor().nested) return ShapeMismatch(call, "grad_input missing");
@@ -94,19 +94,19 @@ ModuleCosts ConvolutionCosts(const OpCall& call) {
   }
   const bool transposed = transposed_arg.kind == ArgKind::kBool && transposed_arg.to_bool();
   const int64_t g = static_cast<int64_t>(*groups);
-  const int64_t kvol = Product(w->sizes().subspan(2));
+  const Count kvol = Product(w->sizes().subspan(2));
   const int64_t n_out = out->numel();
-  const int64_t params = w->numel() + (b ? b->numel() : 0);
+  const Count params = Count(w->numel()) + (b ? b->numel() : 0);
   const int64_t bias_adds = b ? n_out : 0;
   // Taps read per output in the gather view: Cin/groups x kernel_volume.
-  const int64_t cin = transposed ? w->size(0) : w->size(1) * g;
-  const int64_t gathered = cin * kvol * n_out / g;
+  const Count cin = transposed ? Count(w->size(0)) : Count(w->size(1)) * g;
+  const Count gathered = cin * kvol * n_out / g;
   if (!transposed) {
-    const int64_t terms = w->size(1) * kvol;
-    return {FormulaResult::Complete(n_out * (terms > 0 ? 2 * terms - 1 : 0) + bias_adds),
+    const Count terms = w->size(1) * kvol;
+    return {FormulaResult::Complete(n_out * (terms > 0 ? 2 * terms - 1 : Count(0)) + bias_adds),
             FormulaResult::Complete(n_out * terms), FormulaResult::Complete(gathered + params + n_out)};
   }
-  const int64_t products = x->numel() * w->size(1) * kvol;
+  const Count products = Count(x->numel()) * w->size(1) * kvol;
   const int64_t legacy_metadata = 5 * (w->dim() - 2);
   return {FormulaResult::Complete(2 * products + bias_adds), FormulaResult::Complete(products),
           FormulaResult::Complete(legacy_metadata + gathered + params + n_out)};

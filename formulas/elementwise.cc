@@ -5,13 +5,13 @@
 namespace torchscan::elementwise {
 namespace {
 
-FormulaResult Count(const OpCall& call, int64_t ops_per_output, Arithmetic a) {
+FormulaResult PerElement(const OpCall& call, int64_t ops_per_output, Arithmetic a) {
   const TensorMeta* out = DenseOutput(call);
   if (!out) return NotDense(call);
   for (const ArgMeta& arg : call.args) {
     if (arg.is_tensor() && (arg.tensor().nested || !arg.tensor().strided)) return NotDense(call);
   }
-  return CountFor(call, a, ops_per_output * out->numel());
+  return CountFor(call, a, Count(ops_per_output) * out->numel());
 }
 
 bool ScalarIsNot(const OpCall& call, size_t i, double v) {
@@ -23,7 +23,7 @@ bool ScalarIsNot(const OpCall& call, size_t i, double v) {
 
 template <int K>
 FormulaResult PerOutput(const OpCall& call) {
-  return Count(call, K, ArithmeticWithScalars(call));
+  return PerElement(call, K, ArithmeticWithScalars(call));
 }
 template FormulaResult PerOutput<0>(const OpCall&);
 template FormulaResult PerOutput<1>(const OpCall&);
@@ -36,30 +36,30 @@ template FormulaResult PerOutput<7>(const OpCall&);
 template FormulaResult PerOutput<10>(const OpCall&);
 
 FormulaResult AddSub(const OpCall& call) {
-  return Count(call, 1 + (ScalarIsNot(call, 2, 1.0) ? 1 : 0), ArithmeticWithScalars(call));
+  return PerElement(call, 1 + (ScalarIsNot(call, 2, 1.0) ? 1 : 0), ArithmeticWithScalars(call));
 }
 
 FormulaResult Div(const OpCall& call) {
   const bool rounding = call.arg(2).kind == ArgKind::kString;
-  return Count(call, rounding ? 2 : 1, ArithmeticWithScalars(call));
+  return PerElement(call, rounding ? 2 : 1, ArithmeticWithScalars(call));
 }
 
 FormulaResult Clamp(const OpCall& call) {
   const int bounds = (call.arg(1).is_none() ? 0 : 1) + (call.arg(2).is_none() ? 0 : 1);
-  return Count(call, bounds, ArithmeticOf(call));
+  return PerElement(call, bounds, ArithmeticOf(call));
 }
 
 FormulaResult Gelu(const OpCall& call) {
   const ArgMeta& approx = call.arg(1);
   const bool tanh = approx.kind == ArgKind::kString && approx.str() == "tanh";
-  return Count(call, tanh ? 14 : 5, ArithmeticOf(call));
+  return PerElement(call, tanh ? 14 : 5, ArithmeticOf(call));
 }
 
 FormulaResult Addc(const OpCall& call) {
-  return Count(call, 2 + (ScalarIsNot(call, 3, 1.0) ? 1 : 0), ArithmeticOf(call));
+  return PerElement(call, 2 + (ScalarIsNot(call, 3, 1.0) ? 1 : 0), ArithmeticOf(call));
 }
 
-FormulaResult Lerp(const OpCall& call) { return Count(call, 3, ArithmeticWithScalars(call)); }
+FormulaResult Lerp(const OpCall& call) { return PerElement(call, 3, ArithmeticWithScalars(call)); }
 
 FormulaResult RreluWithNoise(const OpCall& call) {
   const ArgMeta& training = call.arg(4);
@@ -67,7 +67,7 @@ FormulaResult RreluWithNoise(const OpCall& call) {
     return FormulaResult::Unavailable("random_sampling",
                                       "aten::rrelu_with_noise: training-mode RReLU samples its slopes");
   }
-  return Count(call, 4, ArithmeticOf(call));
+  return PerElement(call, 4, ArithmeticOf(call));
 }
 
 }  // namespace torchscan::elementwise

@@ -1,6 +1,7 @@
 #include "formulas/indexing.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "formulas/arithmetic.h"
@@ -16,25 +17,25 @@ int64_t DenseElements(const OpCall& call, size_t i) {
 FormulaResult Combine(const OpCall& call, size_t src, int64_t extra) {
   const int64_t n = DenseElements(call, src);
   if (n < 0 || !DenseOutput(call)) return NotDense(call);
-  return CountFor(call, ArithmeticOf(call), n + extra);
+  return CountFor(call, ArithmeticOf(call), Count(n) + extra);
 }
 
-// Per-pair cost of a p-norm distance over M coordinates; -1 for unsupported p.
-int64_t PairCost(double p, int64_t m) {
-  if (m == 0) return 0;
-  if (p == 1.0 || std::isinf(p)) return 3 * m - 1;
-  if (p == 2.0) return 3 * m;
-  return -1;
+// Per-pair cost of a p-norm distance over M coordinates; nullopt for unsupported p.
+std::optional<Count> PairCost(double p, int64_t m) {
+  if (m == 0) return Count(0);
+  if (p == 1.0 || std::isinf(p)) return Count(3) * m - 1;
+  if (p == 2.0) return Count(3) * m;
+  return std::nullopt;
 }
 
 FormulaResult Distances(const OpCall& call, int64_t pairs, int64_t m, double p) {
-  const int64_t per = PairCost(p, m);
-  if (per < 0) {
+  const std::optional<Count> per = PairCost(p, m);
+  if (!per) {
     return FormulaResult::Unavailable("unsupported_norm_order",
                                       std::string(call.name) + ": distances of order " + std::to_string(p) +
                                           " have no TorchScan count (orders 1, 2 and inf do)");
   }
-  return CountFor(call, ArithmeticOf(call), pairs * per);
+  return CountFor(call, ArithmeticOf(call), pairs * *per);
 }
 
 }  // namespace
@@ -101,10 +102,9 @@ FormulaResult EmbeddingBag(const OpCall& call) {
   const auto mode = ScalarArg(call, 4);
   if (!weight || !indices || !offsets || !out || weight->dim() != 2 || out->dim() < 1) return NotDense(call);
   const int64_t d = weight->size(1), lookups = indices->numel(), bags = out->size(0);
-  const int64_t combines = lookups > bags ? (lookups - bags) * d : 0;
-  int64_t count = combines;
-  if (mode.value_or(0) == 1) count += bags * d;  // mean: one divide per output value
-  if (call.arg(6).is_tensor()) count += lookups * d;  // per-sample weights
+  Count count = lookups > bags ? Count(lookups - bags) * d : Count(0);  // combines
+  if (mode.value_or(0) == 1) count += Count(bags) * d;  // mean: one divide per output value
+  if (call.arg(6).is_tensor()) count += Count(lookups) * d;  // per-sample weights
   return CountFor(call, ArithmeticOfDtype(weight->dtype), count);
 }
 
@@ -113,7 +113,7 @@ FormulaResult GridSampler2d(const OpCall& call) {
   const auto mode = ScalarArg(call, 2);
   if (!out || !DenseArg(call, 0) || !mode) return NotDense(call);
   const int64_t per = *mode == 0 ? 7 : (*mode == 2 ? 31 : 0);  // bilinear, nearest, bicubic
-  return CountFor(call, ArithmeticOf(call), per * out->numel());
+  return CountFor(call, ArithmeticOf(call), Count(per) * out->numel());
 }
 
 }  // namespace torchscan::indexing

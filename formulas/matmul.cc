@@ -46,7 +46,7 @@ FormulaResult AddmmActivation(const OpCall& call) {
   const TensorMeta* b = TensorArg(call, 2, 2);
   const ArgMeta& gelu = call.arg(5);
   const int64_t per = gelu.kind == ArgKind::kBool && gelu.to_bool() ? 5 : 1;
-  return FormulaResult::Complete(mm.value + per * a->size(0) * b->size(1));
+  return FormulaResult::Complete(mm.value + Count(per) * a->size(0) * b->size(1));
 }
 
 FormulaResult GroupedMm(const OpCall& call) {
@@ -55,7 +55,7 @@ FormulaResult GroupedMm(const OpCall& call) {
   if (!a || !out.is_tensor() || out.tensor().nested || out.tensor().dim() < 1) {
     return ShapeMismatch(call, "expected dense operands and output");
   }
-  return FormulaResult::Complete(2 * a->numel() * out.tensor().size(-1));
+  return FormulaResult::Complete(Count(2) * a->numel() * out.tensor().size(-1));
 }
 
 // One dot of K terms: 2K.
@@ -63,7 +63,7 @@ FormulaResult Dot(const OpCall& call) {
   const TensorMeta* a = TensorArg(call, 0, 1);
   const TensorMeta* b = TensorArg(call, 1, 1);
   if (!a || !b || a->size(0) != b->size(0)) return ShapeMismatch(call, "expected two equal 1-D tensors");
-  return FormulaResult::Complete(2 * a->size(0));
+  return FormulaResult::Complete(Count(2) * a->size(0));
 }
 
 // (m x k) @ (k): m dots of k terms.
@@ -90,18 +90,18 @@ namespace torchscan::matmul {
 namespace {
 
 // K-term dots: K multiplies + K-1 adds (none when K = 0).
-int64_t ModuleDots(int64_t dots, int64_t k) { return dots * (k > 0 ? 2 * k - 1 : 0); }
+Count ModuleDots(const Count& dots, int64_t k) { return dots * (k > 0 ? Count(2) * k - 1 : Count(0)); }
 
-ModuleCosts Products(const OpCall& call, int64_t dots, int64_t k, const TensorMeta* bias,
+ModuleCosts Products(const OpCall& call, const Count& dots, int64_t k, const TensorMeta* bias,
                      int64_t parameters) {
   if (ArithmeticOf(call) == Arithmetic::kComplex) {
     return ModuleCosts::Unavailable(CountFor(call, Arithmetic::kComplex, 0));
   }
-  int64_t reads = parameters;
+  Count reads = parameters;
   for (const ArgMeta& a : call.args) {
     if (a.is_tensor()) reads += a.tensor().numel();
   }
-  const int64_t bias_adds = bias ? dots : 0;
+  const Count bias_adds = bias ? dots : Count(0);
   return {FormulaResult::Complete(ModuleDots(dots, k) + bias_adds), FormulaResult::Complete(dots * k),
           FormulaResult::Complete(reads + dots)};
 }
@@ -118,7 +118,7 @@ ModuleCosts LinearCosts(const OpCall& call) {
   const TensorMeta* b = DenseArg(call, 2);
   if (!x || !w || x->dim() < 1 || x->size(-1) != w->size(1)) return BadShapes(call, "expected (..., in) and (out, in)");
   const int64_t in = w->size(1), out = w->size(0);
-  const int64_t rows = in > 0 ? x->numel() / in : Product(x->sizes().subspan(0, x->dim() - 1));
+  const Count rows = in > 0 ? Count(x->numel() / in) : Product(x->sizes().subspan(0, x->dim() - 1));
   return Products(call, rows * out, in, b, 0);
 }
 
@@ -126,28 +126,28 @@ ModuleCosts MmCosts(const OpCall& call) {
   const TensorMeta* a = TensorArg(call, 0, 2);
   const TensorMeta* b = TensorArg(call, 1, 2);
   if (!a || !b || a->size(1) != b->size(0)) return BadShapes(call, "expected (m x k)(k x n)");
-  return Products(call, a->size(0) * b->size(1), a->size(1), nullptr, 0);
+  return Products(call, Count(a->size(0)) * b->size(1), a->size(1), nullptr, 0);
 }
 
 ModuleCosts AddmmCosts(const OpCall& call) {
   const TensorMeta* a = TensorArg(call, 1, 2);
   const TensorMeta* b = TensorArg(call, 2, 2);
   if (!a || !b || a->size(1) != b->size(0)) return BadShapes(call, "expected (m x k)(k x n)");
-  return Products(call, a->size(0) * b->size(1), a->size(1), DenseArg(call, 0), 0);
+  return Products(call, Count(a->size(0)) * b->size(1), a->size(1), DenseArg(call, 0), 0);
 }
 
 ModuleCosts BmmCosts(const OpCall& call) {
   const TensorMeta* a = TensorArg(call, 0, 3);
   const TensorMeta* b = TensorArg(call, 1, 3);
   if (!a || !b || a->size(0) != b->size(0) || a->size(2) != b->size(1)) return BadShapes(call, "expected (B x m x k)(B x k x n)");
-  return Products(call, a->size(0) * a->size(1) * b->size(2), a->size(2), nullptr, 0);
+  return Products(call, Count(a->size(0)) * a->size(1) * b->size(2), a->size(2), nullptr, 0);
 }
 
 ModuleCosts BaddbmmCosts(const OpCall& call) {
   const TensorMeta* a = TensorArg(call, 1, 3);
   const TensorMeta* b = TensorArg(call, 2, 3);
   if (!a || !b || a->size(0) != b->size(0) || a->size(2) != b->size(1)) return BadShapes(call, "expected (B x m x k)(B x k x n)");
-  return Products(call, a->size(0) * a->size(1) * b->size(2), a->size(2), DenseArg(call, 0), 0);
+  return Products(call, Count(a->size(0)) * a->size(1) * b->size(2), a->size(2), DenseArg(call, 0), 0);
 }
 
 }  // namespace torchscan::matmul

@@ -10,7 +10,9 @@ namespace torchscan::matmul {
 
 // Pure counts, reusable by other families (attention, convolution).
 // (m x k) @ (k x n): m*n dots of k terms -> 2*m*n*k.
-inline int64_t MmFlops(int64_t m, int64_t k, int64_t n) { return 2 * m * n * k; }
+// Wide from the first multiplication: 2 * 2^21 * 2^21 * 2^21 is already 2^64.
+// m is a Count so callers can pass a wide row count (batch x length).
+inline Count MmFlops(const Count& m, int64_t k, int64_t n) { return Count(2) * m * n * k; }
 
 FormulaResult Mm(const OpCall& call);        // aten::mm(a, b)
 FormulaResult Addmm(const OpCall& call);     // aten::addmm(self, a, b)

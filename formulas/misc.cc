@@ -14,7 +14,7 @@ FormulaResult Dropout(const OpCall& call) {
   // native_dropout's `train` is optional; None means training.
   const bool training = train.kind == ArgKind::kBool ? train.to_bool() : true;
   if (!training || !p || *p == 0.0) return FormulaResult::Complete(0);
-  return CountFor(call, ArithmeticOf(call), (*p == 1.0 ? 1 : 2) * x->numel());
+  return CountFor(call, ArithmeticOf(call), Count(*p == 1.0 ? 1 : 2) * x->numel());
 }
 
 FormulaResult Embedding(const OpCall& call) {
@@ -41,7 +41,7 @@ FormulaResult Weighted(const OpCall& call) {
     return FormulaResult::Unavailable("unsupported_operator_formula",
                                       std::string(call.name) + ": weighted interpolation of integer inputs");
   }
-  return CountFor(call, a, (2 * K - 1) * out->numel());
+  return CountFor(call, a, Count(2 * K - 1) * out->numel());
 }
 template FormulaResult Weighted<2>(const OpCall&);
 template FormulaResult Weighted<4>(const OpCall&);
@@ -60,14 +60,14 @@ namespace torchscan::misc {
 ModuleCosts DropoutCosts(const OpCall& call) {
   const TensorMeta* x = DenseArg(call, 0);
   if (!x) return ModuleCosts::Unavailable(NotDense(call));
-  return ModuleCosts::FromFlops(Dropout(call), 0, 2 * x->numel() + 1);
+  return ModuleCosts::FromFlops(Dropout(call), 0, Count(2) * x->numel() + 1);
 }
 
 ModuleCosts EmbeddingCosts(const OpCall& call) {
   const TensorMeta* ids = DenseArg(call, 1);
   const TensorMeta* out = DenseOutput(call);
   if (!ids || !out) return ModuleCosts::Unavailable(NotDense(call));
-  return ModuleCosts::FromFlops(Embedding(call), 0, ids->numel() + 2 * out->numel());
+  return ModuleCosts::FromFlops(Embedding(call), 0, Count(ids->numel()) + Count(2) * out->numel());
 }
 
 ModuleCosts EmbeddingRenormCosts(const OpCall& call) { return ModuleCosts::Unavailable(EmbeddingRenorm(call)); }
@@ -75,14 +75,14 @@ ModuleCosts EmbeddingRenormCosts(const OpCall& call) { return ModuleCosts::Unava
 ModuleCosts NearestCosts(const OpCall& call) {
   const TensorMeta* out = DenseOutput(call);
   if (!out) return ModuleCosts::Unavailable(NotDense(call));
-  return ModuleCosts::FromFlops(Nearest(call), 0, 2 * out->numel());
+  return ModuleCosts::FromFlops(Nearest(call), 0, Count(2) * out->numel());
 }
 
 template <int K>
 ModuleCosts WeightedCosts(const OpCall& call) {
   const TensorMeta* out = DenseOutput(call);
   if (!out) return ModuleCosts::Unavailable(NotDense(call));
-  return ModuleCosts::FromFlops(Weighted<K>(call), K * out->numel(), (K + 1) * out->numel());
+  return ModuleCosts::FromFlops(Weighted<K>(call), Count(K) * out->numel(), Count(K + 1) * out->numel());
 }
 template ModuleCosts WeightedCosts<2>(const OpCall&);
 template ModuleCosts WeightedCosts<4>(const OpCall&);

@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "formulas/arithmetic.h"
 #include "formulas/attention.h"
+#include "formulas/compiled.h"
 #include "formulas/convolution.h"
 #include "formulas/elementwise.h"
 #include "formulas/matmul.h"
@@ -68,6 +69,7 @@ const ModuleFormula kModuleFormulas[] = {
     TS_MODULE("upsample_linear1d", misc::WeightedCosts<2>), TS_MODULE("upsample_bilinear2d", misc::WeightedCosts<4>),
     TS_MODULE("upsample_trilinear3d", misc::WeightedCosts<8>),
     TS_MODULE("upsample_bicubic2d", misc::WeightedCosts<16>),
+    {"torchscan::compiled_region", compiled::CompiledRegionCosts},
 };
 #undef TS_MODULE
 
@@ -92,7 +94,7 @@ ModuleCosts PointwiseCosts(const OpCall& call, FormulaFn flops) {
   c.flops = flops(call);
   if (c.flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(c.flops);
   c.macs = FormulaResult::Complete(0);
-  int64_t accesses = 0;
+  Count accesses = 0;
   for (const ArgMeta& a : call.args) accesses += Elements(a);
   for (const ArgMeta& a : call.outputs) accesses += Elements(a);
   c.dmas = FormulaResult::Complete(accesses);
@@ -101,7 +103,7 @@ ModuleCosts PointwiseCosts(const OpCall& call, FormulaFn flops) {
 
 ModuleCosts ZeroCostCosts(const OpCall& call, ZeroCostReason reason) {
   const FormulaResult zero = FormulaResult::Complete(0);
-  int64_t out = 0;
+  Count out = 0;
   for (const ArgMeta& a : call.outputs) out += Elements(a);
   switch (reason) {
     case ZeroCostReason::kFill: return {zero, zero, FormulaResult::Complete(out)};

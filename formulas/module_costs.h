@@ -21,7 +21,7 @@ struct ModuleCosts {
   static ModuleCosts Unavailable(const FormulaResult& why) { return {why, why, why}; }
   // FLOPs from a formula plus complete MACs and DMAs; all three unavailable
   // when the FLOP formula could not value the call.
-  static ModuleCosts FromFlops(const FormulaResult& flops, int64_t macs, int64_t dmas) {
+  static ModuleCosts FromFlops(const FormulaResult& flops, Count macs, Count dmas) {
     if (flops.status == MetricStatus::kUnavailable) return Unavailable(flops);
     return {flops, FormulaResult::Complete(macs), FormulaResult::Complete(dmas)};
   }

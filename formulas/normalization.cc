@@ -43,17 +43,17 @@ BatchNormArgs ReadBatchNorm(const OpCall& call) {
 }
 
 // 6N + 2R + AN (LayerNorm/GroupNorm).
-FormulaResult RowNorm(const OpCall& call, int64_t n, int64_t r, int affine) {
+FormulaResult RowNorm(const OpCall& call, const Count& n, const Count& r, int affine) {
   return CountFor(call, ArithmeticOf(call), 6 * n + 2 * r + affine * n);
 }
 
 // N and R of a call normalizing over arg(1) = normalized_shape; an error
 // result when the input is not dense or its rows are empty.
-std::optional<FormulaResult> NormalizedRows(const OpCall& call, int64_t& n, int64_t& r) {
+std::optional<FormulaResult> NormalizedRows(const OpCall& call, Count& n, Count& r) {
   const TensorMeta* x = DenseArg(call, 0);
   const ArgMeta& shape = call.arg(1);
   if (!x || shape.kind != ArgKind::kIntList) return NotDense(call);
-  const int64_t row = Product(shape.ints());
+  const Count row = Product(shape.ints());
   if (row == 0) return EmptyRows(call, "normalized rows");
   n = x->numel();
   r = n / row;
@@ -63,7 +63,7 @@ std::optional<FormulaResult> NormalizedRows(const OpCall& call, int64_t& n, int6
 }  // namespace
 
 FormulaResult LayerNorm(const OpCall& call) {
-  int64_t n = 0, r = 0;
+  Count n = 0, r = 0;
   if (auto error = NormalizedRows(call, n, r)) return *error;
   return RowNorm(call, n, r, Present(call, 2) + Present(call, 3));
 }
@@ -74,17 +74,17 @@ FormulaResult GroupNorm(const OpCall& call) {
              groups = ScalarArg(call, 6);
   if (!x || !batch || !channels || !hw || !groups) return NotDense(call);
   if (*groups <= 0 || *channels / *groups * *hw == 0) return EmptyRows(call, "groups");
-  const int64_t r = static_cast<int64_t>(*batch) * static_cast<int64_t>(*groups);
+  const Count r = Count(static_cast<int64_t>(*batch)) * static_cast<int64_t>(*groups);
   return RowNorm(call, x->numel(), r, Present(call, 1) + Present(call, 2));
 }
 
 FormulaResult BatchNorm(const OpCall& call) {
   const TensorMeta* x = DenseArg(call, 0);
   if (!x || x->dim() < 2) return NotDense(call);
-  const int64_t n = x->numel(), c = x->size(1);
+  const Count n = x->numel(), c = x->size(1);
   if (n == 0) return EmptyRows(call, "inputs");
   const BatchNormArgs b = ReadBatchNorm(call);
-  int64_t count = 2 * n + 2 * c + (b.affine_weight + b.affine_bias) * n;
+  Count count = 2 * n + 2 * c + (b.affine_weight + b.affine_bias) * n;
   // Running-stat updates only happen while training; in eval the running
   // tensors are the saved statistics.
   if (b.training) {
@@ -96,7 +96,7 @@ FormulaResult BatchNorm(const OpCall& call) {
 }
 
 FormulaResult RmsNorm(const OpCall& call) {
-  int64_t n = 0, r = 0;
+  Count n = 0, r = 0;
   if (auto error = NormalizedRows(call, n, r)) return *error;
   return CountFor(call, ArithmeticOf(call), (3 + Present(call, 2)) * n + 2 * r);
 }
@@ -105,7 +105,7 @@ FormulaResult WeightNorm(const OpCall& call) {
   const TensorMeta* v = DenseArg(call, 0);
   const TensorMeta* g = DenseArg(call, 1);
   if (!v || !g) return NotDense(call);
-  const int64_t n = v->numel(), r = g->numel();
+  const Count n = v->numel(), r = g->numel();
   if (r == 0 || n / r == 0) return EmptyRows(call, "weight rows");
   return CountFor(call, ArithmeticOf(call), 3 * n + r);
 }
@@ -118,8 +118,8 @@ namespace {
 
 // LayerNorm's staged accesses: mean N + R, variance N + 2R, normalize
 // 2N + 2R + 1 (eps), affine 2N + parameters.
-int64_t StagedNormAccesses(int64_t n, int64_t r, int64_t params, bool affine) {
-  return 4 * n + 5 * r + 1 + params + (affine ? 2 * n : 0);
+Count StagedNormAccesses(const Count& n, const Count& r, const Count& params, bool affine) {
+  return 4 * n + 5 * r + 1 + params + (affine ? 2 * n : Count(0));
 }
 
 }  // namespace
@@ -128,14 +128,15 @@ ModuleCosts BatchNormCosts(const OpCall& call) {
   const FormulaResult flops = BatchNorm(call);
   const TensorMeta* x = DenseArg(call, 0);
   if (!x || flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
-  const int64_t n = x->numel(), c = x->size(1), m = c ? n / c : 0;
+  const int64_t c = x->size(1), m = c ? x->numel() / c : 0;
+  const Count n = x->numel();
   const BatchNormArgs b = ReadBatchNorm(call);
   const bool running = b.running_mean && b.running_var;
   const bool training = b.training;
   const bool affine = b.affine_weight && b.affine_bias;
-  int64_t macs = n * (1 + (affine ? 1 : 0));
-  if (training && running) macs += c * (m - 1) + c * (2 * m - 1) + 4 * c;
-  int64_t dmas = 2 * n + 1 + 1;  // input, output, eps, momentum
+  Count macs = n * (1 + (affine ? 1 : 0));
+  if (training && running) macs += Count(c) * (m - 1) + Count(c) * (2 * Count(m) - 1) + 4 * Count(c);
+  Count dmas = 2 * n + 1 + 1;  // input, output, eps, momentum
   if (running) dmas += 2 * c;
   if (affine) dmas += 2 * c;
   // Statistics written back. (TorchScan's module formula also counted one
@@ -149,8 +150,8 @@ ModuleCosts LayerNormCosts(const OpCall& call) {
   const FormulaResult flops = LayerNorm(call);
   const TensorMeta* x = DenseArg(call, 0);
   if (!x || flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
-  const int64_t n = x->numel(), row = Product(call.arg(1).ints());
-  const int64_t params = Elements(call.arg(2)) + Elements(call.arg(3));
+  const Count n = x->numel(), row = Product(call.arg(1).ints());
+  const Count params = Elements(call.arg(2)) + Elements(call.arg(3));
   const bool weight = call.arg(2).is_tensor();
   return ModuleCosts::FromFlops(flops, n * (1 + (weight ? 1 : 0)), StagedNormAccesses(n, n / row, params, params > 0));
 }
@@ -159,22 +160,22 @@ ModuleCosts GroupNormCosts(const OpCall& call) {
   const FormulaResult flops = GroupNorm(call);
   const TensorMeta* x = DenseArg(call, 0);
   if (!x || flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
-  const int64_t n = x->numel();
-  const int64_t r = static_cast<int64_t>(*ScalarArg(call, 3) * *ScalarArg(call, 6));
-  const int64_t params = Elements(call.arg(1)) + Elements(call.arg(2));
+  const Count n = x->numel();
+  const Count r = Count(static_cast<int64_t>(*ScalarArg(call, 3))) * static_cast<int64_t>(*ScalarArg(call, 6));
+  const Count params = Elements(call.arg(1)) + Elements(call.arg(2));
   const bool weight = call.arg(1).is_tensor();
-  return ModuleCosts::FromFlops(flops, n * (1 + (weight ? 1 : 0)), n == 0 ? 0 : StagedNormAccesses(n, r, params, params > 0));
+  return ModuleCosts::FromFlops(flops, n * (1 + (weight ? 1 : 0)), n == 0 ? Count(0) : StagedNormAccesses(n, r, params, params > 0));
 }
 
 ModuleCosts RmsNormCosts(const OpCall& call) {
   const FormulaResult flops = RmsNorm(call);
   const TensorMeta* x = DenseArg(call, 0);
   if (!x || flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
-  const int64_t n = x->numel(), r = n / Product(call.arg(1).ints());
-  const int64_t params = Elements(call.arg(2));
+  const Count n = x->numel(), r = n / Product(call.arg(1).ints());
+  const Count params = Elements(call.arg(2));
   const bool weight = call.arg(2).is_tensor();
   // mean-square N + R, eps/rsqrt 2R + 1, normalize 2N + R, affine 2N + P.
-  const int64_t dmas = n == 0 ? 0 : 3 * n + 4 * r + 1 + params + (weight ? 2 * n : 0);
+  const Count dmas = n == 0 ? Count(0) : 3 * n + 4 * r + 1 + params + (weight ? 2 * n : Count(0));
   return ModuleCosts::FromFlops(flops, n * (1 + (weight ? 1 : 0)), dmas);
 }
 

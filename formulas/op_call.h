@@ -36,7 +36,13 @@ struct TensorMeta {
   }
   int64_t dim() const { return ndim; }
   int64_t size(int64_t d) const { return size_data[d < 0 ? d + ndim : d]; }
+  // Fits int64_t: PyTorch refuses a tensor whose element count does not.
+  // A zero size makes it 0 whatever the other sizes (whose product alone
+  // may pass int64_t, which PyTorch allows), so check for one first.
   int64_t numel() const {
+    for (int32_t i = 0; i < ndim; ++i) {
+      if (size_data[i] == 0) return 0;
+    }
     int64_t n = 1;
     for (int32_t i = 0; i < ndim; ++i) n *= size_data[i];
     return n;

@@ -10,7 +10,7 @@ namespace {
 
 // Values per window: the kernel's product over the output's spatial axes (a
 // single kernel size applies to every axis).
-bool WindowValues(const OpCall& call, const TensorMeta& out, int64_t& k) {
+bool WindowValues(const OpCall& call, const TensorMeta& out, Count& k) {
   const ArgMeta& kernel = call.arg(1);
   if (kernel.kind != ArgKind::kIntList || kernel.ints().empty()) return false;
   const int64_t spatial = kernel.ints().size() == 1 ? (out.dim() >= 3 ? out.dim() - 2 : 1)
@@ -22,16 +22,17 @@ bool WindowValues(const OpCall& call, const TensorMeta& out, int64_t& k) {
   return true;
 }
 
-FormulaResult Fixed(const OpCall& call, int64_t per_window_offset) {
+// Per window: k values (average) or k - 1 comparisons (max).
+FormulaResult Fixed(const OpCall& call, bool comparisons) {
   const TensorMeta* out = DenseOutput(call);
-  int64_t k = 0;
+  Count k = 0;
   if (!out || !DenseArg(call, 0) || !WindowValues(call, *out, k)) return NotDense(call);
-  return CountFor(call, ArithmeticOf(call), (k + per_window_offset) * out->numel());
+  return CountFor(call, ArithmeticOf(call), (comparisons ? k - 1 : k) * out->numel());
 }
 
 // V and O of an adaptive pooling call: spatial axes are the output's last
 // len(output_size) axes.
-bool Visits(const OpCall& call, int64_t& visited, int64_t& outputs) {
+bool Visits(const OpCall& call, Count& visited, Count& outputs) {
   const TensorMeta* in = DenseArg(call, 0);
   const TensorMeta* out = DenseOutput(call);
   if (!in || !out || in->dim() != out->dim() || in->dim() == 0) return false;
@@ -50,22 +51,22 @@ bool Visits(const OpCall& call, int64_t& visited, int64_t& outputs) {
 
 }  // namespace
 
-int64_t AdaptiveAxisVisits(int64_t in, int64_t out) {
+Count AdaptiveAxisVisits(int64_t in, int64_t out) {
   if (in == 0 || out == 0) return 0;
-  return in + out - std::gcd(in, out);
+  return Count(in) + out - std::gcd(in, out);
 }
 
-FormulaResult MaxPool(const OpCall& call) { return Fixed(call, -1); }
-FormulaResult AvgPool(const OpCall& call) { return Fixed(call, 0); }
+FormulaResult MaxPool(const OpCall& call) { return Fixed(call, true); }
+FormulaResult AvgPool(const OpCall& call) { return Fixed(call, false); }
 
 FormulaResult AdaptiveAvgPool(const OpCall& call) {
-  int64_t v = 0, o = 0;
+  Count v = 0, o = 0;
   if (!Visits(call, v, o)) return NotDense(call);
   return CountFor(call, ArithmeticOf(call), v);
 }
 
 FormulaResult AdaptiveMaxPool(const OpCall& call) {
-  int64_t v = 0, o = 0;
+  Count v = 0, o = 0;
   if (!Visits(call, v, o)) return NotDense(call);
   return CountFor(call, ArithmeticOf(call), v - o);
 }
@@ -89,28 +90,28 @@ bool ReturnsIndices(const OpCall& call) { return call.outputs.size() >= 2 && cal
 
 ModuleCosts MaxPoolCosts(const OpCall& call) {
   const TensorMeta* out = DenseOutput(call);
-  int64_t k = 0;
+  Count k = 0;
   if (!out || !WindowValues(call, *out, k)) return ModuleCosts::Unavailable(NotDense(call));
-  const int64_t n = out->numel();
+  const Count n = out->numel();
   return ModuleCosts::FromFlops(MaxPool(call), n * (k - 1), n * (k + 1 + (ReturnsIndices(call) ? 1 : 0)));
 }
 
 ModuleCosts AvgPoolCosts(const OpCall& call) {
   const TensorMeta* out = DenseOutput(call);
-  int64_t k = 0;
+  Count k = 0;
   if (!out || !WindowValues(call, *out, k)) return ModuleCosts::Unavailable(NotDense(call));
-  const int64_t n = out->numel();
+  const Count n = out->numel();
   return ModuleCosts::FromFlops(AvgPool(call), n * (k - 1 + RankOf(call)), n * (k + 1));
 }
 
 ModuleCosts AdaptiveMaxPoolCosts(const OpCall& call) {
-  int64_t v = 0, o = 0;
+  Count v = 0, o = 0;
   if (!Visits(call, v, o)) return ModuleCosts::Unavailable(NotDense(call));
   return ModuleCosts::FromFlops(AdaptiveMaxPool(call), v - o, v + o * (1 + (ReturnsIndices(call) ? 1 : 0)));
 }
 
 ModuleCosts AdaptiveAvgPoolCosts(const OpCall& call) {
-  int64_t v = 0, o = 0;
+  Count v = 0, o = 0;
   if (!Visits(call, v, o)) return ModuleCosts::Unavailable(NotDense(call));
   const int64_t rank = static_cast<int64_t>(call.arg(1).ints().size());
   return ModuleCosts::FromFlops(AdaptiveAvgPool(call), v + o * (rank - 1), v + o);

@@ -13,7 +13,7 @@ namespace torchscan::pooling {
 // Values visited along one axis by adaptive pooling from L to O positions:
 // window i spans [floor(iL/O), ceil((i+1)L/O)), and the windows' lengths sum
 // to L + O - gcd(L, O).
-int64_t AdaptiveAxisVisits(int64_t in, int64_t out);
+Count AdaptiveAxisVisits(int64_t in, int64_t out);
 
 // max_pool*_with_indices / max_pool*(self, kernel_size, ...): K - 1
 // comparisons per output for K values per window (nominal padded/ceil windows).

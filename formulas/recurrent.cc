@@ -25,7 +25,8 @@ FormulaResult MkldnnRnnLayer(const OpCall& call) {
       return FormulaResult::Unavailable("unsupported_operator_formula",
                                         "aten::mkldnn_rnn_layer: unknown recurrent mode " + std::to_string(*mode));
   }
-  return CountFor(call, ArithmeticOf(call), steps * rows * (2 * gates * h * (in + h) + cell * h));
+  return CountFor(call, ArithmeticOf(call),
+                  Count(steps) * rows * (Count(2) * gates * h * (Count(in) + h) + Count(cell) * h));
 }
 
 }  // namespace torchscan::recurrent

@@ -57,7 +57,7 @@ FormulaResult Sum(const OpCall& call) {
 FormulaResult Mean(const OpCall& call) {
   Sizes s;
   if (!Read(call, s)) return NotDense(call);
-  return CountFor(call, ReductionDtype(call), Folds(s) + s.r);
+  return CountFor(call, ReductionDtype(call), Count(Folds(s)) + s.r);
 }
 
 FormulaResult Cumulative(const OpCall& call) {
@@ -75,11 +75,11 @@ FormulaResult VectorNorm(const OpCall& call) {
   if (!Read(call, s)) return NotDense(call);
   const auto ord = ScalarArg(call, 1);
   const double p = ord.value_or(2.0);  // default order 2 (None / absent)
-  int64_t count;
+  Count count;
   if (p == 1.0 || std::isinf(p)) {
-    count = s.n + Folds(s);
+    count = Count(s.n) + Folds(s);
   } else if (p == 2.0) {
-    count = s.n + Folds(s) + s.r;
+    count = Count(s.n) + Folds(s) + s.r;
   } else {
     return FormulaResult::Unavailable(
         "unsupported_norm_order",
@@ -92,13 +92,13 @@ FormulaResult VectorNorm(const OpCall& call) {
 FormulaResult Variance(const OpCall& call) {
   Sizes s;
   if (!Read(call, s)) return NotDense(call);
-  return CountFor(call, ArithmeticOf(call), 4 * s.n);
+  return CountFor(call, ArithmeticOf(call), Count(4) * s.n);
 }
 
 FormulaResult StandardDeviation(const OpCall& call) {
   Sizes s;
   if (!Read(call, s)) return NotDense(call);
-  return CountFor(call, ArithmeticOf(call), 4 * s.n + s.r);
+  return CountFor(call, ArithmeticOf(call), Count(4) * s.n + s.r);
 }
 
 }  // namespace torchscan::reduction

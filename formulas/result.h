@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "formulas/count.h"
+
 namespace torchscan {
 
 enum class MetricStatus : uint8_t { kComplete, kPartial, kUnavailable };
@@ -12,13 +14,15 @@ const char* MetricStatusName(MetricStatus s);
 
 struct FormulaResult {
   MetricStatus status = MetricStatus::kComplete;
-  int64_t value = 0;  // complete: the value; partial: the known lower bound
+  // Complete: the value; partial: the known lower bound. An inexact Count
+  // (past 2^128 - 1, or negative) is refused where it is tallied.
+  Count value = 0;
   // Stable diagnostic code and human detail when not complete.
   std::string code;
   std::string message;
 
-  static FormulaResult Complete(int64_t v) { return {MetricStatus::kComplete, v, {}, {}}; }
-  static FormulaResult Partial(int64_t known, std::string code, std::string msg) {
+  static FormulaResult Complete(Count v) { return {MetricStatus::kComplete, v, {}, {}}; }
+  static FormulaResult Partial(Count known, std::string code, std::string msg) {
     return {MetricStatus::kPartial, known, std::move(code), std::move(msg)};
   }
   static FormulaResult Unavailable(std::string code, std::string msg) {

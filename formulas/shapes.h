@@ -10,8 +10,9 @@
 
 namespace torchscan {
 
-inline int64_t Product(absl::Span<const int64_t> xs) {
-  int64_t p = 1;
+// Wide: a subset of a tensor's sizes (or a list argument) need not fit int64_t.
+inline Count Product(absl::Span<const int64_t> xs) {
+  Count p = 1;
   for (int64_t x : xs) p *= x;
   return p;
 }

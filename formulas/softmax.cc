@@ -20,7 +20,8 @@ template <int kN, int kR>
 FormulaResult Linear(const OpCall& call) {
   int64_t n = 0, r = 0;
   if (!Rows(call, n, r)) return NotDense(call);
-  return CountFor(call, ArithmeticOf(call), kN * n + kR * r);
+  static_assert(kN > 0 && kR < 0, "N terms minus R terms");
+  return CountFor(call, ArithmeticOf(call), Count(kN) * n - Count(-kR) * r);  // r <= n: never below zero
 }
 
 }  // namespace
@@ -40,7 +41,7 @@ ModuleCosts WithAccesses(const OpCall& call, const FormulaResult& flops) {
   if (!Rows(call, n, r) || flops.status == MetricStatus::kUnavailable) {
     return ModuleCosts::Unavailable(flops.status == MetricStatus::kUnavailable ? flops : NotDense(call));
   }
-  return {flops, FormulaResult::Complete(0), FormulaResult::Complete(kN * n + kR * r)};
+  return {flops, FormulaResult::Complete(0), FormulaResult::Complete(Count(kN) * n + Count(kR) * r)};
 }
 
 }  // namespace

@@ -15,12 +15,12 @@ nlohmann::json FlopReportJson(const FlopTally& t) {
                            "FLOPs", t.scope, kOperatorMethod});
   j["by_module"] = nlohmann::json::object();
   for (const auto& [label, ops] : t.by_module) {
-    int64_t sum = 0;
+    Count sum = 0;
     for (const auto& [op, v] : ops) sum += v;
-    j["by_module"][label] = sum;
+    j["by_module"][label] = CountJson(sum);  // null past 2^128 - 1
   }
   j["by_operator"] = nlohmann::json::object();
-  for (const auto& [op, v] : t.by_operator) j["by_operator"][op] = v;
+  for (const auto& [op, v] : t.by_operator) j["by_operator"][op] = CountJson(v);
   j["ignored_operators"] = nlohmann::json::object();
   for (const auto& [op, ig] : t.ignored) {
     j["ignored_operators"][op] = {{"calls", ig.calls}, {"reason", ig.reason}};

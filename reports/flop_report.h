@@ -27,9 +27,11 @@ struct FlopTally {
   std::string torch_version;
   std::string scope = "workload";  // "forward" for a single model forward
   bool complete = true;
-  int64_t known = 0;
-  std::map<std::string, int64_t> by_operator;  // "aten.mm" -> FLOPs
-  std::map<std::string, std::map<std::string, int64_t>> by_module;  // label -> op -> FLOPs
+  // Exact up to 2^128 - 1; a sum that passes it stays at its last exact
+  // value, inexact (written partial / null, with a count_overflow diagnostic).
+  Count known = 0;
+  std::map<std::string, Count> by_operator;  // "aten.mm" -> FLOPs
+  std::map<std::string, std::map<std::string, Count>> by_module;  // label -> op -> FLOPs
   std::map<std::string, IgnoredOperator> ignored;
   std::vector<Diagnostic> diagnostics;
 };

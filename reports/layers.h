@@ -28,7 +28,7 @@ struct LayerTally {
   int32_t parent = -1;  // index of the enclosing layer call, -1 for none
   int32_t depth = 0;
   bool failed = false;  // the forward raised: estimates unavailable
-  std::array<int64_t, 4> known = {0, 0, 0, 0};
+  std::array<Count, 4> known = {0, 0, 0, 0};
   std::array<bool, 4> complete = {true, true, true, true};
   // Receptive field, effective stride and padding along the first spatial
   // axis of the output; empty when the output has no spatial structure.

@@ -16,7 +16,9 @@ inline constexpr int kSchemaVersion = 1;
 
 struct Metric {
   MetricStatus status = MetricStatus::kComplete;
-  int64_t known = 0;  // ignored when unavailable
+  // Ignored when unavailable. An inexact count (a sum that passed 2^128 - 1)
+  // makes a complete metric partial, its last exact value the known lower bound.
+  Count known = 0;
   std::string unit;
   std::string scope;
   std::string method;
@@ -25,6 +27,19 @@ struct Metric {
 // {"status", "value", "known_value", "unit", "scope", "method"}: value is
 // null unless complete; known_value is null when unavailable.
 nlohmann::json MetricJson(const Metric& m);
+
+// Counts in JSON. nlohmann holds integers up to 2^64 - 1; a larger count is
+// held as a marked binary value that DumpJson writes as its exact decimal
+// digits, a JSON number (Python's json reads it exactly). An inexact count
+// is null. Every report writes its counts through CountJson and its text
+// through DumpJson.
+nlohmann::json CountJson(const Count& c);
+// j.dump(indent), except that counts past 2^64 - 1 are written exactly;
+// invalid UTF-8 in strings (caller bytes: thread names, request ids) is
+// replaced, never fatal.
+std::string DumpJson(const nlohmann::json& j, int indent = -1);
+// Readers (diff, render) get such numbers from nlohmann's parser as floats:
+// see NumberAsDouble / NumberDelta in reports/validate.h.
 
 struct Diagnostic {
   std::string code;

@@ -19,8 +19,8 @@ nlohmann::json ModuleReportJson(const ModuleTally& t) {
   }
   j["by_operator"] = nlohmann::json::object();
   for (const auto& [op, v] : t.by_operator) {
-    j["by_operator"][op] = {{kModuleMetricNames[0], v[0]}, {kModuleMetricNames[1], v[1]},
-                            {kModuleMetricNames[2], v[2]}};
+    j["by_operator"][op] = {{kModuleMetricNames[0], CountJson(v[0])}, {kModuleMetricNames[1], CountJson(v[1])},
+                            {kModuleMetricNames[2], CountJson(v[2])}};
   }
   j["diagnostics"] = nlohmann::json::array();
   for (const auto& d : t.diagnostics) j["diagnostics"].push_back(DiagnosticJson(d));

@@ -28,8 +28,8 @@ struct ModuleTally {
   std::string torch_version;
   std::string scope = "workload";
   std::array<bool, 3> complete = {true, true, true};
-  std::array<int64_t, 3> known = {0, 0, 0};
-  std::map<std::string, std::array<int64_t, 3>> by_operator;  // "aten.linear" -> values
+  std::array<Count, 3> known = {0, 0, 0};  // exact up to 2^128 - 1 (see FlopTally)
+  std::map<std::string, std::array<Count, 3>> by_operator;  // "aten.linear" -> values
   std::vector<Diagnostic> diagnostics;
 };
 

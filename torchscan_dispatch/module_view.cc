@@ -8,7 +8,7 @@
 namespace torchscan {
 
 OperatorPlan PlanModuleView(const BlockLog<Event>& events, OpCatalog& catalog) {
-  return PlanView(events, [&](const Event& e) {
+  return PlanView(events, catalog, [&](const Event& e) {
     const OpInfo& info = catalog.Get(e.op);
     if (info.module) return CallKind::kFormula;
     if (info.zero_cost != ZeroCostReason::kNone) return CallKind::kZeroCost;
@@ -54,18 +54,31 @@ reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const Operat
     const FormulaResult* r[3] = {&costs.flops, &costs.macs, &costs.dmas};
     reports::LayerTally* layer = layers && e.scope >= 0 ? &(*layers)[e.scope] : nullptr;
     for (int m = 0; m < 3; ++m) {
-      const int64_t value = r[m]->status == MetricStatus::kUnavailable ? 0 : r[m]->value;
-      const bool incomplete = r[m]->status != MetricStatus::kComplete;
-      if (!reported) t.by_operator[info.packet][m] += value;
-      t.known[m] += value;
-      t.complete[m] = t.complete[m] && !incomplete;
-      if (incomplete && !reported) {
-        auto& issue = issues[{r[m]->code.empty() ? "incomplete_operator_formula" : r[m]->code, info.packet, m}];
-        if (issue.first++ == 0) issue.second = r[m]->message;
+      const bool valued = r[m]->status != MetricStatus::kUnavailable;
+      // A count past 2^128 - 1 (or negative: a formula defect) is refused, never wrapped.
+      const bool refused = valued && !r[m]->value.exact();
+      const Count value = valued && !refused ? r[m]->value : Count(0);
+      const bool incomplete = r[m]->status != MetricStatus::kComplete || refused;
+      bool sums_exact = reported || AddCount(t.by_operator[info.packet][m], value);
+      sums_exact = AddCount(t.known[m], value) && sums_exact;
+      t.complete[m] = t.complete[m] && !incomplete && t.known[m].exact();
+      auto note = [&](const std::string& code, const std::string& message) {
+        auto& issue = issues[{code, info.packet, m}];
+        if (issue.first++ == 0) issue.second = message;
+      };
+      if (refused && !reported) {
+        note("count_overflow", InexactCountMessage(r[m]->value, false));
+      } else if (incomplete && !reported) {
+        note(r[m]->code.empty() ? "incomplete_operator_formula" : r[m]->code, r[m]->message);
       }
       if (layer) {
-        layer->known[m + 1] += value;
+        sums_exact = AddCount(layer->known[m + 1], value) && sums_exact;
         layer->complete[m + 1] = layer->complete[m + 1] && !incomplete;
+      }
+      if (!sums_exact) {
+        note("count_overflow",
+             "adding its value took a sum past 2^128 - 1, the largest count TorchScan holds exactly; that sum "
+             "keeps its value before this call (a lower bound)");
       }
     }
   }

@@ -400,11 +400,17 @@ absl::Status Session::SetDeferredResultsJson(std::string_view json) {
   if (!j.is_object()) return absl::InvalidArgumentError("torchscan: deferred results must be a JSON object");
   for (const auto& [key, value] : j.items()) {
     int32_t index = 0;
-    if (!absl::SimpleAtoi(key, &index) || !value.is_number_integer()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("torchscan: deferred result \"", key, "\" must map a call index to an integer"));
+    // Counts up to 2^128 - 1 travel exactly as decimal strings (nlohmann
+    // holds integers up to 2^64 - 1 only); non-negative JSON integers work too.
+    std::optional<Count> count;
+    if (value.is_number_unsigned()) count = Count(value.get<uint64_t>());
+    if (value.is_string()) count = ParseCount(value.get<std::string>());
+    if (!absl::SimpleAtoi(key, &index) || !count) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "torchscan: deferred result \"", key,
+          "\" must map a call index to a non-negative integer count up to 2^128 - 1 (a number or decimal string)"));
     }
-    s.overrides.deferred_values[index] = value.get<int64_t>();
+    s.overrides.deferred_values[index] = *count;
   }
   return absl::OkStatus();
 }
@@ -462,9 +468,9 @@ absl::StatusOr<std::string> StoppedReport(Session::State& s, const ReportFilter&
   if (s.phase != Phase::kStopped) {
     return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
   }
-  if (Unfiltered(filter)) return part(s.Calls()).dump();
+  if (Unfiltered(filter)) return reports::DumpJson(part(s.Calls()));  // counts past 2^64 - 1 exact
   Planned p{s.Gather(filter)};
-  return part(p).dump();
+  return reports::DumpJson(part(p));
 }
 
 }  // namespace
@@ -600,7 +606,7 @@ absl::StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) 
     }
   }
   // Thread names and request ids are caller bytes: never fail on bad UTF-8.
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return reports::DumpJson(j);  // replaces bad UTF-8; counts past 2^64 - 1 exact
 }
 
 ScanGuard::ScanGuard(Session& session) : session_(session) {

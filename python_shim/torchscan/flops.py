@@ -139,7 +139,39 @@ class FlopScan:
             # FlopCounterMode's calling convention: shapes for tensors, the
             # output as out_shape (or out_val for raw formulas).
             result = fn(*args, **kwargs, out_val=out) if raw else fn(*args, out_shape=out, **kwargs)
-            values[str(call["index"])] = int(result)
+            # A decimal string: counts past 2**64 - 1 reach C++ exactly.
+            values[str(call["index"])] = str(flop_count(result, call["op"], fn))
+        import math
+        import operator
+
+        # Runs once the scan has stopped, so a bad value raises with the scan
+        # already ended cleanly.
+        def flop_count(result, op: str, fn: Callable) -> int:
+            """A formula's value as an exact int: an int (not a bool), or a
+            value that is exactly an integer (3.0, numpy ints); 0 <= n < 2**128."""
+            where = (f"torchscan: the caller formula {getattr(fn, '__qualname__', repr(fn))} for {op} returned "
+                     f"{result!r}")
+            if result is None or isinstance(result, (bool, str, bytes)):
+                raise TypeError(f"{where} ({type(result).__name__}); a formula must return a non-negative "
+                                "integer FLOP count")
+            try:
+                n = operator.index(result)  # int, numpy / torch integers: exact
+            except TypeError:
+                try:
+                    f = float(result)
+                except (TypeError, ValueError):
+                    raise TypeError(f"{where} ({type(result).__name__}); a formula must return a non-negative "
+                                    "integer FLOP count") from None
+                if not math.isfinite(f) or not f.is_integer():
+                    raise ValueError(f"{where}, which is not a finite whole number; a formula must return a "
+                                     "non-negative integer FLOP count") from None
+                n = int(f)
+            if n < 0:
+                raise ValueError(f"{where}; FLOP counts are non-negative")
+            if n >= 2**128:
+                raise ValueError(f"{where}, which exceeds 2**128 - 1, the largest count TorchScan holds exactly")
+            return n
+
         self._session.set_deferred_results(json.dumps(values))
 
     def _lookup(self, packet: str) -> Callable:

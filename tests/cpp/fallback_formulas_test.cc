@@ -22,7 +22,7 @@ FormulaResult Evaluate(std::string_view op, const CallBuilder& b) {
   return f ? f->flops(b.Call()) : FormulaResult::Unavailable("missing", "");
 }
 
-int64_t Flops(std::string_view op, const CallBuilder& b) {
+Count Flops(std::string_view op, const CallBuilder& b) {
   const FormulaResult r = Evaluate(op, b);
   EXPECT_EQ(r.status, MetricStatus::kComplete) << op << ": " << r.message;
   return r.value;

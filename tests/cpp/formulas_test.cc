@@ -15,14 +15,14 @@ namespace {
 
 using testing::CallBuilder;
 
-int64_t Flops(FormulaFn f, const CallBuilder& b) {
+Count Flops(FormulaFn f, const CallBuilder& b) {
   const FormulaResult r = f(b.Call());
   EXPECT_EQ(r.status, MetricStatus::kComplete) << r.message;
   return r.value;
 }
 
 // Fused attention: the matrix core is known, the rest is a stated gap.
-int64_t Known(FormulaFn f, const CallBuilder& b) {
+Count Known(FormulaFn f, const CallBuilder& b) {
   const FormulaResult r = f(b.Call());
   EXPECT_EQ(r.status, MetricStatus::kPartial) << r.message;
   EXPECT_EQ(r.code, "fused_attention_matrix_core_only");

@@ -12,7 +12,7 @@ namespace {
 
 using testing::CallBuilder;
 
-std::array<int64_t, 3> Costs(std::string_view op, const CallBuilder& b) {
+std::array<Count, 3> Costs(std::string_view op, const CallBuilder& b) {
   const ModuleFormula* f = FindModuleFormula(op);
   EXPECT_NE(f, nullptr) << op;
   if (!f) return {-1, -1, -1};
@@ -23,7 +23,7 @@ std::array<int64_t, 3> Costs(std::string_view op, const CallBuilder& b) {
   return {c.flops.value, c.macs.value, c.dmas.value};
 }
 
-using Triple = std::array<int64_t, 3>;
+using Triple = std::array<Count, 3>;
 
 TEST(ModuleDots, LinearWithAndWithoutBiasAndEmptyDots) {
   // (3,5) x W(2,5): 6 dots of 5 terms: 6*9 = 54 (+6 bias); MACs 30; DMAs 15 + 10 (+2) + 6.
