@@ -1,6 +1,46 @@
 #include "reports/layers.h"
 
+#include <cmath>
+
 namespace torchscan::reports {
+
+namespace {
+
+nlohmann::json Number(double v) {
+  const bool whole = std::abs(v) < 9e15 && v == std::trunc(v);  // exact in both types
+  return whole ? nlohmann::json(static_cast<int64_t>(v)) : nlohmann::json(v);
+}
+
+// One receptive-field metric (k: kFieldNames) of a layer. Every spatial axis
+// is reported under the additive "axes" ([{"dim", "value"}], the output
+// dimension and its value); the scalar value is complete only when all axes
+// agree. Unavailable results say why under the additive "reason".
+nlohmann::json FieldJson(const LayerTally& l, int k, const std::string& scope) {
+  nlohmann::json m = {{"unit", "positions"}, {"scope", scope}, {"method", "data_flow"}};
+  auto unavailable = [&](const char* method, std::string reason) {
+    m.update({{"status", "unavailable"}, {"value", nullptr}, {"known_value", nullptr}, {"method", method},
+              {"reason", std::move(reason)}});
+    return m;
+  };
+  using S = LayerTally::FieldState;
+  if (l.failed) return unavailable("data_flow", "the forward raised");
+  if (l.field_state == S::kUnseen) return unavailable("data_flow", "the output was not seen by the data flow");
+  if (l.field_state == S::kNotApplicable) return unavailable("not_applicable", l.field_reason);
+  if (l.field_state == S::kUnknown || l.field_axes.empty()) return unavailable("data_flow", l.field_reason);
+  nlohmann::json axes = nlohmann::json::array();
+  bool agree = true;
+  for (const auto& a : l.field_axes) {
+    axes.push_back({{"dim", a.dim}, {"value", Number(a.values[k])}});
+    agree = agree && a.values[k] == l.field_axes[0].values[k];
+  }
+  m["axes"] = axes;
+  if (!agree) return unavailable("data_flow", "the spatial axes differ: see axes");
+  const nlohmann::json value = Number(l.field_axes[0].values[k]);
+  m.update({{"status", "complete"}, {"value", value}, {"known_value", value}});
+  return m;
+}
+
+}  // namespace
 
 nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope,
                           const std::array<bool, 4>& requested) {
@@ -15,20 +55,7 @@ nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::stri
           requested[m] ? MetricJson({status, l.known[m], kLayerMetricUnits[m], scope, kLayerMetricMethods[m]})
                   : MetricJson({MetricStatus::kUnavailable, 0, kLayerMetricUnits[m], scope, "not_requested"});
     }
-    static const char* kFieldNames[3] = {"receptive_field", "effective_stride", "effective_padding"};
-    for (int k = 0; k < 3; ++k) {
-      nlohmann::json m = {{"unit", "positions"}, {"scope", scope}};
-      if (l.failed || !l.field_known) {
-        m.update({{"status", "unavailable"}, {"value", nullptr}, {"known_value", nullptr}, {"method", "data_flow"}});
-      } else if (!l.field) {
-        m.update({{"status", "unavailable"}, {"value", nullptr}, {"known_value", nullptr}, {"method", "not_applicable"}});
-      } else {
-        const double v = (*l.field)[k];
-        const nlohmann::json value = v == static_cast<double>(static_cast<int64_t>(v)) ? nlohmann::json(static_cast<int64_t>(v)) : nlohmann::json(v);
-        m.update({{"status", "complete"}, {"value", value}, {"known_value", value}, {"method", "data_flow"}});
-      }
-      metrics[kFieldNames[k]] = m;
-    }
+    for (int k = 0; k < 3; ++k) metrics[kFieldNames[k]] = FieldJson(l, k, scope);
     out.push_back({{"path", l.path},
                    {"call_index", l.call_index},
                    {"parent", l.parent >= 0 ? nlohmann::json(l.parent) : nlohmann::json()},

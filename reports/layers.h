@@ -30,11 +30,25 @@ struct LayerTally {
   bool failed = false;  // the forward raised: estimates unavailable
   std::array<Count, 4> known = {0, 0, 0, 0};
   std::array<bool, 4> complete = {true, true, true, true};
-  // Receptive field, effective stride and padding along the first spatial
-  // axis of the output; empty when the output has no spatial structure.
-  std::optional<std::array<double, 3>> field;
-  bool field_known = false;  // false: the output was never seen by the data flow
+  // Receptive field, effective stride and padding of the output, one entry
+  // per spatial axis (dim: the output dimension holding it), or why there
+  // are none (field_reason).
+  struct FieldAxis {
+    int32_t dim = 0;
+    std::array<double, 3> values = {0, 0, 0};  // kFieldNames order
+  };
+  enum class FieldState : uint8_t {
+    kUnseen,         // the output was never seen by the data flow
+    kSpatial,        // field_axes holds every spatial axis
+    kNotApplicable,  // no spatial axes (flattened into tokens, reduced, never spatial)
+    kUnknown,        // spatial positions the data flow could not follow
+  };
+  FieldState field_state = FieldState::kUnseen;
+  std::vector<FieldAxis> field_axes;
+  std::string field_reason;
 };
+
+inline constexpr const char* kFieldNames[3] = {"receptive_field", "effective_stride", "effective_padding"};
 
 // [{"path", "call_index", "parent", "depth", "failed", "metrics": {...}}]
 // requested[m] = false: metric m (kLayerMetricNames order) is unavailable /

@@ -80,11 +80,20 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-std::string FieldText(const json* m) {
-  if (!m || String(*m, "status") != "complete") return "-";
-  const json* v = Find(*m, "value");
+std::string FieldNumber(const json* v) {
   if (!v || !v->is_number()) return "?";
   return v->is_number_integer() ? v->dump() : absl::StrFormat("%.2f", v->get<double>());
+}
+
+// The scalar when complete; per-axis values joined by "x" when the axes differ.
+std::string FieldText(const json* m) {
+  if (!m) return "-";
+  if (String(*m, "status") == "complete") return FieldNumber(Find(*m, "value"));
+  const json* axes = Find(*m, "axes");
+  if (!axes || !axes->is_array() || axes->empty()) return "-";
+  std::vector<std::string> parts;
+  for (const auto& a : *axes) parts.push_back(FieldNumber(Find(a, "value")));
+  return absl::StrJoin(parts, "x");
 }
 
 // A layer's metric; a metric covered by an ancestor (metric_owners) is absent.

@@ -3,9 +3,9 @@
 // rather than in the order its layers were declared.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "torchscan_dispatch/op_catalog.h"
@@ -14,14 +14,25 @@
 
 namespace torchscan {
 
-// Along each trailing spatial axis (up to three) of an (N, C, spatial...)
-// tensor, relative to the model's inputs:
+// One spatial axis of a tensor, relative to the model's inputs:
 //   rf      receptive field (input positions one output position depends on)
 //   jump    effective stride (input positions between neighbouring outputs)
-//   padding effective padding (input positions added before the first input)
+//   padding effective padding (input positions before the first input that
+//           output position 0's window starts at)
+struct AxisField {
+  int32_t dim = 0;  // the dimension of the tensor that holds this axis
+  double rf = 1, jump = 1, padding = 0;
+};
+
 struct Field {
-  int axes = 0;  // 0: no spatial structure (flattened, reduced, ...): not applicable
-  std::array<double, 3> rf{}, jump{}, padding{};
+  enum class Kind : uint8_t {
+    kSpatial,        // axes holds every spatial axis of the tensor, in dim order
+    kNotApplicable,  // no spatial axes: flattened into tokens, reduced, never spatial
+    kUnknown,        // spatial positions the data flow cannot follow (reason says where)
+  };
+  Kind kind = Kind::kNotApplicable;
+  std::vector<AxisField> axes;
+  std::string reason;  // kNotApplicable / kUnknown: why, for people
 };
 
 // A tensor whose field is wanted as it was when the first `before_event`

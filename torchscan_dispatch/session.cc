@@ -448,10 +448,13 @@ nlohmann::json LayersOf(Session::State& s, Planned& p, const std::array<bool, 4>
   }
   const auto fields = ComputeFields(set.events(), p.ModulePlan(s.catalog), s.catalog, queries);
   for (size_t i = 0; i < scopes.size(); ++i) {
-    if (fields[i] && fields[i]->axes > 0) {
-      layers[i].field = {fields[i]->rf[0], fields[i]->jump[0], fields[i]->padding[0]};
-    }
-    layers[i].field_known = fields[i].has_value();
+    if (!fields[i]) continue;  // kUnseen
+    using S = reports::LayerTally::FieldState;
+    const Field& f = *fields[i];
+    layers[i].field_state = f.kind == Field::Kind::kSpatial ? S::kSpatial
+                            : f.kind == Field::Kind::kUnknown ? S::kUnknown : S::kNotApplicable;
+    layers[i].field_reason = f.reason;
+    for (const AxisField& a : f.axes) layers[i].field_axes.push_back({a.dim, {a.rf, a.jump, a.padding}});
   }
   return reports::LayersJson(layers, s.options.scope, requested);
 }
