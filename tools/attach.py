@@ -9,11 +9,16 @@ ATen work from before main() and writes the scan report (JSON, kind
 time --signal arrives. Before running the binary it checks that the binary
 is dynamically linked against LibTorch and that its torch version and C++ ABI
 match the library's; otherwise it refuses and says why.
+
+The launcher becomes the binary (exec, same pid). From the moment it has
+parsed its arguments, --signal sent to that pid no longer kills it: the
+signal waits until the library is ready and then writes a report.
 """
 import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +60,25 @@ def compatibility_problem(probe: dict) -> str:
     return ""
 
 
+def hold_signal(name: str) -> bool:
+    """Blocks the report signal in this process; True if it was not blocked already.
+
+    Its default action (terminate; WINCH: ignore) would otherwise apply until
+    the library's handler is installed: through the probe run here and, in
+    the binary, from exec through LibTorch's static initialisers (about
+    0.1-0.2 s). The process keeps the blocked mask across exec and a
+    pending signal too, so a signal sent to this pid at any time from here
+    on -- to the launcher or to the binary it becomes -- is delivered to the
+    library's handler once that unblocks it. With exec there is no separate
+    child to forward signals to, and the binary keeps the pid the user
+    started. A signal sent before this point (while Python starts) still
+    has its default action.
+    """
+    signo = getattr(signal, f"SIG{name}")
+    already = signal.pthread_sigmask(signal.SIG_BLOCK, {signo})
+    return signo not in already
+
+
 def refuse(message: str) -> "NoReturn":
     print(f"torchscan attach: refusing: {message}", file=sys.stderr)
     sys.exit(2)
@@ -68,6 +92,7 @@ def main(argv=None) -> int:
     parser.add_argument("--library", type=Path, default=None, help="libtorchscan_attach.so to preload")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- BINARY [ARGS...]")
     args = parser.parse_args(argv)
+    held = hold_signal(args.signal) if args.signal else False
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the binary to run after --, e.g. -- ./server --port 8000")
@@ -97,6 +122,8 @@ def main(argv=None) -> int:
     env["TORCHSCAN_ATTACH_OUTPUT"] = str(Path(args.output).resolve())
     if args.signal:
         env["TORCHSCAN_ATTACH_SIGNAL"] = args.signal
+        if held:
+            env["TORCHSCAN_ATTACH_SIGNAL_HELD"] = "1"  # the library unblocks it
     # exec: the binary keeps this process id, so signals sent to it arrive.
     os.execve(binary, [command[0], *command[1:]], env)
     return 1

@@ -8,6 +8,12 @@
 // writer thread builds the report from a snapshot, so the server's threads
 // keep running and no call is lost: calls still running at a snapshot are
 // reported by the next one and by the report at exit.
+//
+// The handler and its pipe are the first thing the library sets up
+// (HoldReportSignal, before its other initialisers): a signal that arrives
+// before the scan and the writer are ready waits in the pipe and is served
+// once they are. Before that (from exec through LibTorch's initialisers) the
+// launcher keeps the signal blocked, and HoldReportSignal unblocks it.
 #include <ATen/Version.h>
 #include <c10/util/Exception.h>
 #include <dlfcn.h>
@@ -21,7 +27,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -79,17 +84,65 @@ Footing Inspect() {
   return f;
 }
 
+// The report signal, set up before this library's C++ objects are
+// constructed and read by the signal handler: plain data only.
+struct ReportSignal {
+  int signo;  // 0: none
+  int pipe_read, pipe_write;
+  pid_t pid;  // the process that set it up (a fork()ed child ignores it)
+  struct sigaction previous;
+};
+ReportSignal report_signal = {0, -1, -1, 0, {}};
+
 struct Attached {
   std::string output;
   std::unique_ptr<Session> session;
   std::mutex write_mu;  // one report at a time
   int sequence = 0;
-  int pipe_read = -1, pipe_write = -1;
-  int signo = 0;
+  unsigned temporaries = 0;  // numbers this process's temporary files (PublishLocked)
   pid_t pid = 0;        // the attached process (a fork()ed child writes nothing)
   bool closed = false;  // the exit report is written: no more reports
 };
 Attached* attached = nullptr;  // lives until the process ends
+
+// Writes text to path through a temporary in the same directory (so the
+// rename is atomic) whose name no other process or writer uses: the pid and
+// this process's count, created with O_EXCL (a stale file of a recycled pid
+// is skipped, never reused). Other processes writing the same path publish
+// whole files only; the temporary is removed if anything fails. Caller holds
+// attached->write_mu.
+bool PublishLocked(const std::string& path, const std::string& text) {
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(attached->temporaries++);
+    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    std::fprintf(stderr, "torchscan attach: cannot create %s: %s (is its directory writable?)\n", tmp.c_str(),
+                 std::strerror(errno));
+    return false;
+  }
+  const char* what = nullptr;
+  for (size_t done = 0; done < text.size() && !what;) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      what = "write";
+    }
+  }
+  if (close(fd) != 0 && !what) what = "close";
+  if (!what && std::rename(tmp.c_str(), path.c_str()) != 0) what = "rename";
+  if (what) {
+    std::fprintf(stderr, "torchscan attach: no report written: cannot %s %s: %s\n", what, tmp.c_str(),
+                 std::strerror(errno));
+    unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
 
 // Caller holds attached->write_mu.
 void WriteReportLocked(const char* reason) {
@@ -101,18 +154,7 @@ void WriteReportLocked(const char* reason) {
   }
   nlohmann::json report = nlohmann::json::parse(*text);
   report["attach"] = {{"reason", reason}, {"sequence", ++attached->sequence}, {"pid", getpid()}};
-  const std::string tmp = attached->output + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << report.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "torchscan attach: cannot write %s\n", tmp.c_str());
-      return;
-    }
-  }
-  if (std::rename(tmp.c_str(), attached->output.c_str()) != 0) {
-    std::fprintf(stderr, "torchscan attach: cannot rename %s: %s\n", tmp.c_str(), std::strerror(errno));
-  }
+  PublishLocked(attached->output, report.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 void WriteReport(const char* reason) {
@@ -122,15 +164,18 @@ void WriteReport(const char* reason) {
 
 void OnSignal(int) {
   const int saved = errno;
-  const char byte = 's';
-  (void)!write(attached->pipe_write, &byte, 1);
+  if (getpid() == report_signal.pid) {
+    // Non-blocking: with a full pipe, reports are already pending.
+    const char byte = 's';
+    (void)!write(report_signal.pipe_write, &byte, 1);
+  }
   errno = saved;
 }
 
 void Writer() {
   char byte;
   for (;;) {
-    const ssize_t n = read(attached->pipe_read, &byte, 1);
+    const ssize_t n = read(report_signal.pipe_read, &byte, 1);
     if (n == 1) {
       WriteReport("signal");
     } else if (n < 0 && errno == EINTR) {
@@ -150,7 +195,7 @@ void AtExit() {
   (void)attached->session->Stop();
   WriteReportLocked("exit");
   attached->closed = true;  // a signal arriving during teardown writes nothing
-  if (attached->signo > 0) signal(attached->signo, SIG_IGN);
+  if (report_signal.signo > 0) signal(report_signal.signo, SIG_IGN);
 }
 
 // Every thread created after the library loaded joins the scan as it starts,
@@ -167,14 +212,72 @@ void* StartJoined(void* p) {
   return start.fn(start.arg);
 }
 
-int SignalNumber(const std::string& name) {
-  if (name.empty()) return 0;
-  const std::string n = name.rfind("SIG", 0) == 0 ? name.substr(3) : name;
-  if (n == "USR1") return SIGUSR1;
-  if (n == "USR2") return SIGUSR2;
-  if (n == "HUP") return SIGHUP;
-  if (n == "WINCH") return SIGWINCH;
+// 0 for no name, -1 for an unsupported one. Plain C: runs before this
+// library's C++ objects are constructed.
+int SignalNumber(const char* name) {
+  if (name == nullptr || *name == '\0') return 0;
+  if (std::strncmp(name, "SIG", 3) == 0) name += 3;
+  if (std::strcmp(name, "USR1") == 0) return SIGUSR1;
+  if (std::strcmp(name, "USR2") == 0) return SIGUSR2;
+  if (std::strcmp(name, "HUP") == 0) return SIGHUP;
+  if (std::strcmp(name, "WINCH") == 0) return SIGWINCH;
   return -1;
+}
+
+// The first initialiser of this library (priority 101 runs before the
+// default-priority ones, the scan's included): from here on the report
+// signal is caught and remembered in the pipe. The launcher blocked it
+// before exec (TORCHSCAN_ATTACH_SIGNAL_HELD); unblocking it now delivers a
+// signal that arrived since, to this handler.
+__attribute__((constructor(101))) void HoldReportSignal() {
+  const int signo = SignalNumber(std::getenv("TORCHSCAN_ATTACH_SIGNAL"));
+  if (std::getenv("TORCHSCAN_ATTACH_OUTPUT") == nullptr || signo <= 0) return;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    std::fprintf(stderr, "torchscan attach: no report signal: pipe: %s\n", std::strerror(errno));
+    return;  // a held signal stays blocked: it cannot kill the server either
+  }
+  fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  report_signal.pipe_read = fds[0];
+  report_signal.pipe_write = fds[1];
+  report_signal.pid = getpid();
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = &OnSignal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(signo, &sa, &report_signal.previous) != 0) {
+    std::fprintf(stderr, "torchscan attach: no report signal: sigaction: %s\n", std::strerror(errno));
+    close(fds[0]);
+    close(fds[1]);
+    report_signal.pipe_read = report_signal.pipe_write = -1;
+    return;
+  }
+  report_signal.signo = signo;
+  if (std::getenv("TORCHSCAN_ATTACH_SIGNAL_HELD")) {
+    sigset_t held;
+    sigemptyset(&held);
+    sigaddset(&held, signo);
+    pthread_sigmask(SIG_UNBLOCK, &held, nullptr);
+  }
+}
+
+// Not attaching after all: the signal gets its previous action back, and
+// signals that came meanwhile are dropped (they asked for reports).
+void ReleaseReportSignal() {
+  if (report_signal.signo <= 0) return;
+  sigaction(report_signal.signo, &report_signal.previous, nullptr);
+  report_signal.signo = 0;
+  fcntl(report_signal.pipe_read, F_SETFL, O_NONBLOCK);
+  char bytes[64];
+  ssize_t n, dropped = 0;
+  while ((n = read(report_signal.pipe_read, bytes, sizeof(bytes))) > 0) dropped += n;
+  if (dropped > 0) {
+    std::fprintf(stderr, "torchscan attach: %zd report signal(s) ignored: not attached\n", dropped);
+  }
+  close(report_signal.pipe_read);
+  close(report_signal.pipe_write);
+  report_signal.pipe_read = report_signal.pipe_write = -1;
 }
 
 __attribute__((constructor)) void Attach() {
@@ -192,11 +295,11 @@ __attribute__((constructor)) void Attach() {
   if (output == nullptr) return;
   if (const std::string problem = footing.Problem(); !problem.empty()) {
     std::fprintf(stderr, "torchscan attach: not attaching: %s\n", problem.c_str());
+    ReleaseReportSignal();
     return;
   }
   const char* signal_name = std::getenv("TORCHSCAN_ATTACH_SIGNAL");
-  const int signo = SignalNumber(signal_name ? signal_name : "");
-  if (signo < 0) {
+  if (SignalNumber(signal_name) < 0) {
     std::fprintf(stderr, "torchscan attach: not attaching: unsupported signal %s (USR1, USR2, HUP, WINCH)\n",
                  signal_name);
     return;
@@ -204,10 +307,10 @@ __attribute__((constructor)) void Attach() {
   attached = new Attached();
   attached->output = output;
   attached->pid = getpid();
-  attached->signo = signo;
   // Child processes the server starts are not part of this attach.
   unsetenv("TORCHSCAN_ATTACH_OUTPUT");
   unsetenv("TORCHSCAN_ATTACH_SIGNAL");
+  unsetenv("TORCHSCAN_ATTACH_SIGNAL_HELD");
   ScanOptions options;
   options.threads = Threads::kAll;
   options.join_on_first_call = false;     // threads join at creation (pthread_create below)
@@ -218,23 +321,11 @@ __attribute__((constructor)) void Attach() {
   attached->session = std::make_unique<Session>(options);
   if (absl::Status st = attached->session->Start(); !st.ok()) {
     std::fprintf(stderr, "torchscan attach: not attaching: %s\n", std::string(st.message()).c_str());
+    ReleaseReportSignal();
     return;
   }
-  if (signo > 0) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) == 0) {
-      attached->pipe_read = fds[0];
-      attached->pipe_write = fds[1];
-      fcntl(fds[1], F_SETFL, O_NONBLOCK);
-      std::thread(Writer).detach();
-      struct sigaction sa;
-      std::memset(&sa, 0, sizeof(sa));
-      sa.sa_handler = &OnSignal;
-      sa.sa_flags = SA_RESTART;
-      sigemptyset(&sa.sa_mask);
-      sigaction(signo, &sa, nullptr);
-    }
-  }
+  // Serves the signals held in the pipe since HoldReportSignal, then the rest.
+  if (report_signal.signo > 0) std::thread(Writer).detach();
   std::atexit(&AtExit);
 }
 
