@@ -138,8 +138,11 @@ std::string Label(const ReportSource& s) {
 
 }  // namespace
 
-absl::StatusOr<json> CompareReports(const json& before, const json& after, const ReportSource& before_source,
+absl::StatusOr<json> CompareReports(const json& before_in, const json& after_in, const ReportSource& before_source,
                                     const ReportSource& after_source) {
+  json before_parsed, after_parsed;
+  const json& before = AsParsedReport(before_in, &before_parsed);
+  const json& after = AsParsedReport(after_in, &after_parsed);
   const absl::StatusOr<ReportKind> bk = ValidateReport(before, before_source);
   if (!bk.ok()) return absl::InvalidArgumentError(absl::StrCat("torchscan.compare_reports: ", bk.status().message()));
   const absl::StatusOr<ReportKind> ak = ValidateReport(after, after_source);

@@ -217,10 +217,12 @@ std::string MetricText(const json& m) {
 
 absl::StatusOr<std::string> RenderReport(const json& report, int max_depth, bool receptive_field,
                                          const ReportSource& source) {
-  const absl::StatusOr<ReportKind> kind = ValidateReport(report, source);
+  json parsed;
+  const json& r = AsParsedReport(report, &parsed);
+  const absl::StatusOr<ReportKind> kind = ValidateReport(r, source);
   if (!kind.ok()) return absl::InvalidArgumentError(absl::StrCat("torchscan.render_report: ", kind.status().message()));
   try {
-    return *kind == ReportKind::kAnalysis ? RenderAnalysis(report, max_depth, receptive_field) : RenderFlops(report);
+    return *kind == ReportKind::kAnalysis ? RenderAnalysis(r, max_depth, receptive_field) : RenderFlops(r);
   } catch (const json::exception& e) {
     // Unreachable for validated input (the fuzz test holds it to that); kept so
     // a gap is an error message, not an exception through the bindings.

@@ -102,14 +102,14 @@ bool IsIndex(const json& v) {
 
 // The member `key` of object `obj` (at path `at`), or "missing".
 absl::Status Need(const json& obj, const Path& at, std::string_view key, const json** out) {
-  auto it = obj.find(std::string(key));
+  auto it = obj.find(key);  // heterogeneous lookup: no string built
   if (it == obj.end()) return Fail(at.Key(key), "missing");
   *out = &*it;
   return absl::OkStatus();
 }
 
 const json* Find(const json& obj, std::string_view key) {
-  auto it = obj.find(std::string(key));
+  auto it = obj.find(key);
   return it == obj.end() ? nullptr : &*it;
 }
 
@@ -153,6 +153,10 @@ absl::Status StringArray(const json& v, const Path& p) {
 // Before anything recurses: reports are shallow, so refuse deep nesting here
 // (recursive copies, comparisons and dumps of it would exhaust the stack).
 absl::Status Depth(const json& v, const Path& p, int depth) {
+  if (v.is_binary()) {
+    return Fail(p, "a binary value, which JSON text cannot hold (a count past 2^64 - 1 from CountJson?): read "
+                   "reports as parsed text (LoadReport), or through RenderReport / CompareReports");
+  }
   if (!v.is_structured()) return absl::OkStatus();
   if (depth >= kMaxReportDepth) {
     return Fail(p, absl::StrCat("nested more than ", kMaxReportDepth, " levels deep; no report is"));
@@ -489,7 +493,22 @@ absl::StatusOr<ReportKind> Classify(const json& r, const Path& root) {
                     "by_operator)");
 }
 
+bool HasBinary(const json& v, int depth) {
+  if (v.is_binary()) return true;
+  if (!v.is_structured() || depth > kMaxReportDepth) return false;  // deeper: refused by Depth anyway
+  for (const json& x : v) {
+    if (HasBinary(x, depth + 1)) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+const json& AsParsedReport(const json& report, json* storage) {
+  if (!HasBinary(report, 0)) return report;
+  *storage = json::parse(DumpJson(report), nullptr, /*allow_exceptions=*/false);
+  return *storage;
+}
 
 const char* ReportKindName(ReportKind kind) {
   return kind == ReportKind::kAnalysis ? "AnalysisReport" : "FlopReport";

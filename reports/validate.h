@@ -39,6 +39,13 @@ inline constexpr int kMaxReportDepth = 200;
 // "<source>: <json path>: <problem>" (the source part only when known).
 absl::StatusOr<ReportKind> ValidateReport(const nlohmann::json& report, const ReportSource& source = {});
 
+// Builder output (FlopReportJson, ...) holds counts past 2^64 - 1 as binary
+// values (CountJson) that only DumpJson writes; readers see what a parser
+// makes of the text. Returns `report`, or its text read back into *storage
+// when it holds such values. RenderReport and CompareReports call it first;
+// ValidateReport alone refuses binary values.
+const nlohmann::json& AsParsedReport(const nlohmann::json& report, nlohmann::json* storage);
+
 // The loader: parses JSON text and validates it. Parse errors name the line
 // and column; never throws.
 absl::StatusOr<nlohmann::json> LoadReport(std::string_view text, const ReportSource& source = {});

@@ -1,0 +1,615 @@
+// The report readers (render, diff, the loader) on malformed input: the
+// regressions of issue 11 item 2 first, then a seeded, deterministic fuzz run
+// (kFuzzCases mutated and truncated reports, each fed to every reader).
+//
+// What "no crash" means here: no exception escapes a reader, every refusal
+// is an InvalidArgument naming a field, a report the validator accepts is
+// rendered and diffed without error, and every diff is valid JSON.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "formulas/count.h"
+#include "reports/diff.h"
+#include "reports/flop_report.h"
+#include "reports/layers.h"
+#include "reports/module_report.h"
+#include "reports/render.h"
+#include "reports/validate.h"
+
+namespace torchscan::reports {
+namespace {
+
+using json = nlohmann::json;
+
+// The CI case count (README: "Report readers"). Each case is one mutated or
+// truncated report given to ValidateReport, RenderReport, CompareReports on
+// both sides, and (every few cases) LoadReport.
+constexpr int kFuzzCases = 100000;
+
+// ---------------------------------------------------------------- seeds
+// Valid reports built with the reports/ builders, completed the way
+// python_shim/torchscan/crawler.py completes an AnalysisReport.
+
+json Tensor(std::vector<int64_t> shape) {
+  return {{"kind", "tensor"}, {"shape", shape}, {"dtype", "float32"}, {"device", "cpu"}, {"requires_grad", false}};
+}
+
+Diagnostic Uncounted(const std::string& metric) {
+  return {"uncounted_operator", "warning", metric, "aten.special_erfcx ran 1 time(s) with no formula", "aten.special_erfcx",
+          std::nullopt, 1};
+}
+
+FlopTally Flops(bool complete) {
+  FlopTally t;
+  t.torch_version = "2.13.0";
+  t.scope = "forward";
+  t.complete = complete;
+  t.by_operator = {{"aten.addmm", 32}, {"aten.relu", 4}};
+  t.known = 36;
+  t.by_module = {{"Global", {{"aten.addmm", 32}, {"aten.relu", 4}}}};
+  t.ignored = {{"aten.t", {1, "view"}}};
+  if (!complete) t.diagnostics.push_back(Uncounted("operator_flops"));
+  return t;
+}
+
+json Analysis(bool complete) {
+  std::vector<LayerTally> rows(3);
+  rows[0].path = "";
+  rows[1].path = "0";
+  rows[1].depth = 1;
+  rows[1].parent = 0;
+  rows[1].known = {32, 32, 16, 28};
+  rows[2].path = "0";  // the same module called again
+  rows[2].call_index = 1;
+  rows[2].depth = 1;
+  rows[2].parent = 0;
+  rows[2].known = {4, 4, 0, 8};
+  rows[2].failed = !complete;
+  if (!complete) rows[0].complete = {false, false, false, false};
+  json layers = LayersJson(rows, "forward");
+  const char* types[3] = {"Sequential", "Linear", "Linear"};
+  for (size_t i = 0; i < layers.size(); ++i) {
+    json& l = layers[i];
+    l["name"] = l["path"] == "" ? types[i] : l["path"].get<std::string>();
+    l["type"] = types[i];
+    l["inputs"] = {{"kind", "tuple"}, {"items", {Tensor({1, 4})}}};
+    l["output"] = i == 2 && !complete ? json{{"kind", "failed"}} : Tensor({1, 4});
+    l["parameters"] = i == 1 ? 20 : 0;
+    l["trainable_parameters"] = i == 1 ? 20 : 0;
+    l["parameter_bytes"] = i == 1 ? 80 : 0;
+    l["buffers"] = 0;
+    l["buffer_bytes"] = 0;
+    l["metrics"].erase("operator_flops");  // the crawler keeps the module view per layer
+  }
+  // Receptive field of the first call: a fractional stride and a negative
+  // padding are valid positions (written here, not through LayerTally's
+  // data-flow fields, which this test does not exercise).
+  const double field[3] = {3, 0.5, -1};
+  const char* field_names[3] = {"receptive_field", "effective_stride", "effective_padding"};
+  for (int k = 0; k < 3; ++k) {
+    json& m = layers[1]["metrics"][field_names[k]];
+    m["status"] = "complete";
+    m["method"] = "data_flow";
+    m["value"] = m["known_value"] = k == 0 ? json(3) : json(field[k]);
+  }
+  if (!complete) {
+    // Custom-handler ownership: the root owns its first child's macs.
+    layers[1]["metric_owners"] = {{"macs", {{"path", ""}, {"call_index", 0}}}};
+    layers[1]["metrics"].erase("macs");
+    layers[0]["metric_ownership"] = {{"macs", "subtree"}};
+    layers[0]["token_dependencies"] = {{"status", "unavailable"}, {"scope", "forward"}, {"method", "none"},
+                                       {"assumptions", json::array()}};
+  }
+  const json flops = FlopReportJson(Flops(complete));
+  ModuleTally mt;
+  mt.torch_version = "2.13.0";
+  mt.scope = "forward";
+  mt.complete = {complete, complete, complete};
+  mt.known = {36, 16, 36};
+  mt.by_operator = {{"aten.linear", {32, 16, 28}}, {"aten.relu", {4, 0, 8}}};
+  const json module = ModuleReportJson(mt);
+  json totals = {{"parameters", 20},     {"trainable_parameters", 20}, {"frozen_parameters", 0},
+                 {"parameter_bytes", 80}, {"buffer_elements", 0},       {"buffer_bytes", 0}};
+  for (const char* k : {"module_flops", "macs", "dmas"}) totals[k] = module["totals"][k];
+  totals["operator_flops"] = flops["total"];
+  json diagnostics = flops["diagnostics"];
+  if (!complete) {
+    diagnostics.push_back({{"code", "module_forward_error"}, {"severity", "error"}, {"metric", "module_flops"},
+                           {"message", "0 raised inside its forward"}, {"path", "0"}});
+  }
+  const json context = {{"torchscan_version", "0.1.0"}, {"torch_version", "2.13.0"}, {"python_version", "3.11.7"},
+                        {"model_type", "Sequential"},  {"execution_mode", "eval_no_grad"}, {"analysis_mode", "full"},
+                        {"training_before", true},     {"devices", {"cpu"}},             {"dtypes", {"float32"}}};
+  json args = {{"kind", "tuple"}, {"items", json::array({Tensor({1, 4}), 3, "text", nullptr})}};
+  json kwargs = {{"kind", "mapping"}, {"items", {{"mask", {{"kind", "object"}, {"type", "Mask"}}}}}};
+  json inputs = {{"source", "caller"}, {"args", args}, {"kwargs", kwargs}};
+  json r = json::object();
+  r["schema_version"] = 1;
+  r["context"] = context;
+  r["inputs"] = inputs;
+  r["layers"] = layers;
+  r["totals"] = totals;
+  r["operator_flops"] = flops;
+  r["diagnostics"] = diagnostics;
+  return r;
+}
+
+// Counts past 2^63 and past 2^64 (nlohmann parses the latter as a double).
+json Huge() {
+  json r = Analysis(true);
+  r["totals"]["module_flops"]["value"] = r["totals"]["module_flops"]["known_value"] = UINT64_MAX;
+  r["layers"][1]["metrics"]["dmas"]["value"] = r["layers"][1]["metrics"]["dmas"]["known_value"] =
+      json::parse("36893488147419103232");  // 2^65
+  r["operator_flops"]["by_operator"]["aten.addmm"] = json::parse("340282366920938463463374607431768211455");
+  return r;
+}
+
+struct Seeds {
+  std::vector<json> reports;
+  std::vector<std::string> texts;
+  // A valid report of each kind, for the other side of a diff.
+  json analysis, flop;
+};
+
+const Seeds& GetSeeds() {
+  static const Seeds* seeds = [] {
+    auto* s = new Seeds;
+    json structure = FlopReportJson(Flops(true));
+    structure["context"] = json::object();  // what crawl_module(mode="structure") writes
+    structure["total"] = {{"status", "unavailable"}, {"value", nullptr},  {"known_value", nullptr},
+                          {"unit", "FLOPs"},         {"scope", "forward"}, {"method", "not_requested"}};
+    structure["by_operator"] = structure["by_module"] = structure["ignored_operators"] = json::object();
+    s->reports = {Analysis(true), Analysis(false), FlopReportJson(Flops(true)), FlopReportJson(Flops(false)),
+                  structure, Huge()};
+    for (const json& r : s->reports) s->texts.push_back(r.dump());
+    s->analysis = s->reports[0];
+    s->flop = s->reports[2];
+    return s;
+  }();
+  return *seeds;
+}
+
+TEST(ReportReaders, BuilderOutputIsValid) {
+  const Seeds& s = GetSeeds();
+  for (size_t i = 0; i < s.reports.size(); ++i) {
+    const auto kind = ValidateReport(s.reports[i]);
+    ASSERT_TRUE(kind.ok()) << "seed " << i << ": " << kind.status();
+    EXPECT_EQ(*kind, i < 2 || i == 5 ? ReportKind::kAnalysis : ReportKind::kFlop) << i;
+    EXPECT_TRUE(RenderReport(s.reports[i]).ok()) << i;
+    EXPECT_TRUE(LoadReport(s.texts[i]).ok()) << i;
+  }
+}
+
+// ---------------------------------------------------------------- regressions
+
+std::string RenderError(const json& r) {
+  const auto out = RenderReport(r);
+  return out.ok() ? "(rendered)" : std::string(out.status().message());
+}
+
+// Issue 11 item 2: `metrics: {}` on a layer crashed `render` (rc 139, in MetricText).
+TEST(ReportReaders, EmptyLayerMetricsIsAnErrorNotASegfault) {
+  json r = GetSeeds().analysis;
+  r["layers"][1]["metrics"] = json::object();
+  const std::string message = RenderError(r);
+  EXPECT_EQ(message.rfind("torchscan.render_report: layers[1].metrics.module_flops: missing", 0), 0) << message;
+}
+
+// Missing keys elsewhere gave nlohmann's "type must be number, but is ...".
+TEST(ReportReaders, MissingKeysNameTheField) {
+  json r = GetSeeds().analysis;
+  r["totals"].erase("parameters");
+  EXPECT_EQ(RenderError(r), "torchscan.render_report: totals.parameters: missing");
+
+  r = GetSeeds().analysis;
+  r["layers"][2]["metrics"]["macs"]["value"] = nullptr;  // complete, yet no value
+  EXPECT_EQ(RenderError(r),
+            "torchscan.render_report: layers[2].metrics.macs.value: expected a non-negative integer, got null");
+
+  r = GetSeeds().flop;
+  r["by_operator"]["aten.relu"] = "4";
+  EXPECT_EQ(RenderError(r), "torchscan.render_report: by_operator[\"aten.relu\"]: expected a non-negative integer, "
+                            "got the string \"4\"");
+
+  r = GetSeeds().analysis;
+  r["layers"][0]["output"]["shape"][1] = -4;
+  EXPECT_EQ(RenderError(r), "torchscan.render_report: layers[0].output.shape[1]: expected a non-negative integer "
+                            "below 2^64, got -4");
+}
+
+// compare_reports with a missing path / known_value / call_index wrote
+// `"known_value":,` (invalid JSON). Now: refused, naming the side.
+TEST(ReportReaders, DiffRefusesMissingIdentityAndValuesNamingTheSide) {
+  const json good = GetSeeds().analysis;
+  json no_path = good, no_known = good, no_index = good;
+  no_path["layers"][1].erase("path");
+  no_known["layers"][2]["metrics"]["dmas"].erase("known_value");
+  no_index["layers"][0].erase("call_index");
+  auto message = [](const json& b, const json& a, ReportSource bs = {"", "before"}, ReportSource as = {"", "after"}) {
+    const auto d = CompareReports(b, a, bs, as);
+    return d.ok() ? "(compared)" : std::string(d.status().message());
+  };
+  EXPECT_EQ(message(no_path, good), "torchscan.compare_reports: before report: layers[1].path: missing");
+  EXPECT_EQ(message(good, no_known), "torchscan.compare_reports: after report: layers[2].metrics.dmas.known_value: "
+                                     "missing");
+  EXPECT_EQ(message(good, no_index, {"a.json", "before"}, {"b.json", "after"}),
+            "torchscan.compare_reports: after report (b.json): layers[0].call_index: missing");
+}
+
+TEST(ReportReaders, DiffRefusesReportsOfDifferentKinds) {
+  const auto d = CompareReports(GetSeeds().flop, GetSeeds().analysis, {"f.json", "before"}, {"a.json", "after"});
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().message(),
+            "torchscan.compare_reports: the before report (f.json) is a FlopReport and the after report (a.json) is an "
+            "AnalysisReport; compare two reports of the same kind (an AnalysisReport's operator_flops field is its "
+            "FlopReport)");
+}
+
+// Two FlopReports gave an empty diff for 64 vs 262,144 FLOPs.
+TEST(ReportReaders, DiffOfTwoFlopReports) {
+  // (2 x 4) @ (4 x 4): 2 * 2*4*4 = 64 FLOPs; (64 x 64) @ (64 x 32): 2 * 64*64*32 = 262,144.
+  FlopTally small, large;
+  small.by_operator = {{"aten.mm", 64}};
+  small.known = 64;
+  large.by_operator = {{"aten.mm", 262144}, {"aten.relu", 2048}};  // relu on the 64 x 32 output: one per value
+  large.known = 262144 + 2048;
+  const auto d = CompareReports(FlopReportJson(small), FlopReportJson(large));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)["totals"]["operator_flops"]["delta"], 262144 + 2048 - 64);
+  EXPECT_EQ((*d)["by_operator"]["aten.mm"]["delta"], 262144 - 64);
+  // Absent from a complete report: no counted work there, a known 0.
+  EXPECT_EQ((*d)["by_operator"]["aten.relu"]["before"], json({{"status", "complete"}, {"value", 0}, {"known_value", 0}}));
+  EXPECT_EQ((*d)["by_operator"]["aten.relu"]["delta"], 2048);
+  EXPECT_FALSE(d->contains("layers"));
+
+  // A partial side: statuses propagate, no numeric deltas.
+  large.complete = false;
+  const auto p = CompareReports(FlopReportJson(small), FlopReportJson(large));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)["totals"]["operator_flops"]["status"], "partial");
+  EXPECT_TRUE((*p)["totals"]["operator_flops"]["delta"].is_null());
+  EXPECT_EQ((*p)["by_operator"]["aten.mm"]["after"],
+            json({{"status", "partial"}, {"value", nullptr}, {"known_value", 262144}}));
+  EXPECT_TRUE((*p)["by_operator"]["aten.mm"]["delta"].is_null());
+
+  // Identical reports: nothing listed.
+  const auto same = CompareReports(FlopReportJson(small), FlopReportJson(small));
+  ASSERT_TRUE(same.ok());
+  EXPECT_TRUE((*same)["by_operator"].empty());
+  EXPECT_EQ((*same)["totals"]["operator_flops"]["delta"], 0);
+}
+
+TEST(ReportReaders, CountsPast2To63AreReadExactlyAndPast2To64Approximately) {
+  const json huge = Huge();
+  const auto text = RenderReport(huge);
+  ASSERT_TRUE(text.ok()) << text.status();
+  // 2^64 - 1 = 18,446,744,073,709,551,615 -> 18.45 x 10^18 ("E", exa).
+  EXPECT_NE(text->find("Module view (TorchScan conventions): 18.45E FLOPs"), std::string::npos) << *text;
+  json before = GetSeeds().analysis;
+  const auto d = CompareReports(before, huge);
+  ASSERT_TRUE(d.ok()) << d.status();
+  // 2^64 - 1 - 36, exact (the seed's module_flops total is 36).
+  EXPECT_EQ((*d)["totals"]["module_flops"]["delta"].get<uint64_t>(), UINT64_MAX - 36);
+  // 2^65 - 28 through doubles: 2^65 exactly, the 28 lost below the 53-bit mantissa.
+  EXPECT_EQ((*d)["layers"]["changed"][0]["metrics"]["dmas"]["delta"].get<double>(), 36893488147419103232.0);
+}
+
+// In memory, builders hold counts past 2^64 - 1 as binary values (CountJson);
+// the readers take them as a parser would see the text DumpJson writes.
+TEST(ReportReaders, BuilderCountsPast2To64RenderAndDiff) {
+  FlopTally wide, small;
+  const Count big = Count::FromWide(Count::Wide{1} << 70);  // 2^70 = 1,180,591,620,717,411,303,424
+  wide.by_operator = {{"aten.mm", big}};
+  wide.known = big;
+  small.by_operator = {{"aten.mm", 64}};
+  small.known = 64;
+  const json r = FlopReportJson(wide);
+  EXPECT_NE(ValidateReport(r).status().message().find("by_operator[\"aten.mm\"]: a binary value"), std::string::npos)
+      << ValidateReport(r).status();
+  const auto text = RenderReport(r);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->rfind("Operator FLOPs: 1.18Z (complete)\n", 0), 0) << *text;  // 1.18 x 10^21
+  const auto d = CompareReports(FlopReportJson(small), r);
+  ASSERT_TRUE(d.ok()) << d.status();
+  // 2^70 - 64 as a double is 2^70 (its spacing there is 2^18).
+  EXPECT_EQ((*d)["by_operator"]["aten.mm"]["delta"].get<double>(), 1180591620717411303424.0);
+}
+
+TEST(ReportReaders, OtherShapesAreNamed) {
+  EXPECT_EQ(RenderError(json::array()), "torchscan.render_report: (top level): expected a report (a JSON object), "
+                                        "got an array of 0");
+  json v2 = GetSeeds().analysis;
+  v2["schema_version"] = 2;
+  EXPECT_EQ(RenderError(v2), "torchscan.render_report: schema_version: unknown version 2; this build reads "
+                             "schema_version 1 (migrate other versions explicitly)");
+  const auto diff = CompareReports(GetSeeds().analysis, GetSeeds().analysis);
+  ASSERT_TRUE(diff.ok());
+  EXPECT_EQ(RenderError(*diff), "torchscan.render_report: (top level): this is a ReportDiff (the output of "
+                                "compare_reports), not a report");
+  json deep = GetSeeds().analysis;
+  json nest = 1;
+  for (int i = 0; i < kMaxReportDepth + 5; ++i) nest = json::array({nest});
+  deep["inputs"]["args"] = nest;
+  EXPECT_NE(RenderError(deep).find("nested more than 200 levels deep"), std::string::npos) << RenderError(deep);
+  json dup = GetSeeds().analysis;
+  dup["layers"].push_back(dup["layers"][1]);
+  EXPECT_EQ(RenderError(dup), "torchscan.render_report: layers[3]: the same layer call (path \"0\", call_index 0) "
+                              "as layers[1]; a path and call index identify one call");
+  const auto parse = LoadReport("{\"schema_version\": 1,\n \"layers\": [", {"r.json", "before"});
+  ASSERT_FALSE(parse.ok());
+  EXPECT_EQ(parse.status().message().rfind("before report (r.json): not valid JSON (parse error at line 2, column 13", 0),
+            0)
+      << parse.status();
+}
+
+// ---------------------------------------------------------------- fuzzing
+
+// splitmix64: deterministic everywhere (std distributions are not).
+struct Rng {
+  uint64_t state;
+  uint64_t Next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  size_t Below(size_t n) { return n ? static_cast<size_t>(Next() % n) : 0; }
+};
+
+struct Slot {
+  json* parent;            // null for the root
+  const std::string* key;  // in parent, when it is an object
+  size_t index;            // in parent, when it is an array
+  json* node;
+};
+
+void Collect(json& v, json* parent, const std::string* key, size_t index, std::vector<Slot>& out) {
+  out.push_back({parent, key, index, &v});
+  if (v.is_object()) {
+    for (auto it = v.begin(); it != v.end(); ++it) Collect(*it, &v, &it.key(), 0, out);
+  } else if (v.is_array()) {
+    for (size_t i = 0; i < v.size(); ++i) Collect(v[i], &v, nullptr, i, out);
+  }
+}
+
+json Palette(Rng& rng) {
+  static const std::vector<json> values = {
+      nullptr, true, false, "", "abc", "NaN", "Infinity", "-1", "complete", "partial", "unavailable", "tensor",
+      0, 1, -1, INT64_MIN, INT64_MAX, UINT64_MAX, 0.5, -0.5, 1e300, -1e300, 3.7e19, 2.0,
+      json::array(), json::object(), json::array({1, 2}), json::object({{"status", "complete"}}),
+      json::object({{"kind", "tensor"}}), json::object({{"kind", "tuple"}, {"items", 3}}),
+      json::object({{"status", "complete"}, {"value", -3}, {"known_value", -3}, {"unit", "FLOPs"}, {"scope", "x"},
+                    {"method", "y"}})};
+  return values[rng.Below(values.size())];
+}
+
+// One structural mutation of `doc`.
+void Mutate(json& doc, Rng& rng, bool allow_deep) {
+  thread_local std::vector<Slot> slots;
+  slots.clear();
+  Collect(doc, nullptr, nullptr, 0, slots);
+  Slot s = slots[rng.Below(slots.size())];
+  switch (rng.Below(allow_deep ? 9 : 8)) {
+    case 0:  // delete a key or element
+    case 1:
+      if (!s.parent) break;
+      if (s.parent->is_object()) s.parent->erase(std::string(*s.key));
+      else s.parent->erase(s.index);
+      return;
+    case 2:  // a value of another type (or a wrong value of the right type)
+    case 3:
+      *s.node = Palette(rng);
+      return;
+    case 4:  // duplicate an array's elements
+      for (size_t tries = 0; tries < 8 && !s.node->is_array(); ++tries) s = slots[rng.Below(slots.size())];
+      if (s.node->is_array()) {
+        const json copy = *s.node;
+        for (const json& e : copy) s.node->push_back(e);
+      }
+      return;
+    case 5:  // rename a key
+      if (s.parent && s.parent->is_object()) {
+        const std::string key = *s.key;  // the erase frees *s.key
+        json v = std::move(*s.node);
+        s.parent->erase(key);
+        (*s.parent)[key + (rng.Below(2) ? "_" : "X")] = std::move(v);
+      }
+      return;
+    case 6: {  // numbers: negative, huge, fractional, a string of themselves
+      if (!s.node->is_number()) {
+        *s.node = Palette(rng);
+        return;
+      }
+      const double d = s.node->get<double>();
+      switch (rng.Below(5)) {
+        case 0: *s.node = -d - 1; break;
+        case 1: *s.node = std::isfinite(d * 1e12) ? d * 1e12 : 1e308; break;
+        case 2: *s.node = d + 0.25; break;
+        case 3: *s.node = s.node->dump(); break;
+        default: *s.node = UINT64_MAX; break;
+      }
+      return;
+    }
+    case 7:  // copy one value over another (a layer over a metric, ...)
+      *s.node = *slots[rng.Below(slots.size())].node;
+      return;
+    case 8: {  // deep nesting, around and past the validator's limit
+      static const int kLevels[] = {1, 3, kMaxReportDepth - 8, kMaxReportDepth + 1, 1000};
+      const int levels = kLevels[rng.Below(5)];
+      json v = std::move(*s.node);
+      for (int i = 0; i < levels; ++i) v = rng.Below(2) ? json::array({std::move(v)}) : json({{"x", std::move(v)}});
+      *s.node = std::move(v);
+      return;
+    }
+  }
+}
+
+// The longest prefix of text[0, cut) that ends between two values, closed:
+// a truncated report that still parses.
+std::string Repair(const std::string& text, size_t cut) {
+  std::vector<char> open, open_at_end;
+  bool in_string = false, escape = false;
+  size_t end = std::string::npos;
+  for (size_t i = 0; i < cut; ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escape) escape = false;
+      else if (c == '\\') escape = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      open.push_back(c);
+      end = i + 1, open_at_end = open;
+    } else if (c == '}' || c == ']') {
+      if (!open.empty()) open.pop_back();
+      end = i + 1, open_at_end = open;
+    } else if (c == ',') {
+      end = i, open_at_end = open;
+    }
+  }
+  if (end == std::string::npos) return "";
+  std::string out = text.substr(0, end);
+  for (auto it = open_at_end.rbegin(); it != open_at_end.rend(); ++it) out += *it == '{' ? '}' : ']';
+  return out;
+}
+
+std::string ByteMutation(std::string text, Rng& rng) {
+  static const char kBytes[] = "{}[]\",:-.0123456789eE \\\x01\x80\xff\xc3tfn";
+  const size_t n = 1 + rng.Below(3);
+  for (size_t i = 0; i < n && !text.empty(); ++i) {
+    const size_t at = rng.Below(text.size());
+    switch (rng.Below(3)) {
+      case 0: text[at] = kBytes[rng.Below(sizeof(kBytes) - 1)]; break;
+      case 1: text.erase(at, 1 + rng.Below(4)); break;
+      default: text.insert(at, 1, kBytes[rng.Below(sizeof(kBytes) - 1)]); break;
+    }
+  }
+  return text;
+}
+
+// "" when every reader behaved; else what went wrong. *valid: whether the
+// validator accepted `m`.
+std::string Exercise(const json& m, bool load_too, bool* valid_out) {
+  const Seeds& seeds = GetSeeds();
+  try {
+    const auto kind = ValidateReport(m);
+    const bool valid = *valid_out = kind.ok();
+    if (!valid) {
+      const std::string msg(kind.status().message());
+      if (kind.status().code() != absl::StatusCode::kInvalidArgument || msg.find(": ") == std::string::npos ||
+          msg.find("json.exception") != std::string::npos) {
+        return "unexpected refusal: " + kind.status().ToString();
+      }
+    }
+    const auto text = RenderReport(m, valid && kind.value() == ReportKind::kAnalysis ? 1 : -1, true);
+    if (text.ok() != valid) return "render disagrees with the validator: " + text.status().ToString();
+    if (!valid && std::string(text.status().message()).rfind("torchscan.render_report: ", 0) != 0) {
+      return "render refusal without its prefix: " + text.status().ToString();
+    }
+    const json& same = valid && *kind == ReportKind::kFlop ? seeds.flop : seeds.analysis;
+    for (int side = 0; side < 2; ++side) {
+      const auto d = side == 0 ? CompareReports(m, same) : CompareReports(same, m);
+      if (d.ok() != valid) {
+        return "diff disagrees with the validator: " + d.status().ToString();
+      }
+      if (d.ok()) {
+        const json back = json::parse(d->dump(), nullptr, false);
+        if (back.is_discarded() || back != *d) return "diff is not valid JSON";
+      } else if (std::string(d.status().message()).find(side == 0 ? "before report" : "after report") ==
+                 std::string::npos) {
+        return "diff refusal does not name the side: " + d.status().ToString();
+      }
+    }
+    if (valid) {
+      const json& other = *kind == ReportKind::kFlop ? seeds.analysis : seeds.flop;
+      if (CompareReports(m, other).ok()) return "diff of two kinds accepted";
+    }
+    if (load_too && LoadReport(m.dump()).ok() != valid) return "the loader disagrees with the validator";
+  } catch (const std::exception& e) {
+    return std::string("exception: ") + e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+  return "";
+}
+
+TEST(ReportReadersFuzz, EveryTruncationIsRefusedByTheLoader) {
+  size_t cases = 0;
+  for (const std::string& text : GetSeeds().texts) {
+    for (size_t cut = 0; cut < text.size(); ++cut, ++cases) {
+      const auto r = LoadReport(std::string_view(text).substr(0, cut), {"t.json", "after"});
+      ASSERT_FALSE(r.ok()) << cut;
+      ASSERT_EQ(r.status().message().rfind("after report (t.json): not valid JSON (", 0), 0) << r.status();
+    }
+  }
+  EXPECT_GT(cases, 10000u);
+}
+
+TEST(ReportReadersFuzz, MutatedAndTruncatedReports) {
+  const Seeds& seeds = GetSeeds();
+  int valid = 0, refused = 0, failures = 0;
+  std::string first_failure;
+  for (int c = 0; c < kFuzzCases; ++c) {
+    const size_t which = static_cast<size_t>(c) % seeds.reports.size();
+    Rng rng{0x7453C0FFEEull ^ (static_cast<uint64_t>(c) * 0x100000001B3ull)};
+    json m;
+    bool have = true;
+    switch (c % 8) {
+      case 0: {  // truncated at a random point, closed so it parses
+        const std::string& text = seeds.texts[which];
+        m = json::parse(Repair(text, rng.Below(text.size() + 1)), nullptr, false);
+        have = !m.is_discarded();
+        break;
+      }
+      case 1: {  // bytes changed, removed or inserted
+        const std::string text = ByteMutation(seeds.texts[which], rng);
+        m = json::parse(text, nullptr, false);
+        if (m.is_discarded()) {  // Exercise checks the loader on what parses
+          const auto loaded = LoadReport(text);
+          if (loaded.ok() || loaded.status().message().find("not valid JSON (") == std::string::npos) {
+            ++failures;
+            if (first_failure.empty()) first_failure = "case " + std::to_string(c) + ": " + loaded.status().ToString();
+          }
+        }
+        have = !m.is_discarded();
+        break;
+      }
+      default: {  // one to three structural mutations
+        m = seeds.reports[which];
+        const size_t n = 1 + rng.Below(3);
+        for (size_t i = 0; i < n; ++i) Mutate(m, rng, /*allow_deep=*/i == 0);
+      }
+    }
+    if (!have) {
+      ++refused;
+      continue;
+    }
+    bool accepted = false;
+    const std::string problem = Exercise(m, c % 8 <= 2, &accepted);
+    if (!problem.empty()) {
+      ++failures;
+      if (first_failure.empty()) {
+        first_failure = "case " + std::to_string(c) + ": " + problem + "\n" + m.dump().substr(0, 2000);
+      }
+    }
+    (accepted ? valid : refused)++;
+  }
+  EXPECT_EQ(failures, 0) << first_failure;
+  // Both outcomes are exercised in quantity (a mutation that never breaks
+  // anything, or always does, would make this test vacuous).
+  EXPECT_GT(valid, kFuzzCases / 50) << valid;
+  EXPECT_GT(refused, kFuzzCases / 2) << refused;
+  std::printf("fuzz: %d cases, %d valid after mutation, %d refused\n", kFuzzCases, valid, refused);
+}
+
+}  // namespace
+}  // namespace torchscan::reports
