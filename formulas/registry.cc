@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "formulas/arithmetic.h"
 #include "formulas/attention.h"
+#include "formulas/compiled.h"
 #include "formulas/convolution.h"
 #include "formulas/elementwise.h"
 #include "formulas/indexing.h"
@@ -66,6 +67,8 @@ const OperatorFormula kFormulas[] = {
     {"aten::mkldnn_convolution", convolution::DirectConvolution, kF},
     {"aten::mkldnn_rnn_layer", recurrent::MkldnnRnnLayer, kF},
     {"aten::_transform_bias_rescale_qkv", attention::TransformBiasRescaleQkv, kF},
+    // A compiled graph's fused kernels: unknown work in every view (never zero).
+    {"torchscan::compiled_region", compiled::CompiledRegion, kF},
 
     // torchscan_flops_v1 fallbacks: one op per value for scalar arithmetic,
     // exp/sqrt/erf-like math, comparison and selection.

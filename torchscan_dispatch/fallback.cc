@@ -22,11 +22,17 @@
 namespace torchscan {
 namespace {
 
+// Pause depth of this thread (PauseThreadRecording); initial-exec like every
+// engine TLS variable.
+thread_local int tls_paused __attribute__((tls_model("initial-exec"))) = 0;
+
 // Runs the call below the mode key; when no recorder wants them, the calls
 // its kernel makes skip the fallback (they would add nothing to a report).
 void Redispatch(const c10::OperatorHandle& op, c10::DispatchKeySet after, torch::jit::Stack* stack,
                 bool skip_children) {
-  if (skip_children && OwnsSubtreeInBothViews(op)) {
+  // A torch.func call's physical work is in its children (see PlanView).
+  if (skip_children && !after.has(c10::DispatchKey::FuncTorchBatched) &&
+      !after.has(c10::DispatchKey::FuncTorchGradWrapper) && OwnsSubtreeInBothViews(op)) {
     c10::impl::ExcludeDispatchKeyGuard no_children(kModeKey);
     op.redispatchBoxed(after, stack);
     return;
@@ -38,6 +44,10 @@ void Redispatch(const c10::OperatorHandle& op, c10::DispatchKeySet after, torch:
 // through `outer`) and its log in an all-threads scan.
 void RecordEverywhere(Recorder* top, const c10::OperatorHandle& op, c10::DispatchKeySet after,
                       torch::jit::Stack* stack, absl::Span<const c10::IValue> args, size_t num_returns) {
+  if (tls_paused > 0) {
+    op.redispatchBoxed(after, stack);
+    return;
+  }
   std::shared_ptr<ThreadLog> log = AllThreadsLog();
   if (top == nullptr && log == nullptr) {
     // The key came from an all-threads scan that has stopped, or was
@@ -86,7 +96,7 @@ void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
 
   Recorder* top = ThreadTopRecorder();
   // The common case: one scan of this thread and no all-threads scan.
-  if (C10_UNLIKELY(top == nullptr || top->outer != nullptr ||
+  if (C10_UNLIKELY(top == nullptr || top->outer != nullptr || tls_paused > 0 ||
                    AllThreadsGeneration().load(std::memory_order_relaxed) != 0)) {
     RecordEverywhere(top, op, after, stack, args, num_returns);
     return;
@@ -103,6 +113,12 @@ void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
 }
 
 }  // namespace
+
+void PauseThreadRecording() { ++tls_paused; }
+
+void ResumeThreadRecording() {
+  if (tls_paused > 0) --tls_paused;
+}
 
 absl::Status EnsureFallbackInstalled() {
   static std::mutex mu;

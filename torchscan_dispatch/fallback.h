@@ -8,4 +8,11 @@ namespace torchscan {
 // a message saying so, when another library already holds a fallback there.
 absl::Status EnsureFallbackInstalled();
 
+// While paused (calls nest), this thread's calls run unrecorded by every scan
+// with the dispatch state unchanged: torch.compile traces and compiles inside
+// a scan, and neither is the workload. The state stays unchanged because
+// Dynamo's guards compare it with the state the compiled code will run in.
+void PauseThreadRecording();
+void ResumeThreadRecording();  // no-op when not paused
+
 }  // namespace torchscan

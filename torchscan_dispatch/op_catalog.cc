@@ -21,11 +21,14 @@ const OpInfo& OpCatalog::Get(const c10::OperatorHandle& op) {
   return infos_.emplace(op, std::move(info)).first->second;
 }
 
-bool OpCatalog::RanDecomposition(const c10::OperatorHandle& op, c10::DispatchKeySet keys) {
-  if (!Get(op).has_math_kernel) return false;
+std::pair<c10::DispatchKey, absl::string_view> OpCatalog::WinningKernel(const c10::OperatorHandle& op,
+                                                                         c10::DispatchKeySet keys) {
+  auto [cached, fresh] = winners_[op].try_emplace(keys.raw_repr());
+  if (!fresh) return cached->second;
   auto it = tables_.find(op);
   if (it == tables_.end()) it = tables_.emplace(op, op.dumpComputedTable()).first;
   const std::string& table = it->second;
+  cached->second = {c10::DispatchKey::Undefined, {}};
   for (c10::DispatchKeySet rest = keys; !rest.empty();) {
     const c10::DispatchKey k = rest.highestPriorityTypeId();
     rest = rest.remove(k);
@@ -37,9 +40,22 @@ bool OpCatalog::RanDecomposition(const c10::OperatorHandle& op, c10::DispatchKey
     const size_t end = table.find('\n', pos + 1);
     const absl::string_view line(table.data() + pos, (end == std::string::npos ? table.size() : end) - pos);
     if (absl::StrContains(line, "fallthrough") || absl::StrContains(line, "[backend fallback]")) continue;
-    return absl::StrContains(line, "[math kernel]");
+    cached->second = {k, line};
+    break;
   }
-  return false;
+  return cached->second;
+}
+
+bool OpCatalog::RanDecomposition(const c10::OperatorHandle& op, c10::DispatchKeySet keys) {
+  if (!Get(op).has_math_kernel) return false;
+  return absl::StrContains(WinningKernel(op, keys).second, "[math kernel]");
+}
+
+bool OpCatalog::RanAutogradKernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys) {
+  const auto [key, line] = WinningKernel(op, keys);
+  // Generated kernels read "[autograd kernel]"; ones registered by hand "[kernel]".
+  return key != c10::DispatchKey::Undefined && c10::DispatchKeySet(key).has_any(c10::autograd_dispatch_keyset) &&
+         (absl::StrContains(line, "[autograd kernel]") || absl::StrContains(line, "[kernel]"));
 }
 
 namespace {

@@ -6,6 +6,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include <unordered_map>
 
 #include "formulas/module_costs.h"
@@ -32,10 +36,20 @@ class OpCatalog {
   // priority key first, so backend, autograd and CompositeExplicit kernels
   // that win over the decomposition are respected.
   bool RanDecomposition(const c10::OperatorHandle& op, c10::DispatchKeySet keys);
+  // True when the kernel this call reached is a registered Autograd kernel
+  // (not the autograd fallback): it runs the kernel below it with the
+  // autograd keys excluded, and any call it makes with them is its own.
+  bool RanAutogradKernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys);
 
  private:
+  // The key whose kernel this call reached, and its line in the computed table.
+  std::pair<c10::DispatchKey, absl::string_view> WinningKernel(const c10::OperatorHandle& op,
+                                                              c10::DispatchKeySet keys);
   std::unordered_map<c10::OperatorHandle, OpInfo> infos_;
-  std::unordered_map<c10::OperatorHandle, std::string> tables_;
+  std::unordered_map<c10::OperatorHandle, std::string> tables_;  // strings stay put: lines view them
+  std::unordered_map<c10::OperatorHandle,
+                     absl::flat_hash_map<uint64_t, std::pair<c10::DispatchKey, absl::string_view>>>
+      winners_;
 };
 
 // True when a call of `op` owns its whole subtree in both views (a formula
