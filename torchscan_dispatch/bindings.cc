@@ -4,6 +4,9 @@
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "torchscan_built_against.h"
 #include <nlohmann/json.hpp>
 
@@ -47,6 +50,10 @@ TORCH_LIBRARY(torchscan, m) {
       .def("stop", [](const Self& s) { Raise(s->session.Stop()); })
       .def("set_module_labels",
            [](const Self& s, std::vector<std::string> labels) { Raise(s->session.SetModuleLabels(std::move(labels))); })
+      .def("enter_module_label",
+           [](const Self& s, std::string label) { Raise(s->session.EnterModuleLabel(label)); })
+      .def("exit_module_label",
+           [](const Self& s, std::string label) { Raise(s->session.ExitModuleLabel(label)); })
       .def("active", [](const Self& s) { return s->session.active(); })
       .def("recorded_operators", [](const Self& s) { return s->session.RecordedOperators(); })
       .def("recorded_calls", [](const Self& s) { return static_cast<int64_t>(s->session.recorded_calls()); })
@@ -73,7 +80,11 @@ TORCH_LIBRARY(torchscan, m) {
                     const reports::ReportSource source{std::move(file), ""};
                     auto j = reports::LoadReport(report, source);
                     TORCH_CHECK_VALUE(j.ok(), "torchscan.render_report: ", j.status().message());
-                    return Value(reports::RenderReport(*j, static_cast<int>(max_depth), receptive_field, source));
+                    // Negative: every layer. A plain int cast would turn 2**32 into 0.
+                    const int depth = max_depth < 0 ? -1
+                                                    : static_cast<int>(std::min<int64_t>(
+                                                          max_depth, std::numeric_limits<int>::max()));
+                    return Value(reports::RenderReport(*j, depth, receptive_field, source));
                   })
       .def_static("compare_reports",
                   [](std::string before, std::string after, std::string before_file, std::string after_file) {

@@ -41,18 +41,14 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
     scope_at[s] = static_cast<int32_t>(scopes.size());
     scopes.push_back(std::move(to));
   }
+  std::vector<int32_t> label_set_at;  // r's label sets in label_sets (-1: not yet)
   for (size_t i = 0; i < count; ++i) {
     if (call_at[i] < 0) continue;
     const Event& from = src[i];
     Event& to = owned_.Emplace(from);
     to.parent = from.parent >= 0 ? call_at[from.parent] : -1;
     to.scope = from.scope >= 0 ? scope_at[from.scope] : -1;
-    if (from.labels != 0) {
-      const auto& labels = r.label_sets()[from.labels];
-      auto [it, inserted] = label_index_.emplace(labels, static_cast<int32_t>(label_sets.size()));
-      if (inserted) label_sets.push_back(labels);
-      to.labels = it->second;
-    }
+    to.labels = label_sets.Import(r.label_sets(), from.labels, label_set_at);
     if (from.request >= 0) {
       const std::string& id = r.requests()[from.request].id;
       auto [it, inserted] = request_index_.emplace(id, static_cast<int32_t>(requests.size()));

@@ -34,14 +34,13 @@ struct EventSet {
 
   const BlockLog<Event>& events() const { return *events_; }
   std::vector<Recorder::Scope> scopes;
-  std::vector<std::vector<std::string>> label_sets{{}};
+  LabelTree label_sets;
   std::vector<std::string> requests;  // ids, by Event::request
   int64_t in_flight = 0;              // calls left out because they were still running
 
  private:
   BlockLog<Event> owned_;
   const BlockLog<Event>* events_ = &owned_;
-  std::map<std::vector<std::string>, int32_t> label_index_{{{}, 0}};
   std::map<std::string, int32_t> request_index_;
   std::map<std::string, int32_t> calls_per_path_;
 };

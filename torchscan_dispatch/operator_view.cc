@@ -17,10 +17,24 @@ auto FindInPlaceAware(const Map& m, const std::string& op) -> decltype(m.find(op
 }
 
 // FlopCounterMode's attribution: a call counts for every module label active
-// when it ran (so parents include their children).
-void AddToModules(reports::FlopTally& t, const std::vector<std::string>& labels,
-                  const std::string& packet, int64_t flops) {
-  for (const auto& label : labels) t.by_module[label][packet] += flops;
+// when it ran (so parents include their children). Calls are summed per label
+// set first (`per_set`, by LabelTree node); a label's total is then the sum
+// over the subtrees of the nodes that add it, since a label occurs once per
+// path. Children have larger indices than parents, so one reverse pass folds
+// every subtree: linear in the sets, however deep the modules nest.
+using PacketFlops = absl::flat_hash_map<std::string, Count>;  // an inexact sum stays inexact up the tree
+
+void AddToModules(reports::FlopTally& t, const LabelTree& sets, std::vector<PacketFlops>& per_set) {
+  for (int32_t n = static_cast<int32_t>(per_set.size()) - 1; n > LabelTree::kEmpty; --n) {
+    if (per_set[n].empty()) continue;
+    auto& label_total = t.by_module[sets.name(sets.label(n))];
+    for (const auto& [packet, flops] : per_set[n]) label_total[packet] += flops;
+    if (sets.parent(n) != LabelTree::kEmpty) {
+      auto& parent = per_set[sets.parent(n)];
+      for (const auto& [packet, flops] : per_set[n]) parent[packet] += flops;
+    }
+    PacketFlops().swap(per_set[n]);  // folded: free it
+  }
 }
 
 OpCall CallOf(const Event& e, const OpInfo& info) {
@@ -103,7 +117,7 @@ OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
 }
 
 reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
-                                     const std::vector<std::vector<std::string>>& label_sets,
+                                     const LabelTree& label_sets,
                                      const OperatorPlan& plan, OpCatalog& catalog,
                                      const Overrides& overrides, const TallyContext& context,
                                      std::vector<reports::LayerTally>* layers) {
@@ -113,6 +127,7 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
   Gaps gaps;
   // (code, packet) -> (calls, first message)
   std::map<std::pair<std::string, std::string>, std::pair<int64_t, std::string>> formula_issues;
+  std::vector<PacketFlops> per_set(label_sets.size());  // by_module, per label set
 
   for (size_t i = 0; i < events.size(); ++i) {
     if (plan.covered[i]) continue;
@@ -169,7 +184,7 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
     }
     t.known += value;
     t.complete = t.complete && !incomplete;
-    if (value) AddToModules(t, label_sets[e.labels], info.packet, value);
+    if (value && e.labels != LabelTree::kEmpty) per_set[e.labels][info.packet] += value;
     if (layers && e.scope >= 0) {
       reports::LayerTally& layer = (*layers)[e.scope];
       layer.known[0] += value;
@@ -177,6 +192,7 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
     }
   }
 
+  AddToModules(t, label_sets, per_set);
   gaps.AppendDiagnostics(t.diagnostics, {"operator_flops"}, "FLOP formula");
   for (const auto& [key, issue] : formula_issues) {
     t.diagnostics.push_back({key.first, "warning", "operator_flops",

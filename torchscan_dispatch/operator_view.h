@@ -72,7 +72,7 @@ struct TallyContext {
 // `layers` (optional, one per recorded scope) receives each counted call's
 // value at index 0 under the scope the call ran in.
 reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
-                                     const std::vector<std::vector<std::string>>& label_sets,
+                                     const LabelTree& label_sets,
                                      const OperatorPlan& plan, OpCatalog& catalog,
                                      const Overrides& overrides, const TallyContext& context,
                                      std::vector<reports::LayerTally>* layers = nullptr);

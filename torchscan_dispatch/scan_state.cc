@@ -1,5 +1,7 @@
 #include "torchscan_dispatch/scan_state.h"
 
+#include <algorithm>
+
 #include "torchscan_dispatch/recorder.h"
 
 namespace torchscan {
@@ -27,10 +29,85 @@ int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   return index;
 }
 
-void Recorder::SetLabels(std::vector<std::string> sorted_labels) {
-  auto [it, inserted] = label_index_.emplace(sorted_labels, static_cast<int32_t>(label_sets_.size()));
-  if (inserted) label_sets_.push_back(std::move(sorted_labels));
-  labels_ = it->second;
+int32_t LabelTree::Intern(std::string_view label) {
+  if (int32_t id = Find(label); id >= 0) return id;
+  const int32_t id = static_cast<int32_t>(names_.size());
+  names_.emplace_back(label);
+  ids_.emplace(names_.back(), id);
+  return id;
+}
+
+int32_t LabelTree::Find(std::string_view label) const {
+  // No std::string built: absl's string hash takes its string_view (which is
+  // not std::string_view in Debian's abseil).
+  auto it = ids_.find(absl::string_view(label.data(), label.size()));
+  return it == ids_.end() ? -1 : it->second;
+}
+
+int32_t LabelTree::With(int32_t set, int32_t label) {
+  auto [it, inserted] = children_.emplace(std::make_pair(set, label), static_cast<int32_t>(nodes_.size()));
+  if (inserted) nodes_.push_back({set, label});
+  return it->second;
+}
+
+int32_t LabelTree::Without(int32_t set, int32_t label) {
+  // The labels added after `label` are added again on top of its parent:
+  // cost in proportion to how far from the top `label` sits (modules mostly
+  // leave in reverse order of entry, at no cost).
+  std::vector<int32_t> above;
+  int32_t n = set;
+  while (n != kEmpty && nodes_[n].label != label) {
+    above.push_back(nodes_[n].label);
+    n = nodes_[n].parent;
+  }
+  if (n == kEmpty) return set;  // not in the set
+  n = nodes_[n].parent;
+  for (auto it = above.rbegin(); it != above.rend(); ++it) n = With(n, *it);
+  return n;
+}
+
+int32_t LabelTree::Import(const LabelTree& from, int32_t set, std::vector<int32_t>& memo) {
+  if (memo.size() < from.size()) memo.resize(from.size(), -1);
+  memo[kEmpty] = kEmpty;
+  std::vector<int32_t> missing;  // nodes of `from` on the path, innermost first
+  int32_t n = set;
+  for (; memo[n] < 0; n = from.parent(n)) missing.push_back(n);
+  int32_t to = memo[n];
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    to = With(to, Intern(from.name(from.label(*it))));
+    memo[*it] = to;
+  }
+  return to;
+}
+
+std::vector<std::string> LabelTree::Names(int32_t set) const {
+  std::vector<std::string> out;
+  for (int32_t n = set; n != kEmpty; n = nodes_[n].parent) out.push_back(names_[nodes_[n].label]);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void Recorder::SetLabels(const std::vector<std::string>& labels) {
+  for (int32_t n = labels_; n != LabelTree::kEmpty; n = label_sets_.parent(n)) {
+    label_active_[label_sets_.label(n)] = false;
+  }
+  labels_ = LabelTree::kEmpty;
+  for (const std::string& label : labels) EnterLabel(label);
+}
+
+void Recorder::EnterLabel(std::string_view label) {
+  const int32_t id = label_sets_.Intern(label);
+  if (static_cast<size_t>(id) >= label_active_.size()) label_active_.resize(id + 1, false);
+  if (label_active_[id]) return;
+  label_active_[id] = true;
+  labels_ = label_sets_.With(labels_, id);
+}
+
+void Recorder::ExitLabel(std::string_view label) {
+  const int32_t id = label_sets_.Find(label);
+  if (id < 0 || !label_active_[id]) return;
+  label_active_[id] = false;
+  labels_ = label_sets_.Without(labels_, id);
 }
 
 int32_t Recorder::PushScope(std::string path) {

@@ -9,9 +9,11 @@
 #include <atomic>
 #include <map>
 #include <string>
+#include <string_view>
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "formulas/op_call.h"
 #include "torchscan_dispatch/arena.h"
@@ -28,6 +30,44 @@ inline const c10::DispatchKeySet kAfterMode(c10::DispatchKeySet::FULL_AFTER, kMo
 inline bool FixedArity(const c10::FunctionSchema& s) { return !s.is_vararg() && !s.is_varret(); }
 inline size_t RecordedArguments(const c10::FunctionSchema& s) { return FixedArity(s) ? s.arguments().size() : 0; }
 inline size_t RecordedReturns(const c10::FunctionSchema& s) { return FixedArity(s) ? s.returns().size() : 0; }
+
+// Module label sets (FlopCounterMode's by_module attribution) as a tree: a
+// set is a node, holding the labels on its path to the root (node 0, the
+// empty set), each label at most once per path. A label string is stored
+// once and a node is (parent, label), so a scan through d nested modules
+// keeps O(d) entries instead of d sets of up to d strings each. Parents
+// have smaller indices than their children.
+class LabelTree {
+ public:
+  static constexpr int32_t kEmpty = 0;
+  // The id of `label` (added if new) / -1 when it was never added.
+  int32_t Intern(std::string_view label);
+  int32_t Find(std::string_view label) const;
+  // The set `set` plus label id `label`, which must not be in it.
+  int32_t With(int32_t set, int32_t label);
+  // The set `set` without label id `label` (unchanged when it is not in it).
+  int32_t Without(int32_t set, int32_t label);
+  // The set `set` of `from`, in this tree. `memo` (one entry per node of
+  // `from`, -1 when unknown) makes copying many sets linear.
+  int32_t Import(const LabelTree& from, int32_t set, std::vector<int32_t>& memo);
+
+  size_t size() const { return nodes_.size(); }  // sets, the empty one included
+  size_t labels() const { return names_.size(); }
+  int32_t parent(int32_t set) const { return nodes_[set].parent; }
+  int32_t label(int32_t set) const { return nodes_[set].label; }
+  const std::string& name(int32_t label) const { return names_[label]; }
+  std::vector<std::string> Names(int32_t set) const;  // sorted (tests, debugging)
+
+ private:
+  struct Node {
+    int32_t parent;
+    int32_t label;
+  };
+  std::vector<Node> nodes_{{-1, -1}};
+  std::vector<std::string> names_;
+  absl::flat_hash_map<std::string, int32_t> ids_;
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, int32_t> children_;  // (parent, label) -> node
+};
 
 // One intercepted operator call. Children follow their parent in `events`
 // (pre-order), so a reverse walk visits children before parents.
@@ -58,8 +98,13 @@ class Recorder {
   Recorder* outer = nullptr;
 
   // Module attribution: calls are tagged with the label set active when they
-  // start (index into label_sets(); 0 is the empty set).
-  void SetLabels(std::vector<std::string> sorted_labels);
+  // start (a node of label_sets(); 0 is the empty set). SetLabels replaces
+  // the set; EnterLabel / ExitLabel add or remove one label (no-ops when it
+  // is already in / not in the set) at a cost that does not grow with the
+  // number of labels active.
+  void SetLabels(const std::vector<std::string>& labels);
+  void EnterLabel(std::string_view label);
+  void ExitLabel(std::string_view label);
 
   // Module scopes: one per module call, identified by (path, call_index);
   // calls are tagged with the innermost open scope.
@@ -78,7 +123,7 @@ class Recorder {
   // false when `id` is not open.
   bool PopScope(int32_t id, bool failed, std::vector<uintptr_t> outputs = {});
   const std::vector<Scope>& scopes() const { return scopes_; }
-  const std::vector<std::vector<std::string>>& label_sets() const { return label_sets_; }
+  const LabelTree& label_sets() const { return label_sets_; }
 
   // Requests: calls made between BeginRequest and EndRequest carry the
   // request's index (requests do not nest).
@@ -116,14 +161,14 @@ class Recorder {
   int32_t scope_ = -1;
   std::vector<Scope> scopes_;
   std::map<std::string, int32_t> calls_per_path_;
-  std::vector<std::vector<std::string>> label_sets_{{}};
+  LabelTree label_sets_;
+  std::vector<bool> label_active_;  // by label id: in the set labels_
   std::vector<Request> requests_;
   int32_t request_ = -1;
   // TorchScript scopes opened by SyncTorchScriptScopes (innermost last) and,
   // per running TorchScript function, how many of them it found open.
   std::vector<std::pair<std::string, int32_t>> jit_open_;
   std::vector<size_t> jit_frames_;
-  std::map<std::vector<std::string>, int32_t> label_index_{{{}, 0}};
 };
 
 // Innermost active recorder of this thread (nullptr outside scans).

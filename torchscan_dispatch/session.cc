@@ -310,6 +310,20 @@ absl::Status Session::SetModuleLabels(std::vector<std::string> labels) {
   });
 }
 
+absl::Status Session::EnterModuleLabel(std::string_view label) {
+  return WithThreadRecorder(*state_, [&](Recorder& r) {
+    r.EnterLabel(label);
+    return absl::OkStatus();
+  });
+}
+
+absl::Status Session::ExitModuleLabel(std::string_view label) {
+  return WithThreadRecorder(*state_, [&](Recorder& r) {
+    r.ExitLabel(label);
+    return absl::OkStatus();
+  });
+}
+
 bool Session::active() const { return state_->phase == Phase::kActive; }
 
 size_t Session::recorded_calls() const {

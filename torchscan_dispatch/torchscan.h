@@ -105,6 +105,10 @@ class Session {
   // spelling, e.g. {"Global", "Sequential", "Sequential.0"}): calls made
   // from here on count for each of them in the report's by_module.
   absl::Status SetModuleLabels(std::vector<std::string> labels);
+  // One label at a time: a module starts / stops running. Same result as
+  // restating the whole set, at a cost that does not grow with nesting depth.
+  absl::Status EnterModuleLabel(std::string_view label);
+  absl::Status ExitModuleLabel(std::string_view label);
 
   // After Stop(): the calls that deferred formulas must value, as JSON
   // [{"index", "op", "overload", "args": [...], "kwargs": {...}, "out": ...}].

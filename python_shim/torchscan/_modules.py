@@ -28,39 +28,52 @@ class ModuleLabels:
     # -- naming (ModuleTracker's scheme)
     def _name(self, mod) -> str:
         if mod not in self._names:
-            self._names[mod] = type(mod).__name__
+            self._names[mod] = safe_text(type(mod).__name__)
             self._name_children(mod)
         return self._names[mod]
 
     def _name_children(self, mod) -> None:
-        for child_name, child in mod.named_children():
-            if child not in self._names:
-                self._names[child] = f"{self._names[mod]}.{child_name}"
-                self._name_children(child)
+        # ModuleTracker's recursive pre-order (a shared module keeps the first
+        # name it is reached by), with an explicit stack so that chains deeper
+        # than Python's recursion limit are named too.
+        parents, pending = [mod], [iter(mod.named_children())]
+        while pending:
+            for child_name, child in pending[-1]:
+                if child not in self._names:
+                    self._names[child] = f"{self._names[parents[-1]]}.{safe_text(child_name)}"
+                    parents.append(child)
+                    pending.append(iter(child.named_children()))
+                    break
+            else:
+                parents.pop()
+                pending.pop()
 
-    # -- the active set, mirrored into the C++ session
-    def _publish(self) -> None:
-        self._session.set_module_labels(["Global", *self._active])
+    # -- the active set, mirrored into the C++ session one change at a time
+    # (restating the whole set per module call costs O(depth) per call)
+    def _reset(self) -> None:
+        self._active.clear()
+        self._session.set_module_labels(["Global"])
 
     def _enter(self, label: str) -> None:
-        self._active[label] = self._active.get(label, 0) + 1
-        self._publish()
+        depth = self._active.get(label, 0)
+        self._active[label] = depth + 1
+        if depth == 0:
+            self._session.enter_module_label(label)
 
     def _exit(self, label: str) -> None:
         depth = self._active.get(label, 0)
-        if depth <= 1:
-            self._active.pop(label, None)
-        else:
+        if depth > 1:
             self._active[label] = depth - 1
-        self._publish()
+        elif depth == 1:
+            del self._active[label]
+            self._session.exit_module_label(label)
 
     def _backward_enter(self, label: str) -> None:
         if not self._reset_queued:
             # After the backward pass nothing is running: back to "Global".
             def reset():
-                self._active.clear()
                 self._reset_queued = False
-                self._publish()
+                self._reset()
 
             torch.autograd.Variable._execution_engine.queue_callback(reset)
             self._reset_queued = True
@@ -86,11 +99,35 @@ class ModuleLabels:
             self._handles.append(register_multi_grad_hook(tensors, lambda *_: self._backward_enter(label)))
 
     def install(self) -> None:
-        self._publish()
+        """Installs the global module hooks. If this raises (Ctrl-C included),
+        call remove(): whatever was installed is in self._handles."""
+        self._reset()
         self._handles.append(register_module_forward_pre_hook(self._pre_hook))
         self._handles.append(register_module_forward_hook(self._post_hook, always_call=True))
 
     def remove(self) -> None:
-        for h in self._handles:
+        remove_hooks(self._handles)
+
+
+def remove_hooks(handles: list) -> None:
+    """Removes every hook handle in `handles` and empties it. An interrupt
+    (Ctrl-C) during one removal does not leave the others installed: they
+    are removed before it propagates."""
+    try:
+        while handles:
+            handles[-1].remove()  # RemovableHandle.remove is idempotent
+            handles.pop()
+    finally:
+        for h in handles:
             h.remove()
-        self._handles.clear()
+        handles.clear()
+
+
+def safe_text(text: str) -> str:
+    """`text` as valid UTF-8: lone surrogates (which str allows and UTF-8 and
+    JSON do not) become backslash escapes such as \\udc80."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")

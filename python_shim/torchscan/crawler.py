@@ -4,8 +4,10 @@ module's forward runs, functional calls included, lands on that layer call."""
 
 from __future__ import annotations
 
+import operator
 import platform
 import sys
+from collections.abc import Mapping as _MappingABC
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import torch
@@ -13,6 +15,7 @@ import torch.nn as nn
 
 from torch.utils._pytree import tree_flatten
 
+from torchscan._modules import remove_hooks, safe_text
 from torchscan.flops import FlopScan
 from torchscan.metadata import describe
 
@@ -27,9 +30,99 @@ def _metric(status, value=None, unit="FLOPs", scope="forward", method="not_reque
             "unit": unit, "scope": scope, "method": method}
 
 
-def _generated_inputs(input_shape, dtype, device):
-    shapes = [input_shape] if isinstance(input_shape[0], int) else list(input_shape)
+_SHAPE_HELP = ("input_shape is the shape of one input without its batch dimension, as a tuple of positive "
+               "ints such as (3, 32, 32), or one such tuple per forward argument: ((3, 32, 32), (10,))")
+
+
+def _dimension(value) -> Optional[int]:
+    """`value` as an int dimension (bool is not one), or None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _input_shapes(input_shape) -> list:
+    """The shapes of the inputs to generate, checked: a list of int tuples."""
+    where = "torchscan.crawl_module"
+    if isinstance(input_shape, str):
+        parts = input_shape.replace("x", ",").replace("(", "").replace(")", "").split(",")
+        dims = [p.strip() for p in parts if p.strip()]
+        hint = (f"; did you mean ({', '.join(dims)}{',' if len(dims) == 1 else ''})?"
+                if dims and all(d.isdigit() for d in dims) else "")
+        raise TypeError(f"{where}: input_shape must be a tuple of ints, not the string {input_shape!r}{hint}")
+    if _dimension(input_shape) is not None:
+        raise TypeError(f"{where}: input_shape must be a tuple, not the int {input_shape!r}; "
+                        f"for a 1-d input write ({input_shape},)")
+    if not isinstance(input_shape, (tuple, list)):
+        raise TypeError(f"{where}: {_SHAPE_HELP}; got {type(input_shape).__name__}")
+    if len(input_shape) == 0:
+        raise ValueError(f"{where}: input_shape is empty; {_SHAPE_HELP}")
+    nested = all(isinstance(s, (tuple, list)) for s in input_shape)
+    shapes = list(input_shape) if nested else [input_shape]
+    for k, shape in enumerate(shapes):
+        what = f"input_shape[{k}]" if nested else "input_shape"
+        if len(shape) == 0:
+            raise ValueError(f"{where}: {what} is empty; {_SHAPE_HELP}")
+        for i, d in enumerate(shape):
+            if _dimension(d) is None:
+                extra = (" (generated inputs need a fixed size for every dimension: pick one)" if d is None
+                         else "")
+                raise TypeError(f"{where}: {what}[{i}] is {d!r}{extra}; {_SHAPE_HELP}")
+            if operator.index(d) <= 0:
+                raise ValueError(f"{where}: {what}[{i}] is {d}; dimensions must be positive. {_SHAPE_HELP}")
+    return [tuple(operator.index(d) for d in shape) for shape in shapes]
+
+
+def _generated_inputs(shapes, dtype, device):
     return tuple(torch.rand((1, *shape), dtype=dtype, device=device) for shape in shapes)
+
+
+def _caller_inputs(args, kwargs) -> tuple:
+    """args/kwargs as given to crawl_module, checked: (tuple, dict)."""
+    where = "torchscan.crawl_module"
+    if args is None:
+        args = ()
+    elif isinstance(args, torch.Tensor):
+        args = (args,)  # one tensor is the forward's one positional argument
+    elif not isinstance(args, (tuple, list)):
+        raise TypeError(f"{where}: args must be a tuple or list of the forward's positional arguments, "
+                        f"e.g. args=(x,) or args=(x, mask); got {type(args).__name__}")
+    if kwargs is None:
+        kwargs = {}
+    elif not isinstance(kwargs, _MappingABC):
+        raise TypeError(f"{where}: kwargs must be a mapping of the forward's keyword arguments, "
+                        f"e.g. kwargs={{'mask': mask}}; got {type(kwargs).__name__}")
+    bad = [k for k in kwargs if not isinstance(k, str)]
+    if bad:
+        raise TypeError(f"{where}: kwargs keys must be argument names (str); got {bad[0]!r}")
+    return tuple(args), dict(kwargs)
+
+
+def _check_max_depth(max_depth, where: str) -> None:
+    if max_depth is None:
+        return
+    if isinstance(max_depth, bool) or _dimension(max_depth) is None:
+        raise TypeError(f"{where}: max_depth must be an int (0 shows the root only) or None for every layer; "
+                        f"got {type(max_depth).__name__}")
+    if max_depth < 0:
+        raise ValueError(f"{where}: max_depth must be 0 or more (or None for every layer); got {max_depth}")
+
+
+def _unique_modules(module: nn.Module) -> tuple:
+    """named_modules(remove_duplicate=False) as a list, and the distinct
+    modules in modules() order. Built with one explicit stack: named_modules
+    nests one generator per level, so a chain of depth d costs O(d) per module
+    there (quadratic overall)."""
+    named, stack = [], [("", module)]
+    while stack:
+        prefix, m = stack.pop()
+        named.append((prefix, m))
+        children = [(f"{prefix}.{n}" if prefix else n, c) for n, c in m._modules.items() if c is not None]
+        stack.extend(reversed(children))
+    return named, list(dict.fromkeys(m for _, m in named))
 
 
 def _parameter_stats(module: nn.Module) -> dict:
@@ -49,26 +142,38 @@ def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, a
                  dtype: Optional[torch.dtype] = None, device: Optional[torch.device] = None,
                  custom_mapping: Optional[Mapping[Any, Callable]] = None) -> dict:
     """One forward in eval mode with gradients disabled; returns the schema-v1
-    AnalysisReport. Generated inputs (input_shape) add a batch dimension of
-    one; args/kwargs are forwarded unchanged. Every module's training flag is
-    restored afterwards, also when the forward raises."""
+    AnalysisReport. Generated inputs (input_shape: a tuple of positive ints
+    per input, without the batch dimension) add a batch dimension of one;
+    args (a tuple or list; a single tensor is taken as the one positional
+    argument) and kwargs (a mapping) are forwarded unchanged. Every module's
+    training flag is restored afterwards, also when the forward raises or is
+    interrupted."""
     if not isinstance(module, nn.Module):
         raise TypeError(f"torchscan.crawl_module: module must be a torch.nn.Module, got {type(module).__name__}")
     if mode not in ("full", "structure"):
         raise ValueError(f"torchscan.crawl_module: mode must be 'full' or 'structure', got {mode!r}")
     if (input_shape is None) == (args is None and kwargs is None):
         raise ValueError("torchscan.crawl_module: pass either input_shape (generated inputs) or args/kwargs")
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise TypeError(f"torchscan.crawl_module: dtype must be a torch.dtype such as torch.float32, got {dtype!r}")
+    named, modules = _unique_modules(module)
     if input_shape is not None:
+        shapes = _input_shapes(input_shape)
+        params = [p for m in modules for p in m._parameters.values() if p is not None]
         if dtype is None:
-            dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
+            dtype = next((p.dtype for p in params if p.is_floating_point()), torch.float32)
+        elif not (dtype.is_floating_point or dtype.is_complex):
+            raise TypeError(f"torchscan.crawl_module: generated inputs are random numbers in [0, 1), so dtype "
+                            f"must be a floating dtype, got {dtype}; pass args=(...) for integer inputs")
         if device is None:
-            device = next((p.device for p in module.parameters()), torch.device("cpu"))
-        call_args, call_kwargs, source = _generated_inputs(input_shape, dtype, device), {}, "generated"
+            device = next((p.device for p in params), torch.device("cpu"))
+        call_args, call_kwargs, source = _generated_inputs(shapes, dtype, device), {}, "generated"
     else:
-        call_args, call_kwargs, source = tuple(args or ()), dict(kwargs or {}), "caller"
+        (call_args, call_kwargs), source = _caller_inputs(args, kwargs), "caller"
 
-    names = {m: n for n, m in module.named_modules(remove_duplicate=False)}
-    training = {m: m.training for m in module.modules()}
+    # Paths go to the C++ session and into JSON: valid UTF-8 only.
+    names = {m: safe_text(n) for n, m in named}
+    training = {m: m.training for m in modules}
     scan = FlopScan(custom_mapping, scope="forward")
     session = scan._session
     open_scopes: list = []
@@ -92,22 +197,25 @@ def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, a
 
     handles = []
     try:
-        for m in module.modules():
-            handles.append(m.register_forward_pre_hook(pre_hook, with_kwargs=True))
-            handles.append(m.register_forward_hook(post_hook, with_kwargs=True, always_call=True))
-        module.eval()
-        with torch.no_grad(), scan:
-            module(*call_args, **call_kwargs)
+        try:
+            for m in modules:
+                handles.append(m.register_forward_pre_hook(pre_hook, with_kwargs=True))
+                handles.append(m.register_forward_hook(post_hook, with_kwargs=True, always_call=True))
+            module.eval()
+            with torch.no_grad(), scan:
+                module(*call_args, **call_kwargs)
+        finally:
+            remove_hooks(handles)
     finally:
-        for h in handles:
-            h.remove()
+        # The flag itself, module by module: train(flag) would also set every
+        # descendant's (quadratic in depth, and not what was there before).
         for m, flag in training.items():
-            m.train(flag)
+            m.training = flag
 
-    return _build_report(module, scan, calls, mode, strict, source, call_args, call_kwargs, training)
+    return _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training)
 
 
-def _build_report(module, scan, calls, mode, strict, source, call_args, call_kwargs, training) -> dict:
+def _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training) -> dict:
     import json
 
     import torchscan
@@ -132,14 +240,15 @@ def _build_report(module, scan, calls, mode, strict, source, call_args, call_kwa
             diagnostics.append({"code": "module_forward_error", "severity": "error", "metric": "module_flops",
                                 "message": f"{row['path'] or '(root)'} raised inside its forward; "
                                            "its estimates are unavailable", "path": row["path"]})
+        type_name = safe_text(type(mod).__name__)
         layers.append({
-            "path": row["path"], "call_index": row["call_index"], "name": row["path"].split(".")[-1] or
-            type(mod).__name__, "depth": row["depth"], "type": type(mod).__name__, "inputs": inputs,
+            "path": row["path"], "call_index": row["call_index"], "name": row["path"].rsplit(".", 1)[-1] or
+            type_name, "depth": row["depth"], "type": type_name, "inputs": inputs,
             "output": output, **_parameter_stats(mod), "metrics": metrics,
         })
 
-    unique_params = {id(p): p for p in module.parameters()}.values()
-    unique_buffers = {id(b): b for b in module.buffers()}.values()
+    unique_params = {id(p): p for m in modules for p in m._parameters.values() if p is not None}.values()
+    unique_buffers = {id(b): b for m in modules for b in m._buffers.values() if b is not None}.values()
     totals = {
         "parameters": sum(p.numel() for p in unique_params),
         "trainable_parameters": sum(p.numel() for p in unique_params if p.requires_grad),
@@ -162,11 +271,11 @@ def _build_report(module, scan, calls, mode, strict, source, call_args, call_kwa
         "schema_version": 1,
         "context": {
             "torchscan_version": torchscan.__version__, "torch_version": torch.__version__,
-            "python_version": platform.python_version(), "model_type": type(module).__name__,
+            "python_version": platform.python_version(), "model_type": safe_text(type(module).__name__),
             "execution_mode": "eval_no_grad", "analysis_mode": mode,
             "training_before": training.get(module, False),
-            "devices": sorted({str(t.device) for t in list(module.parameters()) + list(module.buffers())}),
-            "dtypes": sorted({str(t.dtype).replace("torch.", "") for t in list(module.parameters())}),
+            "devices": sorted({str(t.device) for t in list(unique_params) + list(unique_buffers)}),
+            "dtypes": sorted({str(t.dtype).replace("torch.", "") for t in unique_params}),
         },
         "inputs": {"source": source, "args": describe(tuple(call_args)), "kwargs": describe(call_kwargs)},
         "layers": layers,
@@ -208,7 +317,8 @@ def _render_json_text(text: str, max_depth: Optional[int] = None, receptive_fiel
     """render_report for a report given as JSON text; `file` names it in errors."""
     from torchscan._library import Session
 
-    depth = -1 if max_depth is None else int(max_depth)
+    _check_max_depth(max_depth, "torchscan.render_report")
+    depth = -1 if max_depth is None else min(operator.index(max_depth), 2**31 - 1)  # past any real depth
     return Session.render_report(text, depth, bool(receptive_field), file)
 
 
@@ -226,13 +336,17 @@ def compare_reports(before: Mapping, after: Mapping) -> dict:
 
 def render_report(report: Mapping, max_depth: Optional[int] = None, receptive_field: bool = False) -> str:
     """Text rendering of a saved AnalysisReport or FlopReport; measures nothing.
-    receptive_field adds receptive-field, effective-stride and padding columns."""
+    max_depth: deepest layer depth shown (0: the root only; None, or any depth
+    past the deepest layer: every layer). receptive_field adds
+    receptive-field, effective-stride and padding columns."""
     return _render_json_text(_report_json(report, "torchscan.render_report"), max_depth, receptive_field)
 
 
 def summary(module: nn.Module, input_shape: Optional[Sequence] = None, *, max_depth: Optional[int] = None,
             receptive_field: bool = False, **crawl_options) -> dict:
-    """Print a readable table of crawl_module's report and return the report."""
+    """Print a readable table of crawl_module's report and return the report
+    (max_depth and receptive_field as in render_report)."""
+    _check_max_depth(max_depth, "torchscan.summary")  # before the model runs
     report = crawl_module(module, input_shape, **crawl_options)
     print(render_report(report, max_depth, receptive_field))
     return report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import warnings
 from collections.abc import Mapping as _MappingABC
@@ -75,6 +76,8 @@ class FlopScan:
 
     def __init__(self, custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False,
                  scope: str = "workload"):
+        if not isinstance(modules, bool):
+            raise TypeError(f"torchscan: modules must be True or False, got {type(modules).__name__}")
         self._formulas = {}
         if custom_mapping is not None and not isinstance(custom_mapping, _MappingABC):
             raise TypeError("torchscan: custom_mapping must be a dict {torch.ops.aten.<op>: formula}, "
@@ -94,22 +97,28 @@ class FlopScan:
         if self._modules is not None:
             try:
                 self._modules.install()
-            except BaseException:
-                self._session.stop()
+            except BaseException:  # Ctrl-C included: leave no hook and no TLS bit behind
+                self._close(failing=True)
                 raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if self._modules is not None:
-            self._modules.remove()
-        try:
-            self._session.stop()
-        except RuntimeError as e:
-            if exc_type is None:
-                raise
-            # Never replace the workload's own exception with ours.
-            warnings.warn(f"torchscan: could not stop the scan cleanly: {e}", RuntimeWarning)
+        self._close(failing=exc_type is not None)
         return False  # exceptions propagate unchanged
+
+    def _close(self, failing: bool) -> None:
+        # The scan stops even when removing the hooks is interrupted.
+        try:
+            if self._modules is not None:
+                self._modules.remove()
+        finally:
+            try:
+                self._session.stop()
+            except RuntimeError as e:
+                if not failing:
+                    raise
+                # Never replace the workload's own exception with ours.
+                warnings.warn(f"torchscan: could not stop the scan cleanly: {e}", RuntimeWarning)
 
     def report(self) -> dict:
         """The schema-v1 FlopReport, once the scan has stopped."""
@@ -196,7 +205,8 @@ def measure_flops(workload: Callable[[], Any], *, custom_mapping: Optional[Mappi
     modules: also attribute FLOPs to the nn.Modules running (forward and
     backward) in `by_module`, keyed by FlopCounterMode's module labels. Off by
     default: it adds Python hooks to every module call.
-    Errors raised by the workload propagate unchanged.
+    Errors raised by the workload propagate unchanged. A generator or async
+    function is refused (calling it runs none of its body): pass a plain function.
     """
     if not callable(workload):
         raise TypeError("torchscan.measure_flops(workload): workload must be a zero-argument callable, "
@@ -205,5 +215,24 @@ def measure_flops(workload: Callable[[], Any], *, custom_mapping: Optional[Mappi
         raise TypeError(f"torchscan.measure_flops: modules must be True or False, got {type(modules).__name__}")
     s = FlopScan(custom_mapping, modules=modules)
     with s:
-        workload()
+        result = workload()
+    _refuse_unstarted(result)
     return s.report()
+
+
+def _refuse_unstarted(result: Any) -> None:
+    """A workload that returned a generator or coroutine ran none of its body:
+    its report would be a complete zero. Closes it (which also silences
+    "coroutine ... was never awaited") and says what to pass instead."""
+    if inspect.iscoroutine(result):
+        kind, fix = "a coroutine (it is an async def)", "lambda: asyncio.run(workload())"
+    elif inspect.isgenerator(result):
+        kind, fix = "a generator (it contains yield)", "lambda: list(workload())"
+    elif inspect.isasyncgen(result):
+        kind, fix = "an async generator", "a plain function that runs it to the end"
+    else:
+        return
+    if not inspect.isasyncgen(result):  # an unstarted async generator needs no closing
+        result.close()
+    raise TypeError(f"torchscan.measure_flops(workload): workload() returned {kind}, so none of its body "
+                    f"ran and there is nothing to count; pass a function that does the work, e.g. {fix}")

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from torchscan._modules import safe_text
+
 
 def describe(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
@@ -16,13 +18,15 @@ def describe(value: Any) -> Any:
                     "device": str(value.device), "requires_grad": value.requires_grad}
         return {"kind": "tensor", "shape": list(value.shape), "dtype": str(value.dtype).replace("torch.", ""),
                 "device": str(value.device), "requires_grad": value.requires_grad}
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if isinstance(value, str):
+        return safe_text(value)  # JSON needs valid UTF-8
+    if value is None or isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, tuple):
         return {"kind": "tuple", "items": [describe(v) for v in value]}
     if isinstance(value, list):
         return {"kind": "list", "items": [describe(v) for v in value]}
     if isinstance(value, dict):
-        return {"kind": "mapping", "items": {str(k): describe(v) for k, v in value.items()}}
+        return {"kind": "mapping", "items": {safe_text(str(k)): describe(v) for k, v in value.items()}}
     # Anything else: its type only (a repr could leak private values).
-    return {"kind": "object", "type": type(value).__qualname__}
+    return {"kind": "object", "type": safe_text(type(value).__qualname__)}
