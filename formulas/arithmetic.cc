@@ -91,6 +91,17 @@ Count Elements(const ArgMeta& a) {
   return n;
 }
 
+bool ReturnedItsInput(const OpCall& call) {
+  if (!call.returns_alias || call.outputs.empty()) return false;
+  for (const ArgMeta& o : call.outputs) {
+    if (!o.is_tensor() || o.tensor().identity == 0) return false;
+    bool found = false;
+    for (const ArgMeta& a : call.args) found = found || (a.is_tensor() && a.tensor().identity == o.tensor().identity);
+    if (!found) return false;
+  }
+  return true;
+}
+
 std::optional<double> ScalarArg(const OpCall& call, size_t i) {
   const ArgMeta& a = call.arg(i);
   switch (a.kind) {

@@ -42,6 +42,12 @@ FormulaResult NotDense(const OpCall& call);
 // undefined or nested tensors).
 Count Elements(const ArgMeta& a);
 
+// True when the call returned one of its operands (same tensor identity)
+// for every output, and its schema lets its returns alias its inputs
+// without writing them (OpCall::returns_alias): it moved and computed
+// nothing. Unknown identities (0) never match.
+bool ReturnedItsInput(const OpCall& call);
+
 // Scalar-valued argument (int, float or bool); nullopt when absent/None.
 std::optional<double> ScalarArg(const OpCall& call, size_t i);
 

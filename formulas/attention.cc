@@ -165,24 +165,50 @@ FormulaResult TransformerEncoderLayer(const OpCall& call) {
 
 namespace torchscan::attention {
 
-ModuleCosts SdpaCpuCosts(const OpCall& call) {
+namespace {
+
+// The CPU SDPA row's limits, shared by both views; nullopt when supported.
+std::optional<FormulaResult> SdpaCpuUnsupported(const OpCall& call) {
   const TensorMeta* q = TensorArg(call, 0, 4);
   const TensorMeta* k = TensorArg(call, 1, 4);
   const TensorMeta* v = TensorArg(call, 2, 4);
   if (!q || !k || !v || !Consistent(q->sizes(), k->sizes(), v->sizes())) {
-    return ModuleCosts::Unavailable(ShapeMismatch(call, "expected dense 4-D query/key/value with matching batches"));
+    return ShapeMismatch(call, "expected dense 4-D query/key/value with matching batches");
   }
   const auto dropout = ScalarArg(call, 3);
   if (dropout && *dropout > 0) {
-    return ModuleCosts::Unavailable(FormulaResult::Unavailable(
-        "unsupported_attention_dropout", "attention dropout inside the fused CPU kernel is not counted"));
+    return FormulaResult::Unavailable("unsupported_attention_dropout",
+                                      "attention dropout inside the fused CPU kernel is not counted");
   }
+  return std::nullopt;
+}
+
+int SdpaCpuMasks(const OpCall& call) {
+  const bool causal = call.arg(4).kind == ArgKind::kBool && call.arg(4).to_bool();
+  return (causal ? 1 : 0) + (call.arg(5).is_tensor() ? 1 : 0);
+}
+
+}  // namespace
+
+FormulaResult SdpaCpu(const OpCall& call) {
+  if (auto bad = SdpaCpuUnsupported(call)) return *bad;
+  const auto q = call.arg(0).tensor().sizes(), k = call.arg(1).tensor().sizes(), v = call.arg(2).tensor().sizes();
+  const Count r = Count(q[0]) * q[1] * q[2], a = r * k[2];
+  // Softmax 5A - 2R: the 2R comes off last so no partial sum goes below zero.
+  const Count flops = *SdpaForwardFlops(q, k, v) + a + SdpaCpuMasks(call) * a + 5 * a - 2 * r;
+  return CountFor(call, ArithmeticOf(call), flops);
+}
+
+ModuleCosts SdpaCpuCosts(const OpCall& call) {
+  if (auto bad = SdpaCpuUnsupported(call)) return ModuleCosts::Unavailable(*bad);
+  const TensorMeta* q = TensorArg(call, 0, 4);
+  const TensorMeta* k = TensorArg(call, 1, 4);
+  const TensorMeta* v = TensorArg(call, 2, 4);
   const int64_t b = q->size(0), h = q->size(1), l = q->size(2), d = q->size(3), s = k->size(2),
                 dv = v->size(3);
   const Count r = Count(b) * h * l, a = r * s;
-  const bool causal = call.arg(4).kind == ArgKind::kBool && call.arg(4).to_bool();
   const ArgMeta& mask = call.arg(5);
-  const int masks = (causal ? 1 : 0) + (mask.is_tensor() ? 1 : 0);
+  const int masks = SdpaCpuMasks(call);
   const Count mask_elements = mask.is_tensor() ? mask.tensor().numel() : 0;
   // Softmax is 5A - 2R; the 2R comes off last so no partial sum goes below zero.
   const Count flops = a * (d > 0 ? Count(2) * d - 1 : Count(0)) + a + masks * a + 5 * a +

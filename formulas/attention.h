@@ -60,6 +60,15 @@ FormulaResult TransformBiasRescaleQkv(const OpCall& call);
 //   (6n + 2r + 2n each, n = B*L*E, r = B*L) and two residual additions (n each).
 FormulaResult TransformerEncoderLayer(const OpCall& call);
 
+// Operator view of the CPU SDPA kernel, which has no native formula, so the
+// table's "CPU SDPA fallback" row applies (complete, not matrix core only):
+// _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p,
+//   is_causal, *, attn_mask, scale), same limits as SdpaCpuCosts. A = scores
+//   B*Hq*L*S, R = rows B*Hq*L:
+//   two products in the native convention 2*A*d + 2*R*S*dv, score scale A,
+//   one op per score per mask (causal, explicit), stable softmax 5A - 2R.
+FormulaResult SdpaCpu(const OpCall& call);
+
 // Module view of the CPU SDPA kernel (torchscan_flops_v1 "CPU SDPA fallback"):
 // _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p,
 //   is_causal, *, attn_mask, scale), dense 4-D, matching batches, query heads

@@ -70,4 +70,14 @@ FormulaResult RreluWithNoise(const OpCall& call) {
   return PerElement(call, 4, ArithmeticOf(call));
 }
 
+FormulaResult Resolve(const OpCall& call) {
+  if (ReturnedItsInput(call)) return FormulaResult::Complete(0);
+  return PerElement(call, 1, ArithmeticOf(call));
+}
+
+ModuleCosts ResolveCosts(const OpCall& call) {
+  if (ReturnedItsInput(call)) return {FormulaResult::Complete(0), FormulaResult::Complete(0), FormulaResult::Complete(0)};
+  return PointwiseCosts(call, Resolve);
+}
+
 }  // namespace torchscan::elementwise

@@ -4,6 +4,7 @@
 // views use these counts (PyTorch has no native formula for them).
 #pragma once
 
+#include "formulas/module_costs.h"
 #include "formulas/op_call.h"
 #include "formulas/result.h"
 
@@ -31,5 +32,13 @@ FormulaResult Lerp(const OpCall& call);
 // rrelu_with_noise(self, noise, lower, upper, training): eval is a leaky ReLU
 // (4 per element); training samples noise (RNG: unsupported).
 FormulaResult RreluWithNoise(const OpCall& call);
+// resolve_neg / resolve_conj(self): return self when it carries no
+// negative (conjugate) bit, else a new tensor with every value negated
+// (conjugated): 0, or one negation per value (complex conjugation follows
+// the complex rule). What the call returned tells which: its input, or not.
+// Module view: nothing moved when it returned its input, else pointwise
+// (N reads + N writes).
+FormulaResult Resolve(const OpCall& call);
+ModuleCosts ResolveCosts(const OpCall& call);
 
 }  // namespace torchscan::elementwise

@@ -3,8 +3,10 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "formulas/arithmetic.h"
+#include "formulas/shapes.h"
 
 namespace torchscan::indexing {
 namespace {
@@ -14,10 +16,42 @@ int64_t DenseElements(const OpCall& call, size_t i) {
   return t ? t->numel() : -1;
 }
 
-FormulaResult Combine(const OpCall& call, size_t src, int64_t extra) {
-  const int64_t n = DenseElements(call, src);
+// One combine per element of `index` (argument 2): a scatter visits
+// src[index positions] only, so a `src` larger than `index` adds nothing.
+FormulaResult PerIndex(const OpCall& call, Count extra) {
+  const int64_t n = DenseElements(call, 2);
   if (n < 0 || !DenseOutput(call)) return NotDense(call);
   return CountFor(call, ArithmeticOf(call), Count(n) + extra);
+}
+
+// Elements that x[indices] selects (what index_put_ writes; `values`
+// broadcasts to it): the broadcast shape of the index tensors times the
+// sizes of the dimensions no index consumes. A None entry keeps its
+// dimension; a boolean mask consumes as many dimensions as it has, and how
+// many positions it selects depends on its values (nullopt).
+std::optional<Count> IndexedElements(const TensorMeta& self, const ArgMeta& indices) {
+  if (indices.kind != ArgKind::kTensorList) return std::nullopt;
+  std::vector<int64_t> shape;  // broadcast of the index shapes, right-aligned
+  Count kept = 1;
+  int64_t dim = 0;
+  for (const TensorMeta& t : indices.tensors()) {
+    if (!t.defined) {  // None: the whole dimension
+      if (dim >= self.dim()) return std::nullopt;
+      kept *= self.size(dim++);
+      continue;
+    }
+    if (t.nested || !t.strided || t.dtype == c10::kBool || t.dtype == c10::kByte) return std::nullopt;
+    ++dim;
+    const auto sizes = t.sizes();
+    if (sizes.size() > shape.size()) shape.insert(shape.begin(), sizes.size() - shape.size(), 1);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      int64_t& s = shape[shape.size() - sizes.size() + i];
+      if (s == 1) s = sizes[i];
+    }
+  }
+  if (dim > self.dim()) return std::nullopt;
+  for (; dim < self.dim(); ++dim) kept *= self.size(dim);
+  return Product(shape) * kept;
 }
 
 // Per-pair cost of a p-norm distance over M coordinates; nullopt for unsupported p.
@@ -40,31 +74,80 @@ FormulaResult Distances(const OpCall& call, int64_t pairs, int64_t m, double p) 
 
 }  // namespace
 
-FormulaResult ScatterAdd(const OpCall& call) { return Combine(call, 3, 0); }
+FormulaResult ScatterAdd(const OpCall& call) { return PerIndex(call, 0); }
 
 FormulaResult ScatterReduce(const OpCall& call) {
   const ArgMeta& reduce = call.arg(4);
   const TensorMeta* out = DenseOutput(call);
   if (!out) return NotDense(call);
   const bool mean = reduce.kind == ArgKind::kString && reduce.str() == "mean";
-  return Combine(call, 3, mean ? out->numel() : 0);
+  return PerIndex(call, mean ? out->numel() : 0);
 }
 
 FormulaResult Scatter(const OpCall& call) {
   if (!DenseOutput(call)) return NotDense(call);
   if (call.arg(4).kind != ArgKind::kString) return FormulaResult::Complete(0);  // a copy
-  if (!call.arg(3).is_tensor()) {                                             // reduce with a scalar value
-    const int64_t n = DenseElements(call, 2);
-    return n < 0 ? NotDense(call) : CountFor(call, ArithmeticOf(call), n);
-  }
-  return Combine(call, 3, 0);
+  return PerIndex(call, 0);  // src tensor or scalar value alike
 }
 
 FormulaResult IndexPut(const OpCall& call) {
   const ArgMeta& accumulate = call.arg(3);
-  if (!DenseOutput(call)) return NotDense(call);
+  const TensorMeta* self = DenseArg(call, 0);
+  if (!self || !DenseOutput(call)) return NotDense(call);
   if (accumulate.kind != ArgKind::kBool || !accumulate.to_bool()) return FormulaResult::Complete(0);
-  return Combine(call, 2, 0);
+  const std::optional<Count> n = IndexedElements(*self, call.arg(1));
+  if (!n) {
+    return FormulaResult::Unavailable(
+        "data_dependent_index",
+        std::string(call.name) + ": accumulating through a boolean mask adds once per selected position, "
+                                 "which depends on the mask's values; TorchScan reads no values");
+  }
+  return CountFor(call, ArithmeticOf(call), *n);
+}
+
+FormulaResult IndexCopy(const OpCall& call) {
+  if (!DenseArg(call, 0) || !DenseArg(call, 2) || !DenseArg(call, 3) || !DenseOutput(call)) return NotDense(call);
+  return FormulaResult::Complete(0);
+}
+
+ModuleCosts IndexCopyCosts(const OpCall& call) {
+  const FormulaResult flops = IndexCopy(call);
+  if (flops.status != MetricStatus::kComplete) return ModuleCosts::Unavailable(flops);
+  return ModuleCosts::FromFlops(flops, 0, Count(DenseArg(call, 2)->numel()) + Count(2) * DenseArg(call, 3)->numel());
+}
+
+FormulaResult Isin(const OpCall& call) {
+  // Overloads: (Tensor elements, Tensor|Scalar test), (Scalar element, Tensor test).
+  const ArgMeta& e = call.arg(0);
+  const ArgMeta& t = call.arg(1);
+  if ((e.is_tensor() && !DenseArg(call, 0)) || (t.is_tensor() && !DenseArg(call, 1))) return NotDense(call);
+  const int64_t n = e.is_tensor() ? e.tensor().numel() : 1;
+  const int64_t m = t.is_tensor() ? t.tensor().numel() : 1;
+  // PyTorch's CPU kernel (TensorCompare.cpp, isin_out): below this size of
+  // test_elements it compares every pair; above it, it sorts.
+  const bool pairwise = n == 0 || m < static_cast<int64_t>(10.0f * std::pow(static_cast<double>(n), 0.145));
+  if (!pairwise) {
+    return FormulaResult::Unavailable(
+        "unsupported_operator_formula",
+        std::string(call.name) + ": this many test elements take the sorting path; selection by sorting has "
+                                 "no torchscan_flops_v1 convention (as for aten::sort)");
+  }
+  return CountFor(call, ArithmeticWithScalars(call), Count(n) * m);
+}
+
+FormulaResult EuclideanDist(const OpCall& call) {
+  const TensorMeta* x1 = DenseArg(call, 0);
+  const TensorMeta* x2 = DenseArg(call, 1);
+  const TensorMeta* out = DenseOutput(call);
+  if (!x1 || !x2 || !out || x1->dim() < 2 || x2->dim() < 2) return NotDense(call);
+  const int64_t m = x1->size(-1);
+  const Count rows1 = Product(x1->sizes().first(x1->dim() - 1));
+  const Count rows2 = Product(x2->sizes().first(x2->dim() - 1));
+  const Count norm = m > 0 ? Count(2) * m - 1 : Count(0);  // M squares + M - 1 adds per row
+  const Count count = rows1 * (norm + m)                     // x1 norms and x1 * -2
+                      + rows2 * norm                         // x2 norms
+                      + Count(out->numel()) * (Count(2) * (Count(m) + 2) + 2);  // (M+2)-term dots, clamp, sqrt
+  return CountFor(call, ArithmeticOf(call), count);
 }
 
 FormulaResult MaskedScatter(const OpCall& call) {

@@ -3,22 +3,44 @@
 // these are the ones that also compute.
 #pragma once
 
+#include "formulas/module_costs.h"
 #include "formulas/op_call.h"
 #include "formulas/result.h"
 
 namespace torchscan::indexing {
 
-// scatter_add(self, dim, index, src): one add per source value.
+// scatter_add(self, dim, index, src): one add per element of `index` (src
+// may be larger than index: only src[index positions] is read).
 FormulaResult ScatterAdd(const OpCall& call);
 // scatter_reduce(self, dim, index, src, reduce, include_self): one combine per
-// source value ("sum"/"prod"/"amax"/"amin"), plus one divide per output for "mean".
+// index element ("sum"/"prod"/"amax"/"amin"), plus one divide per output for "mean".
 FormulaResult ScatterReduce(const OpCall& call);
 // scatter(self, dim, index, src|value, [reduce]): a copy, or one combine per
-// source value when a reduce is given.
+// index element when a reduce is given.
 FormulaResult Scatter(const OpCall& call);
-// index_put(self, indices, values, accumulate): a copy, or one add per value
-// when accumulating.
+// index_put(self, indices, values, accumulate): a copy, or one add per
+// indexed position when accumulating: the broadcast shape of the index
+// tensors times the dimensions no index consumes (`values` broadcasts to
+// that; a one-element `values` is still added at every position). Boolean
+// masks select a value-dependent count: unavailable.
 FormulaResult IndexPut(const OpCall& call);
+// index_copy(self, dim, index, source): a copy (zero FLOPs). Module view:
+// it reads the index and the source and writes the source's values into
+// self: I + 2S accesses (not the whole of self: a KV-cache update writes
+// only its new rows).
+FormulaResult IndexCopy(const OpCall& call);
+ModuleCosts IndexCopyCosts(const OpCall& call);
+// isin(elements (N), test_elements (M)): PyTorch compares every pair when
+// M < 10 * N^0.145 (N*M comparisons, counted whatever the data, as for both
+// branches of a selection); larger test sets take a sorting path, which has
+// no convention (unavailable, like aten::sort). Scalar operands count as one.
+FormulaResult Isin(const OpCall& call);
+// _euclidean_dist(x1 (..., P, M), x2 (..., R, M)), cdist's p = 2 path for
+// more than 25 rows, as its kernel computes it: row norms of x1 and x2 (M
+// squares + M - 1 adds per row), x1 * -2 (M per row), then (M+2)-term dots
+// per output (2(M+2), native convention), clamp_min and sqrt (1 each):
+// rows1 (3M - 1) + rows2 (2M - 1) + out (2M + 6).
+FormulaResult EuclideanDist(const OpCall& call);
 // masked_scatter(self, mask, source): one selection per output value.
 FormulaResult MaskedScatter(const OpCall& call);
 // nonzero(self): one comparison per input value.

@@ -8,6 +8,7 @@
 #include "formulas/compiled.h"
 #include "formulas/convolution.h"
 #include "formulas/elementwise.h"
+#include "formulas/indexing.h"
 #include "formulas/matmul.h"
 #include "formulas/misc.h"
 #include "formulas/normalization.h"
@@ -69,6 +70,9 @@ const ModuleFormula kModuleFormulas[] = {
     TS_MODULE("upsample_linear1d", misc::WeightedCosts<2>), TS_MODULE("upsample_bilinear2d", misc::WeightedCosts<4>),
     TS_MODULE("upsample_trilinear3d", misc::WeightedCosts<8>),
     TS_MODULE("upsample_bicubic2d", misc::WeightedCosts<16>),
+    // Copies into part of a tensor, conditional negation.
+    TS_MODULE("index_copy", indexing::IndexCopyCosts),
+    TS_MODULE("resolve_neg", elementwise::ResolveCosts), TS_MODULE("resolve_conj", elementwise::ResolveCosts),
     {"torchscan::compiled_region", compiled::CompiledRegionCosts},
 };
 #undef TS_MODULE
@@ -103,6 +107,8 @@ ModuleCosts PointwiseCosts(const OpCall& call, FormulaFn flops) {
 
 ModuleCosts ZeroCostCosts(const OpCall& call, ZeroCostReason reason) {
   const FormulaResult zero = FormulaResult::Complete(0);
+  // x.to(x.dtype), contiguous() of a contiguous tensor: handed back as is.
+  if (ReturnedItsInput(call)) return {zero, zero, zero};
   Count out = 0;
   for (const ArgMeta& a : call.outputs) out += Elements(a);
   switch (reason) {

@@ -50,7 +50,8 @@ ModuleCosts PointwiseCosts(const OpCall& call, FormulaFn flops);
 // Zero-cost operators in the module view: views and metadata touch nothing;
 // allocation writes nothing; fills write each output element; copies read and
 // write each output element ("Copy/gather operations ... read/write each
-// output element").
+// output element"). A call that returned its input (ReturnedItsInput: a
+// no-op cast or contiguous()) moved nothing: zero accesses.
 ModuleCosts ZeroCostCosts(const OpCall& call, ZeroCostReason reason);
 
 }  // namespace torchscan

@@ -115,13 +115,20 @@ class ArgMeta {
   U u_{0};
 };
 
-// One call: the operator's identity, its arguments in schema order
-// (keyword-only ones included) and its returns.
+// One call: the operator's identity, its operands and its returns.
 struct OpCall {
   std::string_view name;      // "aten::mm"
   std::string_view overload;  // "" or "out"
+  // The operands in schema order (keyword-only ones included). An out=
+  // overload's destinations (schema `is_out()`: the trailing `Tensor(a!) out`
+  // arguments) are not operands: they are written, never read, and the
+  // recorder's caller leaves them out (they are the returns).
   absl::Span<const ArgMeta> args;
   absl::Span<const ArgMeta> outputs;
+  // From the schema: every return may alias an input without writing it
+  // (`Tensor(a) self -> Tensor(a)`, as for aten::to or aten::contiguous). A
+  // call that returned its very input (same identity) then did nothing.
+  bool returns_alias = false;
 
   // Argument i, or a None argument when the call has fewer.
   const ArgMeta& arg(size_t i) const { return i < args.size() ? args[i] : kNoneArg; }

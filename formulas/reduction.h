@@ -30,4 +30,19 @@ FormulaResult VectorNorm(const OpCall& call);
 FormulaResult Variance(const OpCall& call);
 FormulaResult StandardDeviation(const OpCall& call);
 
+// aminmax(self, dim, keepdim) -> (min, max): two folds, 2 max(N - R, 0).
+FormulaResult Aminmax(const OpCall& call);
+// logsumexp(self, dim, keepdim), stable as PyTorch computes it: max (N - R
+// comparisons), subtract the max N, exp N, sum N - R, log R, add the max
+// back R: 2(N - R) + 2N + 2R (= 4N; the -inf guard on the max is not
+// counted, as for the stable softmax rows).
+FormulaResult Logsumexp(const OpCall& call);
+// col2im(self (B, C*kh*kw, L), output_size, kernel_size, dilation, padding,
+// stride) (F.fold, and F.unfold's backward): sums overlapping windows into
+// (B, C, H, W). Sum rule over what lands inside the output: per plane,
+// values landing inside minus output positions receiving any. Each axis is
+// separable: landed = Lh * Lw, covered = Ch * Cw, with Lx/Cx counted over
+// the axis' block positions and kernel offsets (padding values drop out).
+FormulaResult Col2im(const OpCall& call);
+
 }  // namespace torchscan::reduction

@@ -362,6 +362,10 @@ const OperatorFormula* FindOperatorFormula(std::string_view op) {
   return nullptr;
 }
 
+bool OutsideFormulaRows(const c10::OperatorName& op) {
+  return op.name == "aten::where" && op.overload_name.empty();
+}
+
 ZeroCostReason ClassifyZeroCost(const c10::FunctionSchema& schema) {
   const std::string& name = schema.name();
   const auto& names = ZeroCostNames();

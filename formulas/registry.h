@@ -45,6 +45,12 @@ absl::Span<const OperatorFormula> BuiltinOperatorFormulas();
 // Formula for "ns::name" (all overloads; in-place "name_" shares "name").
 const OperatorFormula* FindOperatorFormula(std::string_view op);
 
+// Overloads that share a row's name but are another operation: no built-in
+// row (operator or module view) values them, so a scan values what they run.
+// aten::where(condition) returns nonzero's index lists, not a selection, and
+// decomposes to nonzero.
+bool OutsideFormulaRows(const c10::OperatorName& op);
+
 // Stated exclusions: operators TorchScan deliberately does not count, with
 // the reason. At run time they stay uncounted (the total is partial) and the
 // diagnostic quotes the reason; the coverage audit lists them as excluded.

@@ -31,7 +31,7 @@ reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const Operat
     if (plan.covered[i]) continue;
     const Event& e = events[i];
     const OpInfo& info = catalog.Get(e.op);
-    const OpCall call{info.name, info.overload, e.args, e.outputs};
+    const OpCall call = FormulaCall(info, e.args, e.outputs);
     // This call's three results; a call with no value leaves all three incomplete.
     const FormulaResult missing = FormulaResult::Unavailable("", "");
     ModuleCosts costs = {missing, missing, missing};

@@ -15,8 +15,10 @@ const OpInfo& OpCatalog::Get(const c10::OperatorHandle& op) {
   info.overload = name.overload_name;
   info.packet = absl::StrReplaceAll(name.name, {{"::", "."}});
   if (op.hasSchema()) info.zero_cost = ClassifyZeroCost(op.schema());
-  info.builtin = FindOperatorFormula(info.name);
-  info.module = FindModuleFormula(info.name);
+  if (!OutsideFormulaRows(name)) {
+    info.builtin = FindOperatorFormula(info.name);
+    info.module = FindModuleFormula(info.name);
+  }
   info.has_math_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
   return infos_.emplace(op, std::move(info)).first->second;
 }
@@ -70,7 +72,9 @@ bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op) {
   if (it != tls_owners->end()) return it->second;
   const std::string name = op.operator_name().name;
   const bool zero = op.hasSchema() && ClassifyZeroCost(op.schema()) != ZeroCostReason::kNone;
-  const bool owns = (zero || FindOperatorFormula(name) != nullptr) && (zero || FindModuleFormula(name) != nullptr);
+  const bool rows = !OutsideFormulaRows(op.operator_name());
+  const bool owns = (zero || (rows && FindOperatorFormula(name) != nullptr)) &&
+                    (zero || (rows && FindModuleFormula(name) != nullptr));
   tls_owners->emplace(op, owns);
   return owns;
 }

@@ -25,7 +25,15 @@ struct OpInfo {
   const OperatorFormula* builtin = nullptr;  // operator view
   const ModuleFormula* module = nullptr;     // module view
   bool has_math_kernel = false;  // registered CompositeImplicitAutograd kernel
+  // Schema arguments before the out= destinations (all when none).
+  uint32_t operands = UINT32_MAX;
+  bool returns_alias = false;  // every return may alias an input, unwritten
 };
+
+// The call every formula sees (operator view, module view, caller formulas,
+// receptive fields): out= destinations are written, never read, so they
+// are not operands (they are the returns).
+OpCall FormulaCall(const OpInfo& info, absl::Span<const ArgMeta> args, absl::Span<const ArgMeta> outputs);
 
 class OpCatalog {
  public:

@@ -38,7 +38,7 @@ void AddToModules(reports::FlopTally& t, const LabelTree& sets, std::vector<Pack
 }
 
 OpCall CallOf(const Event& e, const OpInfo& info) {
-  return OpCall{info.name, info.overload, e.args, e.outputs};
+  return FormulaCall(info, e.args, e.outputs);
 }
 
 }  // namespace

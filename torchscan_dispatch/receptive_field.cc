@@ -138,7 +138,7 @@ enum class Slider { kConv, kMaxPool, kAvgPool, kAdaptive, kUpsample };
 class Propagator {
  public:
   void Visit(const Event& e, const OpInfo& info) {
-    const OpCall call{info.name, info.overload, e.args, e.outputs};
+    const OpCall call = FormulaCall(info, e.args, e.outputs);
     // A call with no tensor arguments (at::ones, arange, ...) creates a
     // source, as do fills; its identities may be reused addresses of freed
     // tensors: forget those (a later use seeds them as untracked).

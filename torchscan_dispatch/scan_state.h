@@ -166,8 +166,15 @@ class Recorder {
   std::vector<Request> requests_;
   int32_t request_ = -1;
   // TorchScript scopes opened by SyncTorchScriptScopes (innermost last) and,
-  // per running TorchScript function, how many of them it found open.
-  std::vector<std::pair<std::string, int32_t>> jit_open_;
+  // per running TorchScript function, how many of them it found open. A
+  // scope is a module path and the call sites that reached it (inlined code
+  // of two calls of one submodule differs only there).
+  struct JitScope {
+    std::string path;
+    uint64_t call_site;
+    int32_t scope;
+  };
+  std::vector<JitScope> jit_open_;
   std::vector<size_t> jit_frames_;
 };
 

@@ -1,8 +1,10 @@
 // torchscan_flops_v1 fallback rows, one test per row, on tiny calls whose
 // expected counts are written as arithmetic from the row's formula.
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/frontend/function_schema_parser.h>
 
 #include "formulas/elementwise.h"
+#include "formulas/indexing.h"
 #include "formulas/misc.h"
 #include "formulas/normalization.h"
 #include "formulas/pooling.h"
@@ -315,6 +317,175 @@ namespace torchscan {
 namespace {
 
 using testing::CallBuilder;
+
+// ---- Issue 10 items 1-6 and 14: corrected and new rows.
+
+TEST(Scatter, OneCombinePerIndexElementNotPerSourceValue) {
+  // scatter_add(zeros(3,5), 0, index (1,5), src (3,5)): only src[0, :] is read,
+  // one add per index element: 5 (not src.numel() = 15).
+  EXPECT_EQ(Flops("aten::scatter_add", CallBuilder("aten::scatter_add")
+                                           .Tensor({3, 5}).Int(0).Tensor({1, 5}, c10::kLong).Tensor({3, 5})
+                                           .Out({3, 5})),
+            5);
+  // scatter_reduce "mean": 5 combines + one divide per output value (15): 20.
+  EXPECT_EQ(Flops("aten::scatter_reduce", CallBuilder("aten::scatter_reduce")
+                                              .Tensor({3, 5}).Int(0).Tensor({1, 5}, c10::kLong).Tensor({3, 5})
+                                              .Str("mean").Bool(true).Out({3, 5})),
+            20);
+  // scatter(reduce="add") with a src tensor or a scalar value: 5 either way.
+  EXPECT_EQ(Flops("aten::scatter", CallBuilder("aten::scatter")
+                                       .Tensor({3, 5}).Int(0).Tensor({1, 5}, c10::kLong).Tensor({3, 5})
+                                       .Str("add").Out({3, 5})),
+            5);
+  EXPECT_EQ(Flops("aten::scatter", CallBuilder("aten::scatter")
+                                       .Tensor({3, 5}).Int(0).Tensor({1, 5}, c10::kLong).Double(2.0)
+                                       .Str("add").Out({3, 5})),
+            5);
+}
+
+TEST(IndexPut, AccumulateAddsOncePerIndexedPositionWithBroadcasting) {
+  // zeros(4).index_put_((arange(4).repeat(25),), tensor(1.), accumulate=True):
+  // 100 indexed positions, the one-element value broadcast to each: 100 adds.
+  EXPECT_EQ(Flops("aten::index_put_", CallBuilder("aten::index_put_")
+                                          .Tensor({4}).TensorList({{100}}).Tensor({}).Bool(true).Out({4})),
+            100);
+  // self (6,7,8,9)[None, idx (2,1), idx (3)]: the indices broadcast to (2,3),
+  // the None keeps 6 and the trailing 9 stays: 6 * 2*3 * 9 = 324.
+  EXPECT_EQ(Flops("aten::index_put_", CallBuilder("aten::index_put_")
+                                          .Tensor({6, 7, 8, 9}).TensorList({{-1}, {2, 1}, {3}}).Tensor({1})
+                                          .Bool(true).Out({6, 7, 8, 9})),
+            6 * 2 * 3 * 9);
+  // Without accumulate it is a copy.
+  EXPECT_EQ(Flops("aten::index_put_", CallBuilder("aten::index_put_")
+                                          .Tensor({4}).TensorList({{100}}).Tensor({}).Bool(false).Out({4})),
+            0);
+  // A boolean mask selects a value-dependent number of positions.
+  const FormulaResult mask = Evaluate("aten::index_put", CallBuilder("aten::index_put")
+                                                             .Tensor({4}).TensorList({{4}}, c10::kBool)
+                                                             .Tensor({}).Bool(true).Out({4}));
+  EXPECT_EQ(mask.status, MetricStatus::kUnavailable);
+  EXPECT_EQ(mask.code, "data_dependent_index");
+}
+
+TEST(Col2im, SumsWhatLandsInsideTheOutput) {
+  // F.fold of (1, 2*2*2, 9) into 4x4 with 2x2 windows, stride 1: 3 blocks per
+  // axis, 6 landings on 4 positions per axis: 2 channels * (36 - 16) = 40,
+  // the sum rule N - R = 72 - 32.
+  EXPECT_EQ(Flops("aten::col2im", CallBuilder("aten::col2im")
+                                      .Tensor({1, 8, 9}).Ints({4, 4}).Ints({2, 2}).Ints({1, 1}).Ints({0, 0})
+                                      .Ints({1, 1}).Out({1, 2, 4, 4})),
+            40);
+  // Padding 1, 3x3 windows, stride 2 over 3x3: blocks (3+2-2-1)/2+1 = 2 per
+  // axis starting at -1 and 1; block 0 spans -1..1 and lands on 0,1 (2),
+  // block 1 spans 1..3 and lands on 1,2 (2): 4 landings covering all 3
+  // positions. One plane: 4*4 - 3*3 = 7 (values falling in the padding are
+  // dropped, not summed).
+  EXPECT_EQ(Flops("aten::col2im", CallBuilder("aten::col2im")
+                                      .Tensor({9, 4}).Ints({3, 3}).Ints({3, 3}).Ints({1, 1}).Ints({1, 1})
+                                      .Ints({2, 2}).Out({1, 3, 3})),
+            7);
+  // Stride 3 with 2-wide windows over 5: blocks 0 and 1 land on {0,1} and
+  // {3,4}: nothing overlaps, position 2 receives nothing: 4*4 - 4*4 = 0.
+  EXPECT_EQ(Flops("aten::col2im", CallBuilder("aten::col2im")
+                                      .Tensor({1, 4, 4}).Ints({5, 5}).Ints({2, 2}).Ints({1, 1}).Ints({0, 0})
+                                      .Ints({3, 3}).Out({1, 1, 5, 5})),
+            0);
+}
+
+TEST(Resolve, NegationOnlyWhenANewTensorCameBack) {
+  // resolve_neg of a negative-bit view returns a new tensor: one negation per value: 6.
+  EXPECT_EQ(Flops("aten::resolve_neg",
+                  CallBuilder("aten::resolve_neg").Tensor({2, 3}).Id(1).Out({2, 3}).Id(2).ReturnsAlias()),
+            6);
+  // Without the bit it returns its input: 0.
+  EXPECT_EQ(Flops("aten::resolve_neg",
+                  CallBuilder("aten::resolve_neg").Tensor({2, 3}).Id(1).Out({2, 3}).Id(1).ReturnsAlias()),
+            0);
+  // Complex conjugation follows the complex rule.
+  EXPECT_EQ(Evaluate("aten::resolve_conj", CallBuilder("aten::resolve_conj")
+                                               .Tensor({2, 3}, c10::kComplexFloat).Id(1)
+                                               .Out({2, 3}, c10::kComplexFloat).Id(2).ReturnsAlias())
+                .status,
+            MetricStatus::kUnavailable);
+}
+
+TEST(RealModelOperators, MasksMembershipCrossAndLogs) {
+  // tril/triu: one selection per value of (2,3): 6.
+  EXPECT_EQ(Flops("aten::tril", CallBuilder("aten::tril").Tensor({2, 3}).Int(0).Out({2, 3})), 6);
+  EXPECT_EQ(Flops("aten::triu_", CallBuilder("aten::triu_").Tensor({2, 3}).Int(1).Out({2, 3})), 6);
+  // A boolean causal mask: no arithmetic.
+  EXPECT_EQ(Flops("aten::tril", CallBuilder("aten::tril").Tensor({2, 3}, c10::kBool).Int(0).Out({2, 3}, c10::kBool)),
+            0);
+  // isin of 3 values against 2: 2 < 10 * 3^0.145, pairwise: 3 * 2 = 6.
+  EXPECT_EQ(Flops("aten::isin", CallBuilder("aten::isin").Tensor({3}).Tensor({2}).Bool(false).Bool(false)
+                                    .Out({3}, c10::kBool)),
+            6);
+  // Integer ids (generation stopping criteria): excluded integer comparisons.
+  EXPECT_EQ(Flops("aten::isin", CallBuilder("aten::isin").Tensor({3}, c10::kLong).Tensor({2}, c10::kLong)
+                                    .Bool(false).Bool(false).Out({3}, c10::kBool)),
+            0);
+  // 20 test elements for 3 values: 20 >= 10 * 3^0.145 = 11.7: PyTorch sorts.
+  EXPECT_EQ(Evaluate("aten::isin", CallBuilder("aten::isin").Tensor({3}).Tensor({20}).Bool(false).Bool(false)
+                                       .Out({3}, c10::kBool))
+                .status,
+            MetricStatus::kUnavailable);
+  // aminmax over (4,5) by rows: two folds of 20 into 4: 2 * 16 = 32.
+  EXPECT_EQ(Flops("aten::aminmax", CallBuilder("aten::aminmax").Tensor({4, 5}).Int(1).Bool(false)
+                                       .Out({4}).Out({4})),
+            32);
+  // logsumexp over rows of (4,5), N = 20, R = 4: max 16, subtract 20, exp 20,
+  // sum 16, log 4, add 4 = 80 = 4N.
+  EXPECT_EQ(Flops("aten::logsumexp", CallBuilder("aten::logsumexp").Tensor({4, 5}).Ints({1}).Bool(false).Out({4})),
+            80);
+  // Integer input: reduced in the float result dtype, still 80.
+  EXPECT_EQ(Flops("aten::logsumexp", CallBuilder("aten::logsumexp").Tensor({4, 5}, c10::kLong).Ints({1})
+                                         .Bool(false).Out({4})),
+            80);
+  // linalg_cross of (2,3) vectors: per value 2 multiplies + 1 subtract: 3 * 6 = 18.
+  EXPECT_EQ(Flops("aten::linalg_cross", CallBuilder("aten::linalg_cross").Tensor({2, 3}).Tensor({2, 3}).Int(-1)
+                                            .Out({2, 3})),
+            18);
+  // xlogy: log + multiply + the x == 0 selection: 3 * 6 = 18.
+  EXPECT_EQ(Flops("aten::xlogy", CallBuilder("aten::xlogy").Tensor({2, 3}).Tensor({2, 3}).Out({2, 3})), 18);
+  // _euclidean_dist((30,3), (4,3)): x1 rows 30 * (5 + 3) = 240, x2 rows 4 * 5 = 20,
+  // 120 outputs * (2*(3+2) + 2) = 1440: 1700.
+  EXPECT_EQ(Flops("aten::_euclidean_dist", CallBuilder("aten::_euclidean_dist").Tensor({30, 3}).Tensor({4, 3})
+                                               .Out({30, 4})),
+            1700);
+  // index_copy is a copy.
+  EXPECT_EQ(Flops("aten::index_copy_", CallBuilder("aten::index_copy_").Tensor({5, 2}).Int(0)
+                                           .Tensor({2}, c10::kLong).Tensor({2, 2}).Out({5, 2})),
+            0);
+}
+
+TEST(Exclusions, BackwardKernelsWithoutAConventionAreStated) {
+  for (const char* op : {"aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+                         "aten::mkldnn_rnn_layer_backward"}) {
+    EXPECT_NE(StatedExclusion(op), nullptr) << op;
+    EXPECT_EQ(FindOperatorFormula(op), nullptr) << op;
+  }
+}
+
+TEST(ZeroCost, RulesAgreeWithAliasInformation) {
+  auto classify = [](const char* schema) { return ClassifyZeroCost(torch::jit::parseSchema(schema)); };
+  // A view with no alias annotation (a new tensor on the same storage).
+  EXPECT_EQ(classify("aten::_unsafe_view(Tensor self, SymInt[] size) -> Tensor"), ZeroCostReason::kView);
+  EXPECT_EQ(classify("aten::unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]"),
+            ZeroCostReason::kView);
+  // In-place views write only metadata.
+  EXPECT_EQ(classify("aten::transpose_(Tensor(a!) self, int dim0, int dim1) -> Tensor(a!)"),
+            ZeroCostReason::kMetadata);
+  EXPECT_EQ(classify("aten::unsqueeze_(Tensor(a!) self, int dim) -> Tensor(a!)"), ZeroCostReason::kMetadata);
+  EXPECT_EQ(classify("profiler::_record_function_exit(Tensor handle) -> ()"), ZeroCostReason::kMetadata);
+  // Views that copy when strides do not allow a view: their decomposition decides.
+  EXPECT_EQ(classify("aten::reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)"), ZeroCostReason::kNone);
+  // lift_fresh returns its input (schema rule); col2im sums, it is not a copy.
+  EXPECT_EQ(classify("aten::lift_fresh(Tensor(a) self) -> Tensor(a)"), ZeroCostReason::kView);
+  EXPECT_EQ(classify("aten::col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, "
+                     "int[2] padding, int[2] stride) -> Tensor"),
+            ZeroCostReason::kNone);
+  EXPECT_NE(FindOperatorFormula("aten::col2im"), nullptr);
+}
 
 TEST(GroupedMatmul, PackedRowsCountTwoPerInputElementPerOutputColumn) {
   // Packed rows: self (6 rows, K=4) over 2 groups of (4 x 3): each of the 24 input

@@ -36,8 +36,30 @@ class CallBuilder {
     return *this;
   }
   CallBuilder& OutNone() { return Push(outs_, ArgMeta::None()); }
+  // A Tensor?[] argument (index lists); a shape of {-1} stands for None.
+  CallBuilder& TensorList(std::initializer_list<std::vector<int64_t>> shapes, c10::ScalarType dtype = c10::kLong) {
+    auto& list = tensor_lists_.emplace_back();
+    for (const auto& shape : shapes) {
+      list.push_back(shape == std::vector<int64_t>{-1} ? TensorMeta{} : Meta(lists_.emplace_back(shape), dtype));
+    }
+    return Push(args_, ArgMeta::Tensors(list.data(), list.size()));
+  }
+  // Gives the tensor added last (argument or output) an identity.
+  CallBuilder& Id(uintptr_t identity) {
+    tensors_.back().identity = identity;
+    return *this;
+  }
+  // The schema lets the returns alias the inputs (OpCall::returns_alias).
+  CallBuilder& ReturnsAlias() {
+    returns_alias_ = true;
+    return *this;
+  }
 
-  OpCall Call() const { return OpCall{name_, "", args_, outs_}; }
+  OpCall Call() const {
+    OpCall call{name_, "", args_, outs_};
+    call.returns_alias = returns_alias_;
+    return call;
+  }
 
  private:
   CallBuilder& Push(std::vector<ArgMeta>& to, ArgMeta a) {
@@ -45,18 +67,22 @@ class CallBuilder {
     return *this;
   }
   ArgMeta MakeTensor(std::initializer_list<int64_t> sizes, c10::ScalarType dtype) {
-    auto& store = lists_.emplace_back(sizes);
-    TensorMeta& t = tensors_.emplace_back();
+    return ArgMeta::Tensor(&tensors_.emplace_back(Meta(lists_.emplace_back(sizes), dtype)));
+  }
+  static TensorMeta Meta(const std::vector<int64_t>& store, c10::ScalarType dtype) {
+    TensorMeta t;
     t.defined = true;
     t.dtype = dtype;
     t.ndim = static_cast<int32_t>(store.size());
     t.size_data = store.data();
-    return ArgMeta::Tensor(&t);
+    return t;
   }
 
   std::string name_;
   std::deque<std::vector<int64_t>> lists_;  // stable addresses for the pointers
   std::deque<TensorMeta> tensors_;
+  std::deque<std::vector<TensorMeta>> tensor_lists_;
+  bool returns_alias_ = false;
   std::deque<std::string> strings_;
   std::vector<ArgMeta> args_, outs_;
 };

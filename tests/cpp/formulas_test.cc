@@ -147,6 +147,31 @@ TEST(Attention, BackwardFiveProducts) {
             1296);
 }
 
+TEST(Attention, CpuKernelCountsTheWholeFallbackRow) {
+  // The CPU SDPA kernel has no native formula: the "CPU SDPA fallback" row.
+  // q (1,2,3,4), k/v (1,2,5,4): A = 1*2*3*5 = 30 scores, R = 6 rows.
+  // Products 2*30*4 + 2*6*5*4 = 480, scale 30, softmax 5*30 - 2*6 = 138: 648.
+  const auto sdpa = [](bool causal, bool mask, double dropout) {
+    CallBuilder b("aten::_scaled_dot_product_flash_attention_for_cpu");
+    b.Tensor({1, 2, 3, 4}).Tensor({1, 2, 5, 4}).Tensor({1, 2, 5, 4}).Double(dropout).Bool(causal);
+    if (mask) {
+      b.Tensor({3, 5});
+    } else {
+      b.None();
+    }
+    return attention::SdpaCpu(b.None().Out({1, 2, 3, 4}).Call());
+  };
+  const FormulaResult plain = sdpa(false, false, 0);
+  EXPECT_EQ(plain.status, MetricStatus::kComplete) << plain.message;
+  EXPECT_EQ(plain.value, 648);
+  // A causal and an explicit mask: one op per score each, 648 + 2*30.
+  EXPECT_EQ(sdpa(true, true, 0).value, 708);
+  // Dropout inside the kernel is outside the row.
+  EXPECT_EQ(sdpa(false, false, 0.1).status, MetricStatus::kUnavailable);
+  // The registry uses it (not the native kernels' matrix-core-only formula).
+  EXPECT_EQ(FindOperatorFormula("aten::_scaled_dot_product_flash_attention_for_cpu")->flops, &attention::SdpaCpu);
+}
+
 TEST(Attention, VarlenNeedsOffsetsAndIsUnavailable) {
   const FormulaResult r = attention::FlashForward(CallBuilder("aten::_flash_attention_forward")
                                                       .Tensor({7, 2, 5}).Tensor({7, 2, 5}).Tensor({7, 2, 5})

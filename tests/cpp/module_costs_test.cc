@@ -111,6 +111,49 @@ TEST(ModulePooling, IndicesAddAWritePerOutput) {
   EXPECT_EQ(Costs("aten::max_pool2d_with_indices", b), (Triple{72, 72, 99}));
 }
 
+TEST(ModuleZeroCost, ACallThatReturnedItsInputMovedNothing) {
+  // x.to(x.dtype) hands x back (same identity; the schema lets it alias): zero.
+  const OpCall same = CallBuilder("aten::to").Tensor({2, 3}).Id(7).Int(6).Out({2, 3}).Id(7).ReturnsAlias().Call();
+  const ModuleCosts noop = ZeroCostCosts(same, ZeroCostReason::kCopy);
+  EXPECT_EQ(noop.dmas.value, 0);
+  EXPECT_EQ(noop.dmas.status, MetricStatus::kComplete);
+  // A real cast returns a new tensor: a copy, 2 * 6 accesses.
+  CallBuilder cast("aten::to");
+  cast.Tensor({2, 3}).Id(7).Int(7).Out({2, 3}, c10::kDouble).Id(8).ReturnsAlias();
+  EXPECT_EQ(ZeroCostCosts(cast.Call(), ZeroCostReason::kCopy).dmas.value, 12);
+  // copy_ returns its (written) self: the schema marks a write, so it still
+  // moved 6 values: 12 accesses.
+  CallBuilder copy("aten::copy_");
+  copy.Tensor({2, 3}).Id(7).Tensor({2, 3}).Id(9).Out({2, 3}).Id(7);
+  EXPECT_EQ(ZeroCostCosts(copy.Call(), ZeroCostReason::kCopy).dmas.value, 12);
+}
+
+TEST(ModuleCopies, IndexCopyMovesTheSourceNotAllOfSelf) {
+  // A cache (5,2) updated at 2 rows from (2,2): reads 2 ids + 4 values, writes 4: 10.
+  EXPECT_EQ(Costs("aten::index_copy_", CallBuilder("aten::index_copy_").Tensor({5, 2}).Int(0)
+                                           .Tensor({2}, c10::kLong).Tensor({2, 2}).Out({5, 2})),
+            (Triple{0, 0, 10}));
+}
+
+TEST(ModuleResolve, NegationIsPointwiseOnlyWhenItRan) {
+  // New tensor: 6 negations, 6 reads + 6 writes; its input back: nothing.
+  EXPECT_EQ(Costs("aten::resolve_neg",
+                  CallBuilder("aten::resolve_neg").Tensor({2, 3}).Id(1).Out({2, 3}).Id(2).ReturnsAlias()),
+            (Triple{6, 0, 12}));
+  EXPECT_EQ(Costs("aten::resolve_neg",
+                  CallBuilder("aten::resolve_neg").Tensor({2, 3}).Id(1).Out({2, 3}).Id(1).ReturnsAlias()),
+            (Triple{0, 0, 0}));
+}
+
+TEST(ModuleReductions, NewPointwiseRows) {
+  // F.fold (1,8,9) -> (1,2,4,4): 40 adds (sum rule), reads 72 + writes 32.
+  EXPECT_EQ(Costs("aten::col2im", CallBuilder("aten::col2im").Tensor({1, 8, 9}).Ints({4, 4}).Ints({2, 2})
+                                      .Ints({1, 1}).Ints({0, 0}).Ints({1, 1}).Out({1, 2, 4, 4})),
+            (Triple{40, 0, 104}));
+  // tril of (2,3): 6 selections, 6 reads + 6 writes.
+  EXPECT_EQ(Costs("aten::tril", CallBuilder("aten::tril").Tensor({2, 3}).Int(0).Out({2, 3})), (Triple{6, 0, 12}));
+}
+
 TEST(ModuleUnsupported, HonestGaps) {
   // Weighted interpolation of integers, attention dropout inside the CPU kernel and
   // weight-norm accesses have no convention: unavailable, never zero.
