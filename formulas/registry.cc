@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "formulas/arithmetic.h"
 #include "formulas/attention.h"
 #include "formulas/compiled.h"
@@ -48,9 +49,10 @@ const OperatorFormula kFormulas[] = {
     {"aten::_efficient_attention_forward", attention::EfficientForward, kN},
     {"aten::_flash_attention_backward", attention::FlashBackward, kN},
     {"aten::_efficient_attention_backward", attention::EfficientBackward, kN},
-    // The CPU flash kernel FlopCounterMode has no entry for; same convention.
-    {"aten::_scaled_dot_product_flash_attention_for_cpu", attention::SdpaForward, kF},
-    {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", attention::SdpaBackward, kF},
+    // The CPU flash kernel FlopCounterMode has no entry for: with no native
+    // formula, the table's "CPU SDPA fallback" row applies (complete). Its
+    // backward is a stated exclusion (softmax backward has no convention).
+    {"aten::_scaled_dot_product_flash_attention_for_cpu", attention::SdpaCpu, kF},
     // PyTorch's fused attention fast paths (nn.MultiheadAttention / nn.TransformerEncoderLayer in eval).
     {"aten::_native_multi_head_attention", attention::NativeMultiHeadAttention, kF},
     {"aten::_transformer_encoder_layer_fwd", attention::TransformerEncoderLayer, kF},
@@ -111,6 +113,8 @@ const OperatorFormula kFormulas[] = {
     TS_PW("floor", elementwise::PerOutput<1>), TS_PW("round", elementwise::PerOutput<1>),
     TS_PW("trunc", elementwise::PerOutput<1>), TS_PW("frac", elementwise::PerOutput<1>),
     TS_PW("addcmul", elementwise::Addc), TS_PW("addcdiv", elementwise::Addc),
+    // Schema views that negate (conjugate) when the input carries the bit.
+    TS_ROW("resolve_neg", elementwise::Resolve), TS_ROW("resolve_conj", elementwise::Resolve),
     TS_PW("lerp", elementwise::Lerp),
     // Activations: the table's symbolic expansions per element.
     TS_PW("hardtanh", elementwise::PerOutput<2>), TS_PW("threshold", elementwise::PerOutput<2>),
@@ -137,11 +141,23 @@ const OperatorFormula kFormulas[] = {
     TS_PW("argmax", reduction::Fold), TS_PW("argmin", reduction::Fold),
     TS_PW("isinf", elementwise::PerOutput<1>), TS_PW("isposinf", elementwise::PerOutput<1>),
     TS_PW("isneginf", elementwise::PerOutput<1>), TS_PW("isfinite", elementwise::PerOutput<1>),
+    TS_PW("aminmax", reduction::Aminmax), TS_PW("logsumexp", reduction::Logsumexp),
+    // Sums of overlapping windows (F.fold): the sum rule over what lands in the output.
+    TS_PW("col2im", reduction::Col2im),
+    // Selection of the kept triangle: one per value (causal masks).
+    TS_PW("tril", elementwise::PerOutput<1>), TS_PW("triu", elementwise::PerOutput<1>),
+    // Per 3-vector: 6 multiplies + 3 subtractions for 3 values.
+    TS_PW("linalg_cross", elementwise::PerOutput<3>),
+    // x * log(y), selecting 0 where x == 0: log + multiply + selection.
+    TS_PW("xlogy", elementwise::PerOutput<3>),
+    TS_PW("isin", indexing::Isin),
     // Scatter/gather that compute, and distances.
     TS_PW("scatter_add", indexing::ScatterAdd), TS_PW("scatter_reduce", indexing::ScatterReduce),
     TS_PW("scatter", indexing::Scatter), TS_PW("index_put", indexing::IndexPut),
     TS_PW("_index_put_impl", indexing::IndexPut), TS_PW("masked_scatter", indexing::MaskedScatter),
+    TS_ROW("index_copy", indexing::IndexCopy),
     TS_PW("nonzero", indexing::Nonzero), TS_ROW("_cdist_forward", indexing::Cdist),
+    TS_ROW("_euclidean_dist", indexing::EuclideanDist),
     TS_ROW("_pdist_forward", indexing::Pdist), TS_ROW("_embedding_bag", indexing::EmbeddingBag),
     TS_ROW("grid_sampler_2d", indexing::GridSampler2d),
     // Softmax family.
@@ -217,6 +233,13 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::retain_grad", R::kMetadata}, {"aten::retains_grad", R::kMetadata},
       {"aten::_has_compatible_shallow_copy_type", R::kMetadata},
       {"aten::detach_", R::kMetadata}, {"aten::as_strided_", R::kMetadata}, {"aten::set_data", R::kMetadata},
+      // In-place views: they change self's sizes/strides (their schema marks
+      // self written, so the view rule does not see them).
+      {"aten::transpose_", R::kMetadata}, {"aten::t_", R::kMetadata}, {"aten::squeeze_", R::kMetadata},
+      {"aten::unsqueeze_", R::kMetadata}, {"aten::swapaxes_", R::kMetadata}, {"aten::swapdims_", R::kMetadata},
+      // torch.profiler.record_function markers (no tensor work).
+      {"profiler::_record_function_enter", R::kMetadata}, {"profiler::_record_function_enter_new", R::kMetadata},
+      {"profiler::_record_function_exit", R::kMetadata},
       // set_ rebinds a tensor to a storage (how torch::jit::load builds parameters)
       {"aten::set_", R::kMetadata},
       {"aten::is_complex", R::kMetadata}, {"aten::is_floating_point", R::kMetadata},
@@ -240,12 +263,17 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::full", R::kFill}, {"aten::full_like", R::kFill}, {"aten::new_full", R::kFill},
       {"aten::fill_", R::kFill}, {"aten::fill", R::kFill}, {"aten::zero_", R::kFill},
       {"aten::scalar_tensor", R::kFill}, {"aten::arange", R::kFill}, {"aten::eye", R::kFill},
-      {"aten::lift_fresh", R::kFill}, {"aten::lift_fresh_copy", R::kFill},
+      // (aten::lift_fresh returns its input: the schema's view rule.)
+      {"aten::lift_fresh_copy", R::kCopy},
       // copies, conversions, gathers
       {"aten::copy_", R::kCopy}, {"aten::copy", R::kCopy}, {"aten::clone", R::kCopy},
       {"aten::_to_copy", R::kCopy}, {"aten::to", R::kCopy}, {"aten::_copy_from", R::kCopy},
       {"aten::_copy_from_and_resize", R::kCopy}, {"aten::contiguous", R::kCopy},
-      {"aten::cat", R::kCopy}, {"aten::stack", R::kCopy}, {"aten::_unsafe_view", R::kCopy},
+      {"aten::cat", R::kCopy}, {"aten::stack", R::kCopy},
+      // Casts that return their input when there is nothing to cast (their
+      // schema says view; what they returned decides, see ZeroCostCosts).
+      {"aten::_autocast_to_reduced_precision", R::kCopy}, {"aten::_autocast_to_full_precision", R::kCopy},
+      {"aten::pin_memory", R::kCopy},
       {"aten::index_select", R::kCopy}, {"aten::gather", R::kCopy},
       {"aten::_reshape_copy", R::kCopy}, {"aten::repeat", R::kCopy},
       {"aten::constant_pad_nd", R::kCopy}, {"aten::flip", R::kCopy}, {"aten::roll", R::kCopy},
@@ -261,7 +289,11 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::replication_pad2d", R::kCopy}, {"aten::replication_pad3d", R::kCopy},
       {"aten::pixel_shuffle", R::kCopy}, {"aten::pixel_unshuffle", R::kCopy},
       {"aten::channel_shuffle", R::kCopy}, {"aten::native_channel_shuffle", R::kCopy},
-      {"aten::im2col", R::kCopy}, {"aten::col2im", R::kCopy},
+      {"aten::im2col", R::kCopy},
+      // Views whose schema has no alias annotation: a new tensor on the same
+      // storage (torch.matmul applies _unsafe_view after bmm).
+      {"aten::_unsafe_view", R::kView}, {"aten::unsafe_split", R::kView},
+      {"aten::unsafe_split_with_sizes", R::kView}, {"aten::unsafe_chunk", R::kView},
   };
   return *names;
 }
@@ -269,7 +301,7 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
 
 constexpr char kBackwardGap[] =
     "backward kernel: torchscan_flops_v1 defines backward counts only for the native matrix, "
-    "convolution and attention formulas (normalization/softmax/pooling backward are listed gaps)";
+    "convolution and attention formulas (normalization/softmax/pooling/recurrent backward are listed gaps)";
 constexpr char kOrderingGap[] =
     "selection by sorting: its comparison count depends on the algorithm and the data; "
     "torchscan_flops_v1 has no convention for it";
@@ -301,6 +333,8 @@ const Exclusion kExclusions[] = {
     {"aten::rrelu_with_noise_backward", kBackwardGap}, {"aten::glu_backward", kBackwardGap},
     {"aten::log_sigmoid_backward", kBackwardGap}, {"aten::softshrink_backward", kBackwardGap},
     {"aten::hardshrink_backward", kBackwardGap}, {"aten::_prelu_kernel_backward", kBackwardGap},
+    {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", kBackwardGap},
+    {"aten::mkldnn_rnn_layer_backward", kBackwardGap},
 };
 
 }  // namespace
@@ -370,6 +404,12 @@ ZeroCostReason ClassifyZeroCost(const c10::FunctionSchema& schema) {
   const std::string& name = schema.name();
   const auto& names = ZeroCostNames();
   if (auto it = names.find(std::string_view(name)); it != names.end()) return it->second;
+  // Schema views that copy when the input's strides do not allow a view
+  // (reshape of a transposed tensor clones): not zero-cost, so their
+  // decomposition runs visibly and its clone is charged.
+  static const auto* may_copy = new absl::flat_hash_set<std::string_view>{
+      "aten::reshape", "aten::reshape_as", "aten::ravel", "aten::flatten", "aten::coalesce"};
+  if (may_copy->contains(std::string_view(name))) return ZeroCostReason::kNone;
   const auto& returns = schema.returns();
   if (returns.empty()) return ZeroCostReason::kNone;
   for (const auto& r : returns) {

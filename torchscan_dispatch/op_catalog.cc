@@ -1,5 +1,7 @@
 #include "torchscan_dispatch/op_catalog.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -14,13 +16,30 @@ const OpInfo& OpCatalog::Get(const c10::OperatorHandle& op) {
   info.name = name.name;
   info.overload = name.overload_name;
   info.packet = absl::StrReplaceAll(name.name, {{"::", "."}});
-  if (op.hasSchema()) info.zero_cost = ClassifyZeroCost(op.schema());
+  if (op.hasSchema()) {
+    const c10::FunctionSchema& schema = op.schema();
+    info.zero_cost = ClassifyZeroCost(schema);
+    // out= arguments are keyword-only and trailing in every ATen schema.
+    uint32_t operands = static_cast<uint32_t>(schema.arguments().size());
+    while (operands > 0 && schema.arguments()[operands - 1].is_out()) --operands;
+    info.operands = operands;
+    info.returns_alias = !schema.returns().empty();
+    for (const auto& r : schema.returns()) {
+      if (r.alias_info() == nullptr || r.alias_info()->isWrite()) info.returns_alias = false;
+    }
+  }
   if (!OutsideFormulaRows(name)) {
     info.builtin = FindOperatorFormula(info.name);
     info.module = FindModuleFormula(info.name);
   }
   info.has_math_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
   return infos_.emplace(op, std::move(info)).first->second;
+}
+
+OpCall FormulaCall(const OpInfo& info, absl::Span<const ArgMeta> args, absl::Span<const ArgMeta> outputs) {
+  OpCall call{info.name, info.overload, args.first(std::min<size_t>(args.size(), info.operands)), outputs};
+  call.returns_alias = info.returns_alias;
+  return call;
 }
 
 std::pair<c10::DispatchKey, absl::string_view> OpCatalog::WinningKernel(const c10::OperatorHandle& op,
