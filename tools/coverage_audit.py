@@ -9,7 +9,10 @@ that reach the dispatcher: aten, prims, c10d, quantized, ...) by what TorchScan
 does with it; the classification itself runs in C++ against the formula
 registry (torchscan_dispatch/coverage_audit.cc). --zoo also runs the model zoo
 under a scan and marks the operators it executed. --check exits 1 when the
-installed torch differs from a saved audit (the drift oracle).
+installed torch differs from a saved audit (the drift oracle): operators,
+their classes, what a scan does with them (`at_run`), formula schemas, tags
+(`core` among them), the plugin's footing, and, when the baseline records
+it, the set of operators each zoo workload executes.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from typing import Dict, Iterable, List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The fields a baseline keeps per operator (what a drift is made of).
-KEPT = ("class", "reason", "composite_implicit", "operator_formula", "module_formula", "schema", "tags")
+KEPT = ("class", "at_run", "reason", "composite_implicit", "operator_formula", "module_formula", "schema", "tags")
+# The fields whose change is a drift on its own (schemas only where a formula reads them).
+COMPARED = ("class", "at_run", "composite_implicit", "operator_formula", "module_formula", "tags")
 
 
 def run_audit() -> dict:
@@ -79,9 +84,14 @@ def diff(old: dict, new: dict) -> dict:
     changed = {}
     for name in sorted(a.keys() & b.keys()):
         fields = {}
-        for field in ("class", "composite_implicit", "operator_formula", "module_formula"):
-            if a[name][field] != b[name][field]:
-                fields[field] = {"before": a[name][field], "after": b[name][field]}
+        for field in COMPARED:
+            before, after = a[name].get(field), b[name].get(field)
+            if field == "tags":  # a set: the registration order is not a change
+                before, after = sorted(before or []), sorted(after or [])
+            if field == "at_run" and (before is None or after is None):
+                continue  # audits written before at_run existed
+            if before != after:
+                fields[field] = {"before": before, "after": after}
         # A schema change matters where a formula reads the arguments.
         if a[name]["schema"] != b[name]["schema"] and (b[name]["operator_formula"] or b[name]["module_formula"]):
             fields["schema"] = {"before": a[name]["schema"], "after": b[name]["schema"]}
@@ -94,16 +104,31 @@ def diff(old: dict, new: dict) -> dict:
         "removed": {n: a[n]["class"] for n in sorted(a.keys() - b.keys())},
         "changed": changed,
         "footing": {"before": old["footing"], "after": new["footing"]} if old["footing"] != new["footing"] else {},
+        "executed": diff_executed(old.get("executed_by_zoo"), new.get("executed_by_zoo")),
     }
 
 
+def diff_executed(old: Optional[dict], new: Optional[dict]) -> dict:
+    """Per zoo workload, the operators it executes now and did not before, and
+    the reverse; empty when either side did not record the zoo."""
+    if old is None or new is None:
+        return {}
+    out = {}
+    for workload in sorted(old.keys() | new.keys()):
+        a, b = set(old.get(workload, ())), set(new.get(workload, ()))
+        if a != b or (workload in old) != (workload in new):
+            out[workload] = {"added": sorted(b - a), "removed": sorted(a - b)}
+    return out
+
+
 def is_empty(d: dict) -> bool:
-    return not (d["added"] or d["removed"] or d["changed"] or d["footing"])
+    return not (d["added"] or d["removed"] or d["changed"] or d["footing"] or d.get("executed"))
 
 
 def render_diff(d: dict) -> str:
     lines = [f"coverage drift {d['before']} -> {d['after']}: {len(d['added'])} added, "
-             f"{len(d['removed'])} removed, {len(d['changed'])} changed"]
+             f"{len(d['removed'])} removed, {len(d['changed'])} changed"
+             + (f", {len(d['executed'])} zoo workload(s) run other operators" if d.get("executed") else "")]
     for title, entries in (("added", d["added"]), ("removed", d["removed"])):
         for name, cls in entries.items():
             lines.append(f"  {title:<8} {name:<60} {cls}")
@@ -112,6 +137,9 @@ def render_diff(d: dict) -> str:
             lines.append(f"  changed  {name:<60} {field}: {change['before']} -> {change['after']}")
     if d["footing"]:
         lines.append(f"  footing  {d['footing']['before']} -> {d['footing']['after']}")
+    for workload, change in d.get("executed", {}).items():
+        lines.append(f"  executed {workload}: now runs {change['added'] or 'nothing new'}, "
+                     f"no longer runs {change['removed'] or 'nothing'}")
     return "\n".join(lines)
 
 
@@ -161,7 +189,11 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     if args.summary or not (args.output or args.check):
         print(render_summary(summarize(audit, executed)))
     if args.check:
-        d = diff(load(args.check), audit)
+        baseline = load(args.check)
+        if "executed_by_zoo" in baseline and executed is None:
+            # The baseline records what the zoo executes: that is part of the drift.
+            audit["executed_by_zoo"] = executed_by_zoo()
+        d = diff(baseline, audit)
         if not is_empty(d):
             print(render_diff(d))
             print("the installed torch differs from the baseline; if this is intended, regenerate it with "

@@ -11,6 +11,7 @@
 #include "formulas/registry.h"
 #include "torchscan_built_against.h"
 #include "torchscan_dispatch/fallback.h"
+#include "torchscan_dispatch/op_catalog.h"
 #include "torchscan_dispatch/scan_state.h"
 
 namespace torchscan {
@@ -49,7 +50,28 @@ const char* ZeroCostRule(ZeroCostReason r) {
   return "";
 }
 
-nlohmann::json Classify(const c10::OperatorHandle& op) {
+// The key set a call on dense CPU tensors forwards with below the mode key:
+// the tensor's keys (backend, autograd, inplace-or-view) and the always
+// included ones, less the default exclusions (autocast).
+c10::DispatchKeySet DenseCpuCallKeys() {
+  const c10::DispatchKeySet tensor = c10::DispatchKeySet(c10::DispatchKey::CPU) |
+                                     c10::getAutogradRelatedKeySetFromBackend(c10::BackendComponent::CPUBit);
+  return ((tensor | c10::default_included_set) - c10::default_excluded_set) & kAfterMode;
+}
+
+// What a scan's operator view does with a call of `op` on dense CPU tensors,
+// decided as PlanOperatorView and Gaps decide it (formula > zero-cost >
+// decomposition > opaque, opaque being a stated exclusion or uncounted), from
+// the same catalog: the diagnostic or entry a scan reports for it.
+const char* AtRun(const c10::OperatorHandle& op, OpCatalog& catalog) {
+  const OpInfo& info = catalog.Get(op);
+  if (info.builtin) return info.builtin->flops == misc::RandomSampling ? "random_sampling" : "formula";
+  if (info.zero_cost != ZeroCostReason::kNone) return "ignored";
+  if (catalog.RanDecomposition(op, DenseCpuCallKeys())) return "decomposition";
+  return StatedExclusion(info.name) ? "excluded_operator" : "uncounted_operator";
+}
+
+nlohmann::json Classify(const c10::OperatorHandle& op, OpCatalog& catalog) {
   const auto& name = op.operator_name();
   nlohmann::json j;
   j["name"] = name.name;
@@ -58,41 +80,40 @@ nlohmann::json Classify(const c10::OperatorHandle& op) {
   nlohmann::json tags = nlohmann::json::array();
   for (const at::Tag t : op.getTags()) tags.push_back(TagName(t));
   j["tags"] = tags;
-  const bool composite = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
-  j["composite_implicit"] = composite;
-  const OperatorFormula* formula = FindOperatorFormula(name.name);
-  const ModuleFormula* module = FindModuleFormula(name.name);
+  j["composite_implicit"] = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+  const OpInfo& info = catalog.Get(op);  // the formula rows that apply to this overload
+  const OperatorFormula* formula = info.builtin;
+  const ModuleFormula* module = info.module;
   j["operator_formula"] = formula ? nlohmann::json(FormulaSourceName(formula->source)) : nlohmann::json();
   j["module_formula"] = module != nullptr;
-  const ZeroCostReason zero = op.hasSchema() ? ClassifyZeroCost(op.schema()) : ZeroCostReason::kNone;
-  const char* exclusion = StatedExclusion(name.name);
+  const std::string run = AtRun(op, catalog);
+  j["at_run"] = run;
   std::string cls, reason;
-  if ((formula && formula->flops == misc::RandomSampling) ||
-      (!formula && op.hasTag(at::Tag::nondeterministic_seeded))) {
+  if (run == "random_sampling") {
     cls = "random";
-    reason = "random sampling: a visible exclusion of torchscan_flops_v1 (partial at run time)";
-  } else if (formula) {
+    reason = "random sampling: a visible exclusion of torchscan_flops_v1 (random_sampling, partial at run time)";
+  } else if (run == "formula") {
     cls = "operator_formula";
     reason = absl::StrCat("operator view: ", FormulaSourceName(formula->source), " formula",
                           module ? "; module view formula" : "");
   } else if (module) {
     cls = "module_formula";
-    reason = "module view formula only";
-  } else if (zero != ZeroCostReason::kNone) {
+    reason = absl::StrCat("module view formula only; operator view: ", run);
+  } else if (run == "ignored") {
     cls = "zero_cost";
-    reason = ZeroCostRule(zero);
+    reason = ZeroCostRule(info.zero_cost);
+  } else if (run == "decomposition") {
+    cls = "composite";
+    reason = "runs its CompositeImplicitAutograd decomposition on CPU tensors: covered when its decomposition is";
   } else if (IsCollective(name.name)) {
     cls = "collective";
-    reason = "communication: moves data between processes, no arithmetic counted";
-  } else if (exclusion) {
+    reason = "communication: moves data between processes, no arithmetic counted (uncounted_operator at run time)";
+  } else if (run == "excluded_operator") {
     cls = "excluded";
-    reason = exclusion;
-  } else if (composite) {
-    cls = "composite";
-    reason = "CompositeImplicitAutograd: decomposes under the mode; covered when its decomposition is";
+    reason = StatedExclusion(name.name);
   } else {
     cls = "unsupported";
-    reason = "no formula yet: uncounted (partial) at run time";
+    reason = "no formula, not zero-cost, no decomposition on CPU tensors: uncounted_operator (partial) at run time";
   }
   j["class"] = cls;
   j["reason"] = reason;
@@ -127,12 +148,13 @@ std::string CoverageAuditJson() {
   footing["fallback_on_mode_key"] = dispatcher.hasBackendFallbackForDispatchKey(kModeKey);
   audit["footing"] = footing;
   nlohmann::json ops = nlohmann::json::object();
+  OpCatalog catalog;
   for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
     auto handle = dispatcher.findOp(name);
     if (!handle || !handle->hasSchema()) continue;
     if (absl::StartsWith(name.name, "torchscan::")) continue;  // our own markers, not PyTorch's operators
     const std::string key = name.overload_name.empty() ? name.name : absl::StrCat(name.name, ".", name.overload_name);
-    ops[key] = Classify(*handle);
+    ops[key] = Classify(*handle, catalog);
   }
   audit["operators"] = ops;
   return audit.dump();

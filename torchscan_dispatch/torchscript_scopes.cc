@@ -3,10 +3,13 @@
 // still knows, for the instruction it is running, the chain of module
 // instances the inlined code came from (torch::jit::currentModuleHierarchy:
 // entries "<instance>(<Type>)::<function>", "TOP" for the root module,
-// "SELF" for a method of the previous entry's module). Every top-level call
-// the interpreter makes realigns the recorder's open scopes with that chain,
-// and a TorchScript function returning closes what it opened, so two
-// forwards of the same model are two calls of the root scope.
+// "SELF" for a method of the previous entry's module) and the call sites
+// that inlined it (torch::jit::currentCallstack). Every top-level call the
+// interpreter makes realigns the recorder's open scopes with that chain, and
+// a TorchScript function returning closes what it opened, so two forwards of
+// the same model are two calls of the root scope. A scope is its module path
+// and its call sites: `self.shared(self.shared(x))` runs the same inlined
+// code twice under the same path, from two call sites, and is two calls.
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <exception>
@@ -16,19 +19,45 @@
 namespace torchscan {
 namespace {
 
-// Module paths, outermost first ("" is the root module), of a hierarchy.
-std::vector<std::string> ModulePaths(const std::vector<std::string>& frames) {
-  std::vector<std::string> paths;
-  for (const std::string& entry : frames) {
+struct JitLevel {
+  std::string path;    // module path ("" for the root)
+  uint64_t call_site;  // the call sites that reached it from the level above
+};
+
+uint64_t Mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ULL + (h >> 29); }
+
+uint64_t CallSite(const torch::jit::StackEntry& e) {
+  uint64_t h = Mix(0xcbf29ce484222325ULL, reinterpret_cast<uintptr_t>(e.range.source().get()));
+  return Mix(Mix(h, e.range.start()), e.range.end());
+}
+
+// Module levels, outermost first, of the instruction the interpreter runs.
+// Entry n > 0 of the hierarchy was called from entry n - 1 of the call stack
+// in call order (currentCallstack lists it innermost first): each frame adds
+// one hierarchy entry for itself and one per inlined call, and one stack
+// entry per inlined call site plus the node it runs. When the two lists do
+// not line up (another interpreter layout), call sites are left out and
+// scopes follow the paths alone.
+std::vector<JitLevel> ModuleLevels(const std::vector<std::string>& frames,
+                                   const std::vector<torch::jit::StackEntry>& stack) {
+  const bool sites = stack.size() == frames.size();
+  std::vector<JitLevel> levels;
+  uint64_t site = 0;  // call sites since the last level: SELF methods and functions in between count
+  for (size_t n = 0; n < frames.size(); ++n) {
+    const std::string& entry = frames[n];
+    if (sites && n > 0) site = Mix(site, CallSite(stack[stack.size() - n]));
     const std::string name = entry.substr(0, std::min(entry.find('('), entry.find("::")));
     if (name == "TOP") {
-      paths.assign(1, "");
+      levels.assign(1, JitLevel{"", 0});
+      site = 0;
       continue;
     }
-    if (paths.empty() || name.empty() || name == "SELF" || name.rfind("CALL_FUNCTION", 0) == 0) continue;
-    paths.push_back(paths.back().empty() ? name : paths.back() + "." + name);
+    if (levels.empty() || name.empty() || name == "SELF" || name.rfind("CALL_FUNCTION", 0) == 0) continue;
+    const std::string& parent = levels.back().path;
+    levels.push_back(JitLevel{parent.empty() ? name : parent + "." + name, site});
+    site = 0;
   }
-  return paths;
+  return levels;
 }
 
 }  // namespace
@@ -52,21 +81,28 @@ void Recorder::CloseTorchScriptScopes(size_t keep, bool failed) {
   const std::vector<uintptr_t> outputs = LastTopLevelOutputs();
   // Every closing scope returned the same value: its innermost call's output.
   for (size_t i = jit_open_.size(); i-- > keep;) {
-    PopScope(jit_open_[i].second, failed, outputs);
+    PopScope(jit_open_[i].scope, failed, outputs);
   }
   jit_open_.resize(keep);
 }
 
 void Recorder::SyncTorchScriptScopes() {
   if (jit_frames_.empty()) return;  // not inside a TorchScript function call
-  const std::vector<std::string> paths = ModulePaths(torch::jit::currentModuleHierarchy());
-  // Keep the common prefix that this function call opened; close the rest.
+  const std::vector<JitLevel> levels =
+      ModuleLevels(torch::jit::currentModuleHierarchy(), torch::jit::currentCallstack());
+  // Keep the common prefix (same paths, same call sites) that this function
+  // call opened; close the rest.
   const size_t floor = jit_frames_.back();
   size_t keep = 0;
-  while (keep < jit_open_.size() && keep < paths.size() && jit_open_[keep].first == paths[keep]) ++keep;
+  while (keep < jit_open_.size() && keep < levels.size() && jit_open_[keep].path == levels[keep].path &&
+         jit_open_[keep].call_site == levels[keep].call_site) {
+    ++keep;
+  }
   keep = std::max(keep, floor);
   CloseTorchScriptScopes(keep, /*failed=*/false);
-  for (size_t i = keep; i < paths.size(); ++i) jit_open_.emplace_back(paths[i], PushScope(paths[i]));
+  for (size_t i = keep; i < levels.size(); ++i) {
+    jit_open_.push_back(JitScope{levels[i].path, levels[i].call_site, PushScope(levels[i].path)});
+  }
 }
 
 void Recorder::EnterTorchScriptFunction() { jit_frames_.push_back(jit_open_.size()); }

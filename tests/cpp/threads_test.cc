@@ -449,6 +449,33 @@ TEST(TorchScript, SubmoduleCallsBecomeScopes) {
   EXPECT_EQ(sum, total);  // rows are exclusive and add up
 }
 
+// The same submodule called twice back to back: the interpreter runs the
+// same inlined code under the same module path twice with no call between,
+// and only the call sites (inner, then outer) tell the two calls apart.
+TEST(TorchScript, BackToBackCallsOfOneSubmoduleAreTwoCalls) {
+  torch::jit::Module shared("Shared");
+  shared.register_parameter("weight", at::ones({4, 4}), /*is_buffer=*/false);
+  shared.define("def forward(self, x):\n  return torch.mm(x, self.weight)\n");
+  torch::jit::Module root("Root");
+  root.register_module("shared", shared);
+  root.define("def forward(self, x):\n  return self.shared.forward(self.shared.forward(x))\n");
+  root.eval();
+  Session s(ScanOptions{"forward"});
+  {
+    ScanGuard scan(s);
+    for (int i = 0; i < 2; ++i) root.forward({at::ones({2, 4})});
+  }
+  const json layers = json::parse(s.LayersJson().value());
+  std::map<std::pair<std::string, int64_t>, int64_t> rows;  // (path, call index) -> operator FLOPs
+  for (const auto& l : layers) rows[{l["path"], l["call_index"]}] = l["metrics"]["operator_flops"]["value"];
+  // As crawl_module numbers an eager model's calls: per path, in call order,
+  // across both forwards. Each mm (2,4)@(4,4) is 2*2*4*4 = 64 FLOPs in its
+  // own call of shared; the root's own rows hold nothing else.
+  const std::map<std::pair<std::string, int64_t>, int64_t> want = {
+      {{"", 0}, 0}, {{"", 1}, 0}, {{"shared", 0}, 64}, {{"shared", 1}, 64}, {{"shared", 2}, 64}, {{"shared", 3}, 64}};
+  EXPECT_EQ(rows, want) << layers.dump(1);
+}
+
 TEST(TorchScript, AForwardThatRaisesMarksItsCallsFailed) {
   torch::jit::Module model = Scripted();
   Session s;
