@@ -32,10 +32,26 @@ KEPT = ("class", "at_run", "reason", "composite_implicit", "operator_formula", "
 COMPARED = ("class", "at_run", "composite_implicit", "operator_formula", "module_formula", "tags")
 
 
+# torch packages that register operator namespaces when imported (prims,
+# functional collectives, DTensor, Inductor's test operators): imported first,
+# so the audit lists the same operators whatever the process imported before.
+REGISTERING = ("torch._prims", "torch.distributed._functional_collectives", "torch.distributed.tensor",
+               "torch._inductor.test_operators")
+
+
 def run_audit() -> dict:
-    import torch  # noqa: F401  (loads every Python-registered namespace too)
-    import torch._prims  # noqa: F401
+    """Audits the operators registered in this process. Packages outside torch
+    add theirs when imported (the zoo's transformers adds `transformers::`):
+    run the zoo first when the audit is compared with one that did."""
+    import importlib
+
     from torchscan._library import Session
+
+    for module in REGISTERING:
+        try:
+            importlib.import_module(module)
+        except ImportError:  # a build without that package (no distributed support)
+            pass
 
     audit = json.loads(Session.coverage_audit())
     audit["operators"] = {k: {f: v[f] for f in KEPT} for k, v in audit["operators"].items()}
@@ -178,8 +194,11 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
         d = diff(load(args.diff[0]), load(args.diff[1]))
         print(render_diff(d))
         return 0
+    baseline = load(args.check) if args.check else None
+    # The zoo runs first: the packages it imports register operators too.
+    run_zoo = args.zoo or (baseline is not None and "executed_by_zoo" in baseline)
+    executed = executed_by_zoo() if run_zoo else None
     audit = run_audit()
-    executed = executed_by_zoo() if args.zoo else None
     if executed is not None:
         audit["executed_by_zoo"] = executed
     if args.output:
@@ -189,10 +208,6 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     if args.summary or not (args.output or args.check):
         print(render_summary(summarize(audit, executed)))
     if args.check:
-        baseline = load(args.check)
-        if "executed_by_zoo" in baseline and executed is None:
-            # The baseline records what the zoo executes: that is part of the drift.
-            audit["executed_by_zoo"] = executed_by_zoo()
         d = diff(baseline, audit)
         if not is_empty(d):
             print(render_diff(d))
