@@ -141,11 +141,12 @@ std::string Label(const ReportSource& s) {
 absl::StatusOr<json> CompareReports(const json& before_in, const json& after_in, const ReportSource& before_source,
                                     const ReportSource& after_source) {
   json before_parsed, after_parsed;
-  const json& before = AsParsedReport(before_in, &before_parsed);
-  const json& after = AsParsedReport(after_in, &after_parsed);
-  const absl::StatusOr<ReportKind> bk = ValidateReport(before, before_source);
+  const json *readable_before = nullptr, *readable_after = nullptr;
+  const absl::StatusOr<ReportKind> bk = ValidateForReading(before_in, before_source, &before_parsed, &readable_before);
   if (!bk.ok()) return absl::InvalidArgumentError(absl::StrCat("torchscan.compare_reports: ", bk.status().message()));
-  const absl::StatusOr<ReportKind> ak = ValidateReport(after, after_source);
+  const absl::StatusOr<ReportKind> ak = ValidateForReading(after_in, after_source, &after_parsed, &readable_after);
+  const json& before = *readable_before;
+  const json& after = *readable_after;
   if (!ak.ok()) return absl::InvalidArgumentError(absl::StrCat("torchscan.compare_reports: ", ak.status().message()));
   if (*bk != *ak) {
     return absl::InvalidArgumentError(absl::StrCat(

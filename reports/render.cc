@@ -218,8 +218,9 @@ std::string MetricText(const json& m) {
 absl::StatusOr<std::string> RenderReport(const json& report, int max_depth, bool receptive_field,
                                          const ReportSource& source) {
   json parsed;
-  const json& r = AsParsedReport(report, &parsed);
-  const absl::StatusOr<ReportKind> kind = ValidateReport(r, source);
+  const json* readable = nullptr;
+  const absl::StatusOr<ReportKind> kind = ValidateForReading(report, source, &parsed, &readable);
+  const json& r = *readable;
   if (!kind.ok()) return absl::InvalidArgumentError(absl::StrCat("torchscan.render_report: ", kind.status().message()));
   try {
     return *kind == ReportKind::kAnalysis ? RenderAnalysis(r, max_depth, receptive_field) : RenderFlops(r);

@@ -31,8 +31,12 @@ struct Path {
   size_t index = 0;
   bool is_index = false;
 
-  Path Key(std::string_view k) const { return Path{this, k, 0, false}; }
-  Path At(size_t i) const { return Path{this, {}, i, true}; }
+  // A child points to its parent: only a named Path may have children, so a
+  // stored child never outlives a temporary parent.
+  Path Key(std::string_view k) const& { return Path{this, k, 0, false}; }
+  Path At(size_t i) const& { return Path{this, {}, i, true}; }
+  Path Key(std::string_view k) && = delete;
+  Path At(size_t i) && = delete;
 };
 
 // ASCII-only JSON text of a string, cut to `max_bytes` of the original (long
@@ -152,8 +156,9 @@ absl::Status StringArray(const json& v, const Path& p) {
 
 // Before anything recurses: reports are shallow, so refuse deep nesting here
 // (recursive copies, comparisons and dumps of it would exhaust the stack).
-absl::Status Depth(const json& v, const Path& p, int depth) {
+absl::Status Depth(const json& v, const Path& p, int depth, bool* binary) {
   if (v.is_binary()) {
+    *binary = true;
     return Fail(p, "a binary value, which JSON text cannot hold (a count past 2^64 - 1 from CountJson?): read "
                    "reports as parsed text (LoadReport), or through RenderReport / CompareReports");
   }
@@ -162,9 +167,9 @@ absl::Status Depth(const json& v, const Path& p, int depth) {
     return Fail(p, absl::StrCat("nested more than ", kMaxReportDepth, " levels deep; no report is"));
   }
   if (v.is_array()) {
-    for (size_t i = 0; i < v.size(); ++i) TS_CHECK_OK(Depth(v[i], p.At(i), depth + 1));
+    for (size_t i = 0; i < v.size(); ++i) TS_CHECK_OK(Depth(v[i], p.At(i), depth + 1, binary));
   } else {
-    for (const auto& [k, x] : v.items()) TS_CHECK_OK(Depth(x, p.Key(k), depth + 1));
+    for (const auto& [k, x] : v.items()) TS_CHECK_OK(Depth(x, p.Key(k), depth + 1, binary));
   }
   return absl::OkStatus();
 }
@@ -265,7 +270,8 @@ absl::Status Meta(const json& v, const Path& p) {
       const json* shape = nullptr;
       TS_CHECK_OK(Need(v, p, "shape", &shape));
       TS_CHECK_OK(Array(*shape, p.Key("shape"), "an array of sizes"));
-      for (size_t i = 0; i < shape->size(); ++i) TS_CHECK_OK(IndexValue((*shape)[i], p.Key("shape").At(i)));
+      const Path sp = p.Key("shape");
+      for (size_t i = 0; i < shape->size(); ++i) TS_CHECK_OK(IndexValue((*shape)[i], sp.At(i)));
     }
     TS_CHECK_OK(Required(v, p, "dtype", String));
     TS_CHECK_OK(Required(v, p, "device", String));
@@ -274,12 +280,14 @@ absl::Status Meta(const json& v, const Path& p) {
     const json* items = nullptr;
     TS_CHECK_OK(Need(v, p, "items", &items));
     TS_CHECK_OK(Array(*items, p.Key("items")));
-    for (size_t i = 0; i < items->size(); ++i) TS_CHECK_OK(Meta((*items)[i], p.Key("items").At(i)));
+    const Path ip = p.Key("items");
+    for (size_t i = 0; i < items->size(); ++i) TS_CHECK_OK(Meta((*items)[i], ip.At(i)));
   } else if (k == "mapping") {
     const json* items = nullptr;
     TS_CHECK_OK(Need(v, p, "items", &items));
     TS_CHECK_OK(Object(*items, p.Key("items")));
-    for (const auto& [key, x] : items->items()) TS_CHECK_OK(Meta(x, p.Key("items").Key(key)));
+    const Path ip = p.Key("items");
+    for (const auto& [key, x] : items->items()) TS_CHECK_OK(Meta(x, ip.Key(key)));
   } else if (k == "call") {
     TS_CHECK_OK(Required(v, p, "args", Meta));
     TS_CHECK_OK(Required(v, p, "kwargs", Meta));
@@ -318,13 +326,15 @@ absl::Status Layer(const json& l, const Path& p) {
   const json* owners = Find(l, "metric_owners");
   if (owners) {
     TS_CHECK_OK(Object(*owners, p.Key("metric_owners")));
-    for (const auto& [k, v] : owners->items()) TS_CHECK_OK(OwnerIdentity(v, p.Key("metric_owners").Key(k)));
+    const Path op = p.Key("metric_owners");
+    for (const auto& [k, v] : owners->items()) TS_CHECK_OK(OwnerIdentity(v, op.Key(k)));
   }
   if (const json* ownership = Find(l, "metric_ownership")) {
-    TS_CHECK_OK(Object(*ownership, p.Key("metric_ownership")));
+    const Path op = p.Key("metric_ownership");
+    TS_CHECK_OK(Object(*ownership, op));
     for (const auto& [k, v] : ownership->items()) {
       if (!v.is_string() || (v != "module_call" && v != "subtree")) {
-        return Fail(p.Key("metric_ownership").Key(k), absl::StrCat("expected \"module_call\" or \"subtree\", got ", Got(v)));
+        return Fail(op.Key(k), absl::StrCat("expected \"module_call\" or \"subtree\", got ", Got(v)));
       }
     }
   }
@@ -383,14 +393,16 @@ absl::Status FlopReport(const json& r, const Path& p) {
   for (const char* k : {"by_module", "by_operator"}) {
     const json* m = nullptr;
     TS_CHECK_OK(Need(r, p, k, &m));
-    TS_CHECK_OK(Object(*m, p.Key(k), "an object of FLOP counts"));
-    for (const auto& [key, v] : m->items()) TS_CHECK_OK(CountValue(v, p.Key(k).Key(key)));
+    const Path mp = p.Key(k);
+    TS_CHECK_OK(Object(*m, mp, "an object of FLOP counts"));
+    for (const auto& [key, v] : m->items()) TS_CHECK_OK(CountValue(v, mp.Key(key)));
   }
   const json* ignored = nullptr;
   TS_CHECK_OK(Need(r, p, "ignored_operators", &ignored));
   TS_CHECK_OK(Object(*ignored, p.Key("ignored_operators")));
+  const Path ip = p.Key("ignored_operators");  // a named parent: `at` points to it
   for (const auto& [key, v] : ignored->items()) {
-    const Path at = p.Key("ignored_operators").Key(key);
+    const Path at = ip.Key(key);
     TS_CHECK_OK(Object(v, at, "an object {\"calls\", \"reason\"}"));
     TS_CHECK_OK(Required(v, at, "calls", CountValue));
     TS_CHECK_OK(Required(v, at, "reason", String));
@@ -468,7 +480,8 @@ absl::StatusOr<ReportKind> Classify(const json& r, const Path& root) {
   }
   if (const json* kind = Find(r, "kind")) {
     if (*kind == "torchscan_scan_report") {
-      return Fail(root.Key("kind"), "a C++ scan report (ScanReportJson) is not an AnalysisReport or a FlopReport; "
+      const Path kp = root.Key("kind");
+    return Fail(kp, "a C++ scan report (ScanReportJson) is not an AnalysisReport or a FlopReport; "
                                     "its operator_flops field is a FlopReport");
     }
   }
@@ -493,21 +506,26 @@ absl::StatusOr<ReportKind> Classify(const json& r, const Path& root) {
                     "by_operator)");
 }
 
-bool HasBinary(const json& v, int depth) {
-  if (v.is_binary()) return true;
-  if (!v.is_structured() || depth > kMaxReportDepth) return false;  // deeper: refused by Depth anyway
-  for (const json& x : v) {
-    if (HasBinary(x, depth + 1)) return true;
-  }
-  return false;
+// *binary: whether a binary value stopped the check.
+absl::StatusOr<ReportKind> Validate(const json& report, const ReportSource& source, bool* binary) {
+  const Path root;
+  absl::Status st = Depth(report, root, 0, binary);
+  absl::StatusOr<ReportKind> kind = st.ok() ? Classify(report, root) : absl::StatusOr<ReportKind>(st);
+  if (kind.ok()) return kind;
+  return absl::InvalidArgumentError(absl::StrCat(Where(source), kind.status().message()));
 }
 
 }  // namespace
 
-const json& AsParsedReport(const json& report, json* storage) {
-  if (!HasBinary(report, 0)) return report;
+absl::StatusOr<ReportKind> ValidateForReading(const json& report, const ReportSource& source, json* storage,
+                                              const json** readable) {
+  bool binary = false;
+  *readable = &report;
+  absl::StatusOr<ReportKind> kind = Validate(report, source, &binary);
+  if (kind.ok() || !binary) return kind;
   *storage = json::parse(DumpJson(report), nullptr, /*allow_exceptions=*/false);
-  return *storage;
+  *readable = storage;
+  return Validate(*storage, source, &binary);
 }
 
 const char* ReportKindName(ReportKind kind) {
@@ -546,11 +564,8 @@ json NumberDelta(const json& before, const json& after) {
 }
 
 absl::StatusOr<ReportKind> ValidateReport(const json& report, const ReportSource& source) {
-  const Path root;
-  absl::Status st = Depth(report, root, 0);
-  absl::StatusOr<ReportKind> kind = st.ok() ? Classify(report, root) : absl::StatusOr<ReportKind>(st);
-  if (kind.ok()) return kind;
-  return absl::InvalidArgumentError(absl::StrCat(Where(source), kind.status().message()));
+  bool binary = false;
+  return Validate(report, source, &binary);
 }
 
 absl::StatusOr<json> LoadReport(std::string_view text, const ReportSource& source) {

@@ -39,12 +39,12 @@ inline constexpr int kMaxReportDepth = 200;
 // "<source>: <json path>: <problem>" (the source part only when known).
 absl::StatusOr<ReportKind> ValidateReport(const nlohmann::json& report, const ReportSource& source = {});
 
-// Builder output (FlopReportJson, ...) holds counts past 2^64 - 1 as binary
-// values (CountJson) that only DumpJson writes; readers see what a parser
-// makes of the text. Returns `report`, or its text read back into *storage
-// when it holds such values. RenderReport and CompareReports call it first;
-// ValidateReport alone refuses binary values.
-const nlohmann::json& AsParsedReport(const nlohmann::json& report, nlohmann::json* storage);
+// What the readers (RenderReport, CompareReports) call: ValidateReport, except
+// that builder output holding counts past 2^64 - 1 (binary values from
+// CountJson, which only DumpJson writes) is read back from its text into
+// *storage first, as a parser would see it. *readable: the report to read.
+absl::StatusOr<ReportKind> ValidateForReading(const nlohmann::json& report, const ReportSource& source,
+                                              nlohmann::json* storage, const nlohmann::json** readable);
 
 // The loader: parses JSON text and validates it. Parse errors name the line
 // and column; never throws.
