@@ -150,6 +150,28 @@ FormulaResult EuclideanDist(const OpCall& call) {
   return CountFor(call, ArithmeticOf(call), count);
 }
 
+ModuleCosts EuclideanDistCosts(const OpCall& call) {
+  const FormulaResult flops = EuclideanDist(call);
+  if (flops.status != MetricStatus::kComplete) return ModuleCosts::Unavailable(flops);
+  const TensorMeta* x1 = DenseArg(call, 0);
+  const TensorMeta* x2 = DenseArg(call, 1);
+  const int64_t m = x1->size(-1);
+  const Count n1 = x1->numel(), n2 = x2->numel(), out = DenseOutput(call)->numel();
+  const Count rows1 = Product(x1->sizes().first(x1->dim() - 1));
+  const Count rows2 = Product(x2->sizes().first(x2->dim() - 1));
+  const Count rows = rows1 + rows2, padded = rows * (Count(m) + 2);
+  // Module dots: K multiplies + K - 1 adds, one fewer per output than 2K.
+  const Count module_flops = flops.value.exact() && flops.value > Count(0) ? flops.value - out : flops.value;
+  const Count macs = out * (Count(m) + 2) + rows * m;  // dots, and the norms' square-sums
+  const Count dmas = (n1 + n2 + rows)     // row norms: read, write
+                     + rows               // the ones columns written
+                     + 2 * n1             // x1 * -2
+                     + (n1 + n2 + 2 * rows + padded)  // the two concatenations: read, write
+                     + (padded + out)     // the dots: read, write
+                     + 4 * out;           // clamp_min, sqrt
+  return {FormulaResult::Complete(module_flops), FormulaResult::Complete(macs), FormulaResult::Complete(dmas)};
+}
+
 FormulaResult MaskedScatter(const OpCall& call) {
   const TensorMeta* out = DenseOutput(call);
   if (!out) return NotDense(call);

@@ -41,6 +41,11 @@ FormulaResult Isin(const OpCall& call);
 // per output (2(M+2), native convention), clamp_min and sqrt (1 each):
 // rows1 (3M - 1) + rows2 (2M - 1) + out (2M + 6).
 FormulaResult EuclideanDist(const OpCall& call);
+// Module view: the dots as K multiplies + K - 1 adds (one fewer FLOP per
+// output); MACs out (M+2) + (rows1 + rows2) M; staged accesses of each step:
+// norms N1 + N2 + rows, ones columns rows, x1 * -2 2N1, concatenations
+// N1 + N2 + 2 rows + rows (M+2), dots rows (M+2) + out, clamp and sqrt 4 out.
+ModuleCosts EuclideanDistCosts(const OpCall& call);
 // masked_scatter(self, mask, source): one selection per output value.
 FormulaResult MaskedScatter(const OpCall& call);
 // nonzero(self): one comparison per input value.

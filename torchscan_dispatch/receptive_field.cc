@@ -1019,7 +1019,10 @@ std::vector<std::optional<Field>> ComputeFields(const BlockLog<Event>& events, c
   };
   for (size_t i = 0; i < events.size(); ++i) {
     answer_until(static_cast<int64_t>(i));
-    if (plan.covered[i] || plan.in_opaque[i] || plan.kind[i] == CallKind::kDecomposition) continue;
+    // A decomposition is followed through its children; one that made no
+    // call (flatten of an already flat tensor returns its input) is its own step.
+    const bool has_children = i + 1 < events.size() && events[i + 1].parent == static_cast<int32_t>(i);
+    if (plan.covered[i] || plan.in_opaque[i] || (plan.kind[i] == CallKind::kDecomposition && has_children)) continue;
     if (events[i].raised) continue;
     p.Visit(events[i], catalog.Get(events[i].op));
   }

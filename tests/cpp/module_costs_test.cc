@@ -135,6 +135,17 @@ TEST(ModuleCopies, IndexCopyMovesTheSourceNotAllOfSelf) {
             (Triple{0, 0, 10}));
 }
 
+TEST(ModuleDistances, EuclideanDistStagesItsKernel) {
+  // x1 (2,3), x2 (4,3), out (2,4): M = 3, rows 2 + 4 = 6, padded rows 6 * 5 = 30.
+  // FLOPs: operator view 2*(5+3) + 4*5 + 8*(2*5 + 2) = 16 + 20 + 96 = 132, minus
+  // one per output for module dots: 124. MACs 8*5 + 6*3 = 58.
+  // DMAs: norms 6 + 12 + 6 = 24, ones 6, x1*-2 12, cats 6 + 12 + 12 + 30 = 60,
+  // dots 30 + 8 = 38, clamp/sqrt 32: 172.
+  EXPECT_EQ(Costs("aten::_euclidean_dist",
+                  CallBuilder("aten::_euclidean_dist").Tensor({2, 3}).Tensor({4, 3}).Out({2, 4})),
+            (Triple{124, 58, 172}));
+}
+
 TEST(ModuleResolve, NegationIsPointwiseOnlyWhenItRan) {
   // New tensor: 6 negations, 6 reads + 6 writes; its input back: nothing.
   EXPECT_EQ(Costs("aten::resolve_neg",
