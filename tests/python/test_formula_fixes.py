@@ -290,3 +290,36 @@ def test_audit_classes_match_what_a_scan_reports(torchscan):
     ignored = report["ignored_operators"]
     assert {"aten.t_", "aten.unsafe_split", "aten.clone", "aten._unsafe_view"} <= set(ignored)
     assert "aten.reshape" not in ignored and "aten.reshape" not in report["by_operator"]
+
+
+def _out_cases():
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    a, b = torch.randn(3, 4), torch.randn(4, 2)
+    return {
+        "add": (lambda **o: torch.add(x, y, alpha=2, **o), (4, 5)),
+        "mul": (lambda **o: torch.mul(x, y, **o), (4, 5)),
+        "exp": (lambda **o: torch.exp(x, **o), (4, 5)),
+        "where": (lambda **o: torch.where(x > 0, x, y, **o), (4, 5)),
+        "clamp": (lambda **o: torch.clamp(x, -1, 1, **o), (4, 5)),
+        "sum_dim": (lambda **o: torch.sum(x, 1, **o), (4,)),
+        "amax": (lambda **o: torch.amax(x, 0, **o), (5,)),
+        "cumsum": (lambda **o: torch.cumsum(x, 1, **o), (4, 5)),
+        "logsumexp": (lambda **o: torch.logsumexp(x, 1, **o), (4,)),
+        "tril": (lambda **o: torch.tril(x, **o), (4, 5)),
+        "xlogy": (lambda **o: torch.xlogy(x, y.abs(), **o), (4, 5)),
+        "softmax": (lambda **o: torch._softmax(x, 1, False, **o), (4, 5)),
+        "mm": (lambda **o: torch.mm(a, b, **o), (3, 2)),
+        "addmm": (lambda **o: torch.addmm(torch.zeros(2), a, b, **o), (3, 2)),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_out_cases()))
+def test_every_out_overload_counts_what_the_functional_call_counts(torchscan, case):
+    fn, shape = _out_cases()[case]
+    plain = op_view(torchscan, fn)
+    dest = torch.empty(shape)
+    with_out = op_view(torchscan, lambda: fn(out=dest))
+    assert with_out["total"]["value"] == plain["total"]["value"] > 0
+    # Module view: the destination is written, never read: the same accesses.
+    assert module_view(torchscan, lambda: fn(out=dest)) == module_view(torchscan, fn)
+
