@@ -323,3 +323,45 @@ def test_every_out_overload_counts_what_the_functional_call_counts(torchscan, ca
     # Module view: the destination is written, never read: the same accesses.
     assert module_view(torchscan, lambda: fn(out=dest)) == module_view(torchscan, fn)
 
+
+
+# ---- the transformer forwards real users scan
+
+
+def _llama(**config):
+    transformers = pytest.importorskip("transformers")
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
+
+
+def test_llama_forward_on_cpu_is_complete_in_both_views(torchscan):
+    torch.manual_seed(0)
+    model = _llama(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, vocab_size=100, max_position_embeddings=64)
+    ids = torch.randint(0, 100, (1, 8))
+    report = torchscan.crawl_module(model, kwargs={"input_ids": ids})
+    for name in ("module_flops", "macs", "dmas"):
+        assert report["totals"][name]["status"] == "complete", report["diagnostics"]
+    assert report["diagnostics"] == []
+    flops = torchscan.measure_flops(lambda: model(input_ids=ids))
+    assert flops["total"]["status"] == "complete", flops["diagnostics"]
+    # GQA attention runs the CPU kernel, counted as the complete fallback row.
+    assert flops["by_operator"]["aten._scaled_dot_product_flash_attention_for_cpu"] > 0
+
+
+@pytest.mark.parametrize("size", ["7b", "70b"])
+def test_llama_7b_and_70b_configs_on_meta_are_complete(torchscan, size):
+    config = {
+        "7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                   num_key_value_heads=32),
+        "70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                    num_key_value_heads=8),
+    }[size]
+    with torch.device("meta"):
+        model = _llama(vocab_size=32000, **config)
+    ids = torch.zeros(1, 16, dtype=torch.long, device="meta")
+    report = torchscan.measure_flops(lambda: model(input_ids=ids))
+    # The causal mask's tril was the last uncounted operator (on meta, SDPA
+    # runs its math decomposition: bmm and _safe_softmax, both counted).
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert report["diagnostics"] == []
+    assert report["by_operator"]["aten.tril"] > 0
