@@ -366,3 +366,31 @@ def test_llama_7b_and_70b_configs_on_meta_are_complete(torchscan, size):
     assert report["diagnostics"] == []
     # (a boolean mask: valued 0 by the boolean rule, but valued, not uncounted)
     assert report["by_operator"]["aten.tril"] == 0
+
+
+def test_every_zero_cost_view_rule_agrees_with_the_schema(torchscan):
+    # Item 6: a "view" must return an alias of an input without writing it;
+    # only views PyTorch leaves unannotated are named by hand.
+    from torchscan._library import Session
+
+    unannotated_views = {"aten::_unsafe_view", "aten::unsafe_split", "aten::unsafe_split_with_sizes",
+                         "aten::unsafe_chunk"}
+    by_name = {}
+    for schema in torch._C._jit_get_all_schemas():
+        key = schema.name + ("." + schema.overload_name if schema.overload_name else "")
+        by_name[key] = schema
+    ops = json.loads(Session.coverage_audit())["operators"]
+    checked = 0
+    for key, op in ops.items():
+        if op["class"] != "zero_cost" or not op["reason"].startswith("view") or key not in by_name:
+            continue
+        schema = by_name[key]
+        if schema.name in unannotated_views:
+            continue
+        checked += 1
+        assert schema.returns and all(r.alias_info is not None and not r.alias_info.is_write
+                                      for r in schema.returns), key
+    assert checked > 50
+    # Schema views that may copy are not zero-cost: their decomposition is valued.
+    for key in ("aten::reshape", "aten::reshape_as", "aten::ravel", "aten::flatten.using_ints"):
+        assert ops[key]["class"] != "zero_cost", key
