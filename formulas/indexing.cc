@@ -90,6 +90,19 @@ FormulaResult Scatter(const OpCall& call) {
   return PerIndex(call, 0);  // src tensor or scalar value alike
 }
 
+ModuleCosts ScatterCosts(const OpCall& call) {
+  const TensorMeta* out = DenseOutput(call);
+  const TensorMeta* index = DenseArg(call, 2);
+  if (!out || !index || !DenseArg(call, 0)) return ModuleCosts::Unavailable(NotDense(call));
+  const std::string_view op = FunctionalName(call.name);
+  const FormulaResult flops = op == "aten::scatter_add"      ? ScatterAdd(call)
+                              : op == "aten::scatter_reduce" ? ScatterReduce(call)
+                                                             : Scatter(call);
+  const Count i = index->numel();
+  const Count src = call.arg(3).is_tensor() ? i : Count(0);  // a scalar value is not read from memory
+  return ModuleCosts::FromFlops(flops, 0, Count(call.arg(0).tensor().numel()) + i + src + out->numel());
+}
+
 FormulaResult IndexPut(const OpCall& call) {
   const ArgMeta& accumulate = call.arg(3);
   const TensorMeta* self = DenseArg(call, 0);

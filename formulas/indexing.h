@@ -18,6 +18,10 @@ FormulaResult ScatterReduce(const OpCall& call);
 // scatter(self, dim, index, src|value, [reduce]): a copy, or one combine per
 // index element when a reduce is given.
 FormulaResult Scatter(const OpCall& call);
+// Module view of the three: the pointwise accesses, except that `src` is read
+// only where `index` points (I values, none for a scalar value): self +
+// index + I + output elements.
+ModuleCosts ScatterCosts(const OpCall& call);
 // index_put(self, indices, values, accumulate): a copy, or one add per
 // indexed position when accumulating: the broadcast shape of the index
 // tensors times the dimensions no index consumes (`values` broadcasts to

@@ -128,6 +128,18 @@ TEST(ModuleZeroCost, ACallThatReturnedItsInputMovedNothing) {
   EXPECT_EQ(ZeroCostCosts(copy.Call(), ZeroCostReason::kCopy).dmas.value, 12);
 }
 
+TEST(ModuleScatter, SourceIsReadOnlyWhereTheIndexPoints) {
+  // scatter_add(self (3,5), 0, index (1,5), src (3,5)): 5 adds; reads self 15,
+  // index 5 and the 5 src values it points at, writes 15: 40 (not 15 + 5 + 15 + 15).
+  EXPECT_EQ(Costs("aten::scatter_add", CallBuilder("aten::scatter_add").Tensor({3, 5}).Int(0)
+                                           .Tensor({1, 5}, c10::kLong).Tensor({3, 5}).Out({3, 5})),
+            (Triple{5, 0, 40}));
+  // A scalar value with reduce="add": nothing read for it: 35.
+  EXPECT_EQ(Costs("aten::scatter", CallBuilder("aten::scatter").Tensor({3, 5}).Int(0)
+                                       .Tensor({1, 5}, c10::kLong).Double(2.0).Str("add").Out({3, 5})),
+            (Triple{5, 0, 35}));
+}
+
 TEST(ModuleCopies, IndexCopyMovesTheSourceNotAllOfSelf) {
   // A cache (5,2) updated at 2 rows from (2,2): reads 2 ids + 4 values, writes 4: 10.
   EXPECT_EQ(Costs("aten::index_copy_", CallBuilder("aten::index_copy_").Tensor({5, 2}).Int(0)

@@ -44,6 +44,8 @@ def test_scatter_counts_per_index_element_not_per_source_value(torchscan):
     # index (1,5): only src[0, :] is read, one add per index element: 5, not 15.
     assert op_view(torchscan, lambda: torch.scatter_add(zeros, 0, index, src))["by_operator"] == {
         "aten.scatter_add": 5}
+    # Module view: reads zeros 15, index 5 and the 5 src values it points at; writes 15.
+    assert module_view(torchscan, lambda: torch.scatter_add(zeros, 0, index, src)) == (5, 0, 40)
     # scatter_reduce "amax" and scatter(value, reduce="multiply"): 5 combines each.
     assert op_view(torchscan, lambda: zeros.scatter_reduce(0, index, src, "amax"))["by_operator"] == {
         "aten.scatter_reduce": 5}
