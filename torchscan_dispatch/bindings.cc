@@ -43,6 +43,11 @@ using Self = c10::intrusive_ptr<ScriptSession>;
 }  // namespace
 
 TORCH_LIBRARY(torchscan, m) {
+  // A marker the shim calls each time a compiled (Inductor) graph runs inside a
+  // scan: its fused kernels bypass the dispatcher, so no view can value the
+  // call and the result is partial with a `compiled_region` diagnostic.
+  m.def("compiled_region(str backend) -> ()");
+  m.impl("compiled_region", c10::DispatchKey::CompositeExplicitAutograd, [](std::string) {});
   m.class_<ScriptSession>("Session")
       .def(torch::init<std::string>())
       .def("defer_formula", [](const Self& s, std::string op) { Raise(s->session.DeferOperatorFormula(op)); })
@@ -97,6 +102,9 @@ TORCH_LIBRARY(torchscan, m) {
                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
                   })
       .def_static("mode_key_included", []() { return ModeKeyIncluded(); })
+      .def_static("pause_thread_recording", []() { PauseThreadRecording(); })
+      .def_static("resume_thread_recording", []() { ResumeThreadRecording(); })
+      .def_static("note_control_flow_stop", []() { NoteControlFlowStop(); })
       .def_static("built_against", []() { return std::string(TORCHSCAN_BUILT_TORCH_VERSION); });
 }
 

@@ -120,6 +120,15 @@ void ResumeThreadRecording() {
   if (tls_paused > 0) --tls_paused;
 }
 
+void NoteControlFlowStop() {
+  for (Recorder* r = ThreadTopRecorder(); r != nullptr; r = r->outer) r->ControlFlowStop();
+  if (std::shared_ptr<ThreadLog> log = AllThreadsLog()) {
+    log->Lock();
+    if (!log->sealed) log->recorder.ControlFlowStop();
+    log->Unlock();
+  }
+}
+
 absl::Status EnsureFallbackInstalled() {
   static std::mutex mu;
   static std::unique_ptr<torch::Library> library;

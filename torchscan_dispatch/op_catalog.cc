@@ -68,8 +68,11 @@ std::pair<c10::DispatchKey, absl::string_view> OpCatalog::WinningKernel(const c1
 }
 
 bool OpCatalog::RanDecomposition(const c10::OperatorHandle& op, c10::DispatchKeySet keys) {
-  if (!Get(op).has_math_kernel) return false;
-  return absl::StrContains(WinningKernel(op, keys).second, "[math kernel]");
+  const auto [key, line] = WinningKernel(op, keys);
+  // An autocast kernel casts its inputs and calls the operator again below
+  // autocast: like a decomposition, its children are the whole of its work.
+  if (key != c10::DispatchKey::Undefined && c10::autocast_dispatch_keyset.has(key)) return true;
+  return Get(op).has_math_kernel && absl::StrContains(line, "[math kernel]");
 }
 
 bool OpCatalog::RanAutogradKernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys) {

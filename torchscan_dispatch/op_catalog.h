@@ -42,7 +42,8 @@ class OpCatalog {
   // operator's CompositeImplicitAutograd decomposition (its children are then
   // the whole of its work). Asks the dispatcher's computed table, highest
   // priority key first, so backend, autograd and CompositeExplicit kernels
-  // that win over the decomposition are respected.
+  // that win over the decomposition are respected. An autocast kernel counts
+  // as one: it casts and calls the operator again below autocast.
   bool RanDecomposition(const c10::OperatorHandle& op, c10::DispatchKeySet keys);
   // True when the kernel this call reached is a registered Autograd kernel
   // (not the autograd fallback): it runs the kernel below it with the

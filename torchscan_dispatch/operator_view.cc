@@ -8,6 +8,10 @@
 namespace torchscan {
 namespace {
 
+constexpr char kSumOverflow[] =
+    "adding its FLOPs took a sum past 2^128 - 1, the largest count TorchScan holds exactly; that sum keeps "
+    "its value before this call (a lower bound)";
+
 // Exact name first, then the functional name of an in-place variant.
 template <class Map>
 auto FindInPlaceAware(const Map& m, const std::string& op) -> decltype(m.find(op)) {
@@ -42,6 +46,25 @@ OpCall CallOf(const Event& e, const OpInfo& info) {
 }
 
 }  // namespace
+
+bool AddCount(Count& sum, const Count& value) {
+  const bool was_exact = sum.exact();
+  sum += value;
+  return !was_exact || sum.exact();
+}
+
+std::string InexactCountMessage(const Count& value, bool caller) {
+  if (caller) {
+    return value.state() == Count::State::kNegative
+               ? "the caller formula returned a negative count; FLOP counts are non-negative integers: fix "
+                 "the formula. The call is not counted"
+               : "the caller formula's count passed 2^128 - 1, the largest count TorchScan holds exactly; "
+                 "the call is not counted";
+  }
+  return value.state() == Count::State::kNegative
+             ? "its formula gave a negative count (a TorchScan defect: please report it); the call is not counted"
+             : "its count passes 2^128 - 1, the largest count TorchScan holds exactly; the call is not counted";
+}
 
 bool Overrides::Has(const std::string& op) const { return Find(op) != nullptr || IsDeferred(op); }
 
@@ -84,7 +107,20 @@ void Gaps::AppendDiagnostics(std::vector<reports::Diagnostic>& out, const std::v
   }
 }
 
-OperatorPlan PlanView(const BlockLog<Event>& events,
+// Work an autograd kernel adds around the kernel it wraps (forward-mode
+// tangents, as under torch.func.jvp or forward_ad) is not the operator's own
+// work, so no formula owns it. A registered autograd kernel reaches the
+// kernel below it with a changed thread state: the autograd keys excluded or,
+// under a torch.func transform, its layer popped (no DynamicLayerBackMode key).
+// A call that still carries the parent's state came from the autograd kernel.
+static bool MadeByAutogradKernel(const BlockLog<Event>& events, const Event& e, OpCatalog& catalog) {
+  const Event& parent = events[e.parent];
+  constexpr auto kLayer = c10::DispatchKey::FuncTorchDynamicLayerBackMode;
+  const bool same_state = parent.keys.has(kLayer) ? e.keys.has(kLayer) : e.keys.has_any(c10::autograd_dispatch_keyset);
+  return same_state && catalog.RanAutogradKernel(parent.op, parent.keys);
+}
+
+OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,
                       absl::FunctionRef<CallKind(const Event&)> classify) {
   OperatorPlan plan;
   plan.kind.resize(events.size());
@@ -93,10 +129,23 @@ OperatorPlan PlanView(const BlockLog<Event>& events,
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
     plan.kind[i] = classify(e);
+    if (C10_UNLIKELY(e.keys.has(c10::DispatchKey::FuncTorchBatched) ||
+                     e.keys.has(c10::DispatchKey::FuncTorchGradWrapper))) {
+      // Under torch.func transforms this call sees wrapped tensors (vmap's
+      // logical per-sample shapes, grad/jvp's wrappers); the transform makes
+      // the physical calls (batched kernels, tangent products), its children.
+      const bool has_children = i + 1 < events.size() && events[i + 1].parent == static_cast<int32_t>(i);
+      if (has_children) {
+        plan.kind[i] = CallKind::kDecomposition;
+      } else if (plan.kind[i] != CallKind::kZeroCost) {
+        plan.kind[i] = CallKind::kOpaque;  // physical work we did not see
+      }
+    }
     if (e.parent >= 0) {
       const CallKind pk = plan.kind[e.parent];
-      plan.covered[i] = plan.covered[e.parent] || pk == CallKind::kFormula ||
-                        pk == CallKind::kDeferred || pk == CallKind::kZeroCost;
+      plan.covered[i] = !MadeByAutogradKernel(events, e, catalog) &&
+                        (plan.covered[e.parent] || pk == CallKind::kFormula || pk == CallKind::kDeferred ||
+                         pk == CallKind::kZeroCost);
       plan.in_opaque[i] = plan.in_opaque[e.parent] || pk == CallKind::kOpaque;
     }
   }
@@ -105,7 +154,7 @@ OperatorPlan PlanView(const BlockLog<Event>& events,
 
 OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
                               const Overrides& overrides) {
-  return PlanView(events, [&](const Event& e) {
+  return PlanView(events, catalog, [&](const Event& e) {
     const OpInfo& info = catalog.Get(e.op);
     if (overrides.Find(info.name)) return CallKind::kFormula;
     if (overrides.IsDeferred(info.name)) return CallKind::kDeferred;
@@ -133,8 +182,9 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
     if (plan.covered[i]) continue;
     const Event& e = events[i];
     const OpInfo& info = catalog.Get(e.op);
-    int64_t value = 0;        // what this call adds to the known total
+    Count value = 0;          // what this call adds to the known total
     bool incomplete = false;  // whether it leaves work uncounted
+    bool sums_exact = true;   // no sum passed 2^128 - 1 with this call
     auto issue = [&](const std::string& code, const std::string& message) {
       auto& entry = formula_issues[{code, info.packet}];
       if (entry.first++ == 0) entry.second = message;
@@ -149,12 +199,18 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
           const CallerFormula* caller = overrides.Find(info.name);
           const FormulaResult r =
               caller ? (*caller)(CallOf(e, info)) : EvaluateOperatorFormula(*info.builtin, CallOf(e, info));
+          if (r.status != MetricStatus::kUnavailable && !r.value.exact()) {
+            // Refused, never wrapped: a negative caller value, or past 2^128 - 1.
+            incomplete = true;
+            issue(caller ? "invalid_caller_formula" : "count_overflow", InexactCountMessage(r.value, caller != nullptr));
+            break;
+          }
           if (r.status != MetricStatus::kUnavailable) value = r.value;
           if (r.status != MetricStatus::kComplete) {
             incomplete = true;
             issue(r.code.empty() ? "incomplete_operator_formula" : r.code, r.message);
           }
-          if (r.status != MetricStatus::kUnavailable) t.by_operator[info.packet] += value;
+          if (r.status != MetricStatus::kUnavailable) sums_exact = AddCount(t.by_operator[info.packet], value);
           break;
         }
         case CallKind::kDeferred: {
@@ -164,7 +220,7 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
             issue("unsupported_operator_formula", "the caller formula was not evaluated");
           } else {
             value = it->second;
-            t.by_operator[info.packet] += value;
+            sums_exact = AddCount(t.by_operator[info.packet], value);
           }
           break;
         }
@@ -182,17 +238,23 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
           break;
       }
     }
-    t.known += value;
-    t.complete = t.complete && !incomplete;
-    if (value && e.labels != LabelTree::kEmpty) per_set[e.labels][info.packet] += value;
+    sums_exact = AddCount(t.known, value) && sums_exact;
+    t.complete = t.complete && !incomplete && t.known.exact();
+    if (value != 0 && e.labels != LabelTree::kEmpty) per_set[e.labels][info.packet] += value;
     if (layers && e.scope >= 0) {
       reports::LayerTally& layer = (*layers)[e.scope];
-      layer.known[0] += value;
+      sums_exact = AddCount(layer.known[0], value) && sums_exact;
       layer.complete[0] = layer.complete[0] && !incomplete;
     }
+    if (!sums_exact) issue("count_overflow", kSumOverflow);
   }
 
   AddToModules(t, label_sets, per_set);
+  for (const auto& [label, ops] : t.by_module) {
+    for (const auto& [packet, flops] : ops) {
+      if (!flops.exact()) formula_issues.try_emplace({"count_overflow", packet}, 1, kSumOverflow);
+    }
+  }
   gaps.AppendDiagnostics(t.diagnostics, {"operator_flops"}, "FLOP formula");
   for (const auto& [key, issue] : formula_issues) {
     t.diagnostics.push_back({key.first, "warning", "operator_flops",

@@ -22,7 +22,7 @@ namespace torchscan {
 struct Overrides {
   absl::flat_hash_map<std::string, CallerFormula> formulas;
   absl::flat_hash_set<std::string> deferred;
-  absl::flat_hash_map<int32_t, int64_t> deferred_values;  // event index -> FLOPs
+  absl::flat_hash_map<int32_t, Count> deferred_values;  // event index -> FLOPs
 
   bool Has(const std::string& op) const;  // exact name, or in-place "name_"
   const CallerFormula* Find(const std::string& op) const;
@@ -45,7 +45,7 @@ struct OperatorPlan {
 
 // Ownership for one view: `classify` says what each call is in that view;
 // the outermost formula (or zero-cost) call owns its subtree.
-OperatorPlan PlanView(const BlockLog<Event>& events,
+OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,
                       absl::FunctionRef<CallKind(const Event&)> classify);
 
 OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
@@ -62,6 +62,12 @@ struct Gaps {
   void AppendDiagnostics(std::vector<reports::Diagnostic>& out, const std::vector<std::string>& metrics,
                          const std::string& what) const;
 };
+
+// sum += value; false when this addition took `sum` past 2^128 - 1 (it
+// then keeps its value before it: a lower bound).
+bool AddCount(Count& sum, const Count& value);
+// Why a call's count was refused: negative, or past 2^128 - 1.
+std::string InexactCountMessage(const Count& value, bool caller);
 
 struct TallyContext {
   std::string torch_version;

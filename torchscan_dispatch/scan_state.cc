@@ -19,6 +19,7 @@ std::atomic<int64_t>& UnattributedCalls() {
 int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         absl::Span<const c10::IValue> args) {
   if (C10_UNLIKELY(torchscript_scopes) && open_ < 0) SyncTorchScriptScopes();
+  if (C10_UNLIKELY(control_flow_stop_)) control_flow_stop_ = false;  // the stop was caught
   const int32_t index = static_cast<int32_t>(events_.size());
   Event& e = events_.Emplace(op, keys, open_);
   e.request = request_;
@@ -167,9 +168,14 @@ void Recorder::End(int32_t index, absl::Span<const c10::IValue> outputs) {
 
 void Recorder::Abort(int32_t index) {
   Event& e = events_[index];
-  e.raised = true;
+  e.raised = !control_flow_stop_;  // a control-flow stop finishes it (outputs lost)
   e.finished = true;
   open_ = e.parent;
+  if (open_ < 0) control_flow_stop_ = false;
+}
+
+void Recorder::ControlFlowStop() {
+  if (open_ >= 0) control_flow_stop_ = true;
 }
 
 }  // namespace torchscan

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -93,9 +94,18 @@ class Recorder {
                 absl::Span<const c10::IValue> args);
   void End(int32_t index, absl::Span<const c10::IValue> outputs);
   void Abort(int32_t index);
+  // PyTorch is about to unwind the open calls with its own control-flow
+  // exception: torch.utils.checkpoint stops recomputation from the hook that
+  // saves the last tensor backward needs. The innermost call has finished its
+  // kernel; what the calls around it had left is work that saves nothing for
+  // backward (their last step saved it), so they count as finished, not failed.
+  void ControlFlowStop();
 
   const BlockLog<Event>& events() const { return events_; }
   Recorder* outer = nullptr;
+  // Stops the scan that owns this recorder when an enclosing scan of the same
+  // thread stops first (a workload that opened a scan and never closed it).
+  std::function<void()> stop_orphaned;
 
   // Module attribution: calls are tagged with the label set active when they
   // start (a node of label_sets(); 0 is the empty set). SetLabels replaces
@@ -157,6 +167,7 @@ class Recorder {
   BlockLog<Event> events_;
   Arena arena_;
   int32_t open_ = -1;  // innermost call still running
+  bool control_flow_stop_ = false;  // unwinding after ControlFlowStop()
   int32_t labels_ = 0;
   int32_t scope_ = -1;
   std::vector<Scope> scopes_;

@@ -69,6 +69,7 @@ struct Session::State {
   Overrides overrides;
   std::thread::id thread;
   bool included_before = false;
+  bool stopped_by_outer = false;  // an enclosing scan stopped first and stopped this one
   int64_t unattributed_at_start = 0;
   int64_t unattributed = 0;
   OpCatalog catalog;
@@ -189,14 +190,14 @@ Session::~Session() {
     (void)Stop();
     return;
   }
-  if (state_->thread == std::this_thread::get_id() && ThreadTopRecorder() == &state_->recorder) {
-    (void)Stop();
+  if (state_->thread == std::this_thread::get_id()) {
+    (void)Stop();  // also stops scans started inside it
     return;
   }
-  // Still linked into a thread's scan chain that we cannot reach safely:
+  // Still linked into another thread's scan chain that we cannot reach safely:
   // keep the recorder alive rather than leave that thread a dangling pointer.
-  TORCH_WARN("torchscan: a Session was destroyed while its scan was active on another thread or "
-             "under a newer scan; its recorder is leaked to keep that thread safe");
+  TORCH_WARN("torchscan: a Session was destroyed while its scan was active on another thread; "
+             "its recorder is leaked to keep that thread safe");
   (void)state_.release();
 }
 
@@ -218,6 +219,10 @@ absl::Status Session::DeferOperatorFormula(std::string_view op) {
   state_->overrides.deferred.insert(CanonicalOp(op));
   return absl::OkStatus();
 }
+
+namespace {
+absl::Status StopCurrentThreadScan(Session::State& s);
+}  // namespace
 
 absl::Status Session::Start() {
   State& s = *state_;
@@ -244,6 +249,10 @@ absl::Status Session::Start() {
   s.recorder.record_owned_children = s.options.record_owned_children;
   if (s.options.torchscript_scopes) AcquireTorchScriptCallback();
   s.recorder.outer = ThreadTopRecorder();
+  s.recorder.stop_orphaned = [&s] {
+    s.stopped_by_outer = true;
+    (void)StopCurrentThreadScan(s);
+  };
   ThreadTopRecorder() = &s.recorder;
   c10::impl::tls_set_dispatch_key_included(kModeKey, true);
   s.phase = Phase::kActive;
@@ -252,7 +261,12 @@ absl::Status Session::Start() {
 
 absl::Status Session::Stop() {
   State& s = *state_;
-  if (s.phase != Phase::kActive) return absl::FailedPreconditionError("torchscan: this scan is not active");
+  if (s.phase != Phase::kActive) {
+    return absl::FailedPreconditionError(
+        s.stopped_by_outer ? "torchscan: this scan was already stopped when a scan enclosing it stopped "
+                             "(stop scans in reverse order of starting them)"
+                           : "torchscan: this scan is not active");
+  }
   if (s.options.threads == Threads::kAll) {
     // Any thread may stop it; calls still running are left out (in_flight).
     s.all->Stop();
@@ -264,12 +278,31 @@ absl::Status Session::Stop() {
   if (s.thread != std::this_thread::get_id()) {
     return absl::FailedPreconditionError("torchscan: stop a scan on the thread that started it");
   }
-  if (ThreadTopRecorder() != &s.recorder) {
-    return absl::FailedPreconditionError(
-        "torchscan: a scan started later in this thread is still active; stop scans in reverse order");
+  return StopCurrentThreadScan(s);
+}
+
+namespace {
+
+absl::Status StopCurrentThreadScan(Session::State& s) {
+  bool enclosing = false;
+  for (Recorder* r = ThreadTopRecorder(); r != nullptr && !enclosing; r = r->outer) enclosing = r == &s.recorder;
+  if (!enclosing) {
+    return absl::FailedPreconditionError("torchscan: this scan is not among the active scans of this thread");
+  }
+  // Scans started inside this one and never stopped (a workload that raised
+  // past them, or forgot them) end with it: none may outlive its enclosing scan.
+  int orphans = 0;
+  while (ThreadTopRecorder() != &s.recorder) {
+    ThreadTopRecorder()->stop_orphaned();
+    ++orphans;
+  }
+  if (orphans > 0) {
+    TORCH_WARN("torchscan: ", orphans, " scan(s) started inside this one were never stopped; "
+               "they were stopped with it and report the calls made until now");
   }
   ThreadTopRecorder() = s.recorder.outer;
   s.recorder.outer = nullptr;
+  s.recorder.stop_orphaned = nullptr;
   if (s.options.torchscript_scopes) ReleaseTorchScriptCallback();
   // Only our key's bit changes, so guards that exited meanwhile stay intact.
   c10::impl::tls_set_dispatch_key_included(kModeKey, s.included_before);
@@ -277,8 +310,6 @@ absl::Status Session::Stop() {
   s.phase = Phase::kStopped;
   return absl::OkStatus();
 }
-
-namespace {
 
 // Runs `f` on the recorder that holds the calling thread's calls in `s`.
 absl::Status WithThreadRecorder(Session::State& s, absl::FunctionRef<absl::Status(Recorder&)> f) {

@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
+from torchscan import _checkpoint, _compiled
 from torchscan._library import Session
 from torchscan._modules import ModuleLabels
 
@@ -93,6 +94,8 @@ class FlopScan:
         self._modules = ModuleLabels(self._session) if modules else None
 
     def __enter__(self) -> "FlopScan":
+        _compiled.prepare()
+        _checkpoint.prepare()
         self._session.start()
         if self._modules is not None:
             try:
@@ -138,18 +141,6 @@ class FlopScan:
         return json.loads(self._session.module_report())
 
     def _resolve_caller_formulas(self) -> None:
-        values = {}
-        for call in json.loads(self._session.deferred_calls()):
-            fn = self._lookup(call["op"])
-            raw = getattr(fn, "_get_raw", False)
-            args = [_decode(a, raw) for a in call["args"]]
-            kwargs = {k: _decode(v, raw) for k, v in call["kwargs"].items()}
-            out = _decode(call["out"], raw)
-            # FlopCounterMode's calling convention: shapes for tensors, the
-            # output as out_shape (or out_val for raw formulas).
-            result = fn(*args, **kwargs, out_val=out) if raw else fn(*args, out_shape=out, **kwargs)
-            # A decimal string: counts past 2**64 - 1 reach C++ exactly.
-            values[str(call["index"])] = str(flop_count(result, call["op"], fn))
         import math
         import operator
 
@@ -181,6 +172,18 @@ class FlopScan:
                 raise ValueError(f"{where}, which exceeds 2**128 - 1, the largest count TorchScan holds exactly")
             return n
 
+        values = {}
+        for call in json.loads(self._session.deferred_calls()):
+            fn = self._lookup(call["op"])
+            raw = getattr(fn, "_get_raw", False)
+            args = [_decode(a, raw) for a in call["args"]]
+            kwargs = {k: _decode(v, raw) for k, v in call["kwargs"].items()}
+            out = _decode(call["out"], raw)
+            # FlopCounterMode's calling convention: shapes for tensors, the
+            # output as out_shape (or out_val for raw formulas).
+            result = fn(*args, **kwargs, out_val=out) if raw else fn(*args, out_shape=out, **kwargs)
+            # A decimal string: counts past 2**64 - 1 reach C++ exactly.
+            values[str(call["index"])] = str(flop_count(result, call["op"], fn))
         self._session.set_deferred_results(json.dumps(values))
 
     def _lookup(self, packet: str) -> Callable:

@@ -1,0 +1,132 @@
+"""Mixed precision and activation checkpointing are ordinary workloads: they
+count the same work as the plain run (plus what checkpointing recomputes),
+with no diagnostics the plain run does not have."""
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+import torchscan
+from tests.fixtures.models import resnet50
+
+
+def small_cnn():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(8 * 6 * 6, 4)).eval()
+
+
+def gaps(report):
+    return sorted((d["code"], d.get("operator")) for d in report["diagnostics"])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_counts_the_fp32_work_complete(dtype):
+    model, x = small_cnn(), torch.randn(2, 3, 8, 8)
+    fp32 = torchscan.measure_flops(lambda: model(x))
+    with torch.autocast("cpu", dtype=dtype):
+        mixed = torchscan.measure_flops(lambda: model(x))
+    # conv: 2*8*6*6 outputs x 27 terms x 2 = 31,104; relu 576 values;
+    # linear (addmm, bias omitted): 2*4 outputs x 288 terms x 2 = 4,608.
+    expected = {"aten.convolution": 31_104, "aten.relu": 576, "aten.addmm": 4_608}
+    assert fp32["by_operator"] == expected and mixed["by_operator"] == expected
+    assert mixed["total"]["status"] == "complete" and mixed["diagnostics"] == []
+
+
+def test_autocast_module_view_is_complete_with_the_fp32_flops_and_macs():
+    model, x = small_cnn(), torch.randn(2, 3, 8, 8)
+    with torchscan.scan() as plain:
+        model(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16), torchscan.scan() as mixed:
+        model(x)
+    p, m = plain.module_report()["totals"], mixed.module_report()["totals"]
+    for metric in ("module_flops", "macs", "dmas"):
+        assert m[metric]["status"] == "complete", metric
+    # The casts autocast inserts move data but do no arithmetic.
+    assert m["module_flops"]["value"] == p["module_flops"]["value"]
+    assert m["macs"]["value"] == p["macs"]["value"]
+
+
+def test_autocast_resnet50_matches_fp32():
+    torch.manual_seed(0)
+    model, x = resnet50().eval(), torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        fp32 = torchscan.measure_flops(lambda: model(x))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            mixed = torchscan.measure_flops(lambda: model(x))
+    assert fp32["total"]["status"] == "complete"
+    assert mixed["total"] == fp32["total"] and mixed["by_operator"] == fp32["by_operator"]
+
+
+def test_autocast_small_llama_matches_fp32():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
+                                      max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 100, (1, 8))
+    with torch.no_grad():
+        fp32 = torchscan.measure_flops(lambda: model(input_ids=ids))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            mixed = torchscan.measure_flops(lambda: model(input_ids=ids))
+    # Same work in every operator, and no gap the fp32 run does not have.
+    assert mixed["by_operator"] == fp32["by_operator"]
+    assert mixed["total"]["status"] == fp32["total"]["status"]
+    assert gaps(mixed) == gaps(fp32)
+
+
+# --- activation checkpointing --------------------------------------------------
+
+def test_checkpoint_counts_the_recomputed_kernels_and_reports_no_error():
+    torch.manual_seed(0)
+    lin, drop = torch.nn.Linear(64, 64), torch.nn.Dropout(0.5)
+    x = torch.randn(4, 64, requires_grad=True)
+
+    def block(v):
+        return drop(torch.relu(lin(v)))
+
+    def plain():
+        block(x).sum().backward()
+
+    def checkpointed():
+        checkpoint(block, x, use_reentrant=False).sum().backward()
+
+    reports = []
+    for step in (plain, checkpointed):
+        lin.zero_grad(set_to_none=True)
+        x.grad = None
+        reports.append(torchscan.measure_flops(step))
+    p, c = reports
+    # One forward: addmm 4x64 outputs x 64 terms x 2 = 32,768; relu 256;
+    # dropout mask + rescale 2 x 256 = 512. Checkpointing runs the forward
+    # again in backward (non-reentrant, stopping once its last saved tensor
+    # exists, after the dropout), so each doubles; backward is unchanged.
+    assert p["by_operator"]["aten.addmm"] == 32_768 and c["by_operator"]["aten.addmm"] == 65_536
+    assert p["by_operator"]["aten.relu"] == 256 and c["by_operator"]["aten.relu"] == 512
+    assert p["by_operator"]["aten.dropout"] == 512 and c["by_operator"]["aten.dropout"] == 1_024
+    for op in ("aten.mm", "aten.sum", "aten.mul"):
+        assert c["by_operator"][op] == p["by_operator"][op], op
+    assert gaps(c) == gaps(p)  # no operator_raised for PyTorch's own stop signal
+
+
+def test_checkpointed_gpt2_step_has_the_plain_steps_diagnostics():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100, n_positions=64,
+                                     bos_token_id=0, eos_token_id=0, use_cache=False)
+    model = transformers.GPT2LMHeadModel(config).train()
+    ids = torch.randint(0, 100, (2, 8))
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+
+    plain = torchscan.measure_flops(step)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    checkpointed = torchscan.measure_flops(step)
+    assert gaps(checkpointed) == gaps(plain)
+    assert not any(code == "operator_raised" for code, _ in gaps(checkpointed))
+    # Every addmm of GPT-2 is a Conv1D inside a checkpointed block (the LM head
+    # is a bias-free mm): each runs once more in backward, so addmm doubles.
+    assert checkpointed["by_operator"]["aten.addmm"] == 2 * plain["by_operator"]["aten.addmm"]
