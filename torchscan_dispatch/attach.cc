@@ -34,6 +34,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
+
 #include "torchscan_built_against.h"
 #include "torchscan_dispatch/torchscan.h"
 
@@ -152,9 +154,10 @@ void WriteReportLocked(const char* reason) {
     std::fprintf(stderr, "torchscan attach: no report (%s)\n", std::string(text.status().message()).c_str());
     return;
   }
-  nlohmann::json report = nlohmann::json::parse(*text);
-  report["attach"] = {{"reason", reason}, {"sequence", ++attached->sequence}, {"pid", getpid()}};
-  PublishLocked(attached->output, report.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  // The report's text is published as the session wrote it (never re-parsed:
+  // nlohmann would turn counts past 2^64 into floats); "attach" goes first.
+  const nlohmann::json attach = {{"reason", reason}, {"sequence", ++attached->sequence}, {"pid", getpid()}};
+  PublishLocked(attached->output, absl::StrCat("{\"attach\":", attach.dump(), ",", text->substr(1), "\n"));
 }
 
 void WriteReport(const char* reason) {
