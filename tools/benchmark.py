@@ -13,6 +13,10 @@ asserts nothing about speed.
   b. End-to-end scanned/unscanned time ratios for ResNet-50 at batch 1
      (1x3x224x224) and for one TinyDecoder decoding step (after a prefill),
      eval + no_grad, with FlopCounterMode's ratio for the same workloads.
+  d. Module analysis: ``torchscan.crawl_module`` (the whole call, report
+     included) over a plain eval/no_grad forward, on MobileNetV3-Small and
+     EfficientNet-B0 (many small modules; tests/fixtures/models.py) at batch 1,
+     1x3x224x224, with ``measure_flops`` and FlopCounterMode for reference.
 
 Arm order rotates through every permutation across repeats (so each arm runs
 first, middle and last equally often) to limit drift; each scanned sample uses
@@ -335,6 +339,58 @@ def bench_workload(arms: Arms, name: str, desc: str, fn: Callable[[], Any],
 
 
 # --------------------------------------------------------------------------- #
+# d. module analysis (crawl_module)
+# --------------------------------------------------------------------------- #
+
+
+def bench_crawl(ts, models, repeats: int, warmup: int) -> Dict[str, Any]:
+    """crawl_module time / plain forward time, per model: medians of `repeats`
+    interleaved samples (arm order rotating). Python's GC stays enabled, as in
+    real use (crawl_module's per-layer metadata is part of its cost); a
+    gc.collect() before each sample starts every arm from the same heap."""
+    out: Dict[str, Any] = {}
+    for name, build in (("mobilenet_v3_small", models.mobilenet_v3_small),
+                        ("efficientnet_b0", models.efficientnet_b0)):
+        torch.manual_seed(0)
+        model = build().eval()
+        x = torch.rand(1, 3, 224, 224)
+
+        def plain():
+            with torch.no_grad():
+                model(x)
+
+        def fcm():
+            with torch.no_grad(), FlopCounterMode(display=False):
+                model(x)
+
+        def measure():
+            with torch.no_grad():
+                ts.measure_flops(lambda: model(x))
+
+        fns = {UNSCANNED: plain, "crawl_module": lambda: ts.crawl_module(model, args=(x,)),
+               "measure_flops": measure, FCM: fcm}
+        samples: Dict[str, List[int]] = {arm: [] for arm in fns}
+        for arm, fn in fns.items():
+            for _ in range(warmup):
+                fn()
+        orders = _arm_orders(list(fns))
+        for r in range(repeats):
+            for arm in orders[r % len(orders)]:
+                gc.collect()
+                t0 = ns()
+                fns[arm]()
+                samples[arm].append(ns() - t0)
+        med = {arm: _median(v) for arm, v in samples.items()}
+        out[name] = {
+            "modules": sum(1 for _ in model.modules()),
+            "median_ms": {arm: v / 1e6 for arm, v in med.items()},
+            "ratio_vs_unscanned": {arm: med[arm] / med[UNSCANNED] for arm in fns if arm != UNSCANNED},
+            "samples_ms": {arm: [t / 1e6 for t in v] for arm, v in samples.items()},
+        }
+    return out
+
+
+# --------------------------------------------------------------------------- #
 # main
 # --------------------------------------------------------------------------- #
 
@@ -405,6 +461,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--decoder-repeats", type=int, help="decoder-step repeats (default 101; 12)")
     p.add_argument("--prefill", type=int, default=32, help="decoder prompt length (default 32)")
     p.add_argument("--skip-e2e", action="store_true", help="only run the per-op test")
+    p.add_argument("--crawl-repeats", type=int, help="crawl_module samples per arm and model (default 15; 3)")
+    p.add_argument("--skip-crawl", action="store_true", help="skip the crawl_module test")
     p.add_argument("--serving-requests", type=int, help="requests per example-server run (default 2000; 200)")
     p.add_argument("--skip-serving", action="store_true", help="skip the example-server test")
     p.add_argument("--no-torchscan", action="store_true", help="skip the torchscan arms")
@@ -519,6 +577,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             for k, rep in res["reports"].items():
                 print(f"      report[{k}]: {_fmt_flops(rep)}")
         result["end_to_end"] = e2e
+        print()
+
+    # ---- d. module analysis ---------------------------------------------- #
+    if not args.skip_crawl and ts is not None:
+        reps = args.crawl_repeats or (3 if q else 15)
+        cr = bench_crawl(ts, _import_models(), reps, warmup)
+        result["crawl_module"] = cr
+        print(f"[d] module analysis: whole call / plain eval+no_grad forward, batch 1, 1x3x224x224; "
+              f"median of {reps} interleaved samples, GC enabled")
+        for name, res in cr.items():
+            print(f"    {name} ({res['modules']} modules): plain forward {res['median_ms'][UNSCANNED]:.2f} ms")
+            for arm, ratio in res["ratio_vs_unscanned"].items():
+                print(f"      {arm:<18} {res['median_ms'][arm]:10.3f} ms   ratio {_fmt_ratio(ratio)}")
         print()
 
     # ---- c. example server under the attach launcher ------------------------ #
