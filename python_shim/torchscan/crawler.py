@@ -197,14 +197,14 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     open_scopes: list = []
     calls: list = []  # per layer call, in scope order: (module, inputs metadata, output metadata)
 
-    # The hooks run for every layer call: bound methods and plain-tensor fast
-    # paths keep their cost down (tree_flatten alone costs about as much as
-    # the scope push).
-    push, pop = session.push_module_scope, session.pop_module_scope
+    # The hooks run for every layer call. The session's methods are looked up
+    # on each call, not bound once: when the model is torch.compile'd, Dynamo
+    # traces these hooks and must stop at the custom class before it reaches
+    # `names` (modules as keys fail its tracking; test_transforms' inductor test).
     Tensor = torch.Tensor
 
     def pre_hook(mod, hook_args, hook_kwargs):
-        open_scopes.append((push(names[mod]), len(calls)))
+        open_scopes.append((session.push_module_scope(names.get(mod, "")), len(calls)))
         calls.append([mod, describe(tuple(hook_args)) if not hook_kwargs else
                       {"kind": "call", "args": describe(tuple(hook_args)), "kwargs": describe(hook_kwargs)},
                       None])
@@ -215,11 +215,11 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
         failed = sys.exc_info()[0] is not None
         # Output identities (TensorImpl addresses) let the data flow find the
         # receptive field of exactly this call's output.
-        if type(output) is Tensor:
-            pop(scope, failed, [output._cdata])
+        if type(output) is Tensor:  # the common case, without tree_flatten's cost
+            session.pop_module_scope(scope, failed, [output._cdata])
         else:
             flat, _ = tree_flatten(output)
-            pop(scope, failed, [t._cdata for t in flat if isinstance(t, Tensor)])
+            session.pop_module_scope(scope, failed, [t._cdata for t in flat if isinstance(t, Tensor)])
         calls[index][2] = {"kind": "failed"} if failed else describe(output)
 
     handles = []
