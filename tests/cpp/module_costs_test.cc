@@ -113,8 +113,9 @@ TEST(ModulePooling, IndicesAddAWritePerOutput) {
 
 TEST(ModuleZeroCost, ACallThatReturnedItsInputMovedNothing) {
   // x.to(x.dtype) hands x back (same identity; the schema lets it alias): zero.
-  const OpCall same = CallBuilder("aten::to").Tensor({2, 3}).Id(7).Int(6).Out({2, 3}).Id(7).ReturnsAlias().Call();
-  const ModuleCosts noop = ZeroCostCosts(same, ZeroCostReason::kCopy);
+  CallBuilder same("aten::to");
+  same.Tensor({2, 3}).Id(7).Int(6).Out({2, 3}).Id(7).ReturnsAlias();
+  const ModuleCosts noop = ZeroCostCosts(same.Call(), ZeroCostReason::kCopy);
   EXPECT_EQ(noop.dmas.value, 0);
   EXPECT_EQ(noop.dmas.status, MetricStatus::kComplete);
   // A real cast returns a new tensor: a copy, 2 * 6 accesses.

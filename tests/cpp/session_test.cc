@@ -64,12 +64,15 @@ TEST(Session, DecompositionIsCompleteWhenChildrenAre) {
 
 TEST(Session, UncountedOperatorMakesPartialAndNamesOutermostOnly) {
   const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
-  // logsumexp has no formula; its CompositeExplicit kernel calls amax, sub,
-  // exp, sum, log and add, which have formulas but are part of its missing work.
-  const auto r = Scan([&] { at::logsumexp(at::mm(a, b), {1}); });
+  // dist has no formula; its CompositeExplicit kernel calls sub and norm,
+  // which have formulas but are part of its missing work.
+  const auto r = Scan([&] {
+    const at::Tensor c = at::mm(a, b);
+    at::dist(c, c);
+  });
   EXPECT_EQ(r["total"]["status"], "partial");
   EXPECT_TRUE(r["total"]["value"].is_null());
-  const auto* d = FindDiagnostic(r, "uncounted_operator", "aten.logsumexp");
+  const auto* d = FindDiagnostic(r, "uncounted_operator", "aten.dist");
   ASSERT_NE(d, nullptr) << r.dump(1);
   EXPECT_EQ((*d)["calls"], 1);
   EXPECT_EQ(r["diagnostics"].size(), 1u) << r.dump(1);
