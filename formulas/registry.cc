@@ -201,6 +201,15 @@ const OperatorFormula kFormulas[] = {
     TS_ROW("cauchy", misc::RandomSampling), TS_ROW("log_normal", misc::RandomSampling),
     TS_ROW("random", misc::RandomSampling), TS_ROW("multinomial", misc::RandomSampling),
     TS_ROW("poisson", misc::RandomSampling), TS_ROW("_standard_gamma", misc::RandomSampling),
+
+    // torchscan_training_v1: the training-step extension of torchscan_flops_v1
+    // (formulas/TRAINING.md holds its table: kernel, count, derivation, boundary).
+    // @@activation_backward rows@@
+    // @@normalization_backward rows@@
+    // @@layer_backward rows@@
+    // @@losses rows@@
+    // @@optimizers rows@@
+    // @@attention_recurrent_backward rows@@
 #undef TS_ROW
 #undef TS_PW
 };
