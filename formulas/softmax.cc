@@ -48,12 +48,9 @@ ModuleCosts WithAccesses(const OpCall& call, const FormulaResult& flops) {
 
 ModuleCosts SoftmaxCosts(const OpCall& call) { return WithAccesses<8, 4>(call, Softmax(call)); }
 ModuleCosts LogSoftmaxCosts(const OpCall& call) { return WithAccesses<8, 6>(call, LogSoftmax(call)); }
-ModuleCosts SafeSoftmaxCosts(const OpCall& call) {
-  const FormulaResult flops = SafeSoftmax(call);
-  if (flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
-  const FormulaResult undefined = FormulaResult::Unavailable(
-      "undefined_by_convention", "safe softmax has no logical-access convention in torchscan_flops_v1");
-  return {flops, FormulaResult::Complete(0), undefined};
-}
+// The stable softmax's stages (8N + 4R) plus the two the safe variant adds,
+// staged the same way: the -inf test reads N values and writes N flags; the
+// selection reads N flags and N softmax values and writes N -> 13N + 4R.
+ModuleCosts SafeSoftmaxCosts(const OpCall& call) { return WithAccesses<13, 4>(call, SafeSoftmax(call)); }
 
 }  // namespace torchscan::softmax

@@ -19,7 +19,8 @@ FormulaResult SafeSoftmax(const OpCall& call);
 FormulaResult LogSoftmax(const OpCall& call);
 
 // Module view: zero MACs; staged logical accesses 8N + 4R (softmax) and
-// 8N + 6R (log-softmax). The safe variant's accesses are not defined.
+// 8N + 6R (log-softmax); the safe variant adds its -inf test and selection
+// stages: 13N + 4R.
 ModuleCosts SoftmaxCosts(const OpCall& call);
 ModuleCosts LogSoftmaxCosts(const OpCall& call);
 ModuleCosts SafeSoftmaxCosts(const OpCall& call);

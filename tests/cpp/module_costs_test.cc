@@ -178,6 +178,19 @@ TEST(ModuleReductions, NewPointwiseRows) {
   EXPECT_EQ(Costs("aten::tril", CallBuilder("aten::tril").Tensor({2, 3}).Int(0).Out({2, 3})), (Triple{6, 0, 12}));
 }
 
+TEST(ModuleSoftmax, SafeSoftmaxAddsItsTestAndSelectionStages) {
+  // (2,3) over dim 1: N = 6, R = 2. FLOPs 7N - 2R = 38. Accesses: softmax's
+  // 8N + 4R = 56, plus the -inf test (read 6, write 6) and the selection
+  // (read 6 flags + 6 values, write 6) = 30 -> 86.
+  CallBuilder b("aten::_safe_softmax");
+  b.Tensor({2, 3}).Int(1).None().Out({2, 3});
+  const ModuleCosts c = FindModuleFormula("aten::_safe_softmax")->Evaluate(b.Call());
+  EXPECT_EQ(c.flops.value, 38);
+  EXPECT_EQ(c.macs.value, 0);
+  EXPECT_EQ(c.dmas.status, MetricStatus::kComplete);
+  EXPECT_EQ(c.dmas.value, 86);
+}
+
 TEST(ModuleUnsupported, HonestGaps) {
   // Weighted interpolation of integers, attention dropout inside the CPU kernel and
   // weight-norm accesses have no convention: unavailable, never zero.

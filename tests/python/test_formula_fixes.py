@@ -368,6 +368,11 @@ def test_llama_7b_and_70b_configs_on_meta_are_complete(torchscan, size):
     assert report["diagnostics"] == []
     # (a boolean mask: valued 0 by the boolean rule, but valued, not uncounted)
     assert report["by_operator"]["aten.tril"] == 0
+    # The module view too: _safe_softmax's accesses are staged like softmax's
+    # plus its -inf test and selection (13N + 4R, formulas/softmax.cc).
+    crawled = torchscan.crawl_module(model, kwargs={"input_ids": ids})
+    for name in ("module_flops", "macs", "dmas"):
+        assert crawled["totals"][name]["status"] == "complete", crawled["diagnostics"]
 
 
 def test_every_zero_cost_view_rule_agrees_with_the_schema(torchscan):
