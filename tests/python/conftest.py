@@ -80,6 +80,18 @@ def run_flop_counter(workload, custom_mapping=None):
     return {str(k): int(v) for k, v in counts.items()}, int(mode.get_total_flops())
 
 
+def module_view_totals(torchscan, fn):
+    """(module_flops, macs, dmas) of the module view of one scanned call of
+    `fn`; each must be complete."""
+    with torchscan.scan() as s:
+        fn()
+    report = s.module_report()
+    totals = report["totals"]
+    for name in ("module_flops", "macs", "dmas"):
+        assert totals[name]["status"] == "complete", report["diagnostics"]
+    return tuple(totals[name]["value"] for name in ("module_flops", "macs", "dmas"))
+
+
 def include_set_has_mode_key():
     return MODE_KEY_NAME in str(torch._C._dispatch_tls_local_include_set())
 

@@ -10,6 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from conftest import module_view_totals as module_view
+
 
 def op_view(torchscan, fn, complete=True):
     report = torchscan.measure_flops(fn)
@@ -18,15 +20,6 @@ def op_view(torchscan, fn, complete=True):
     return report
 
 
-def module_view(torchscan, fn):
-    """Module-view totals (module_flops, macs, dmas) of one call; all complete."""
-    with torchscan.scan() as s:
-        fn()
-    report = s.module_report()
-    totals = report["totals"]
-    for name in ("module_flops", "macs", "dmas"):
-        assert totals[name]["status"] == "complete", report["diagnostics"]
-    return tuple(totals[name]["value"] for name in ("module_flops", "macs", "dmas"))
 
 
 def fcm(fn):

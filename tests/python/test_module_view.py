@@ -11,16 +11,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from conftest import module_view_totals
+
 
 def costs(torchscan, module, *inputs, grad=False):
     with torch.set_grad_enabled(grad):
-        with torchscan.scan() as s:
-            module(*inputs)
-    report = s.module_report()
-    totals = report["totals"]
-    for name in ("module_flops", "macs", "dmas"):
-        assert totals[name]["status"] == "complete", report["diagnostics"]
-    return tuple(totals[name]["value"] for name in ("module_flops", "macs", "dmas"))
+        return module_view_totals(torchscan, lambda: module(*inputs))
 
 
 def test_conv_relu_docs_example(torchscan):
