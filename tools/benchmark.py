@@ -559,6 +559,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
              f"TinyDecoder one-token decode after a {args.prefill}-token prefill "
              "(KV cache), eval, no_grad", decoder_fn, decoder_repeats),
         ]
+        from tests.fixtures.training import training_step  # noqa: WPS433 (after _import_models' path)
+        workloads += [
+            (f"{name}_train_step", f"{label} training step (tests/fixtures/training.py): forward, "
+             "cross-entropy, backward, clip_grad_norm_, AdamW (foreach)",
+             training_step(name, "adamw", "foreach"), resnet_repeats)
+            for name, label in (("resnet50", "ResNet-50, 2x3x32x32, 10 classes,"),
+                                ("gpt2", "GPT-2 (2 layers, width 32), 2x8 tokens,"))
+        ]
         print("[b] end-to-end scanned/unscanned time ratio "
               "(whole `with` block incl. enter/exit; median over repeats)")
         for name, desc, fn, reps in workloads:
