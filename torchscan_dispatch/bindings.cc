@@ -5,7 +5,13 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <exception>
 #include <limits>
+#include <mutex>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
 
 #include "torchscan_built_against.h"
 #include <nlohmann/json.hpp>
@@ -32,13 +38,89 @@ T Value(absl::StatusOr<T> v) {
   return *std::move(v);
 }
 
+struct ScriptSession;
+
+// Handles for the C entry points below. A handle names a live session: a
+// stale or made-up one fails like any other refused call instead of
+// reaching freed memory.
+struct Handles {
+  std::mutex mu;
+  std::unordered_map<int64_t, ScriptSession*> sessions;
+  int64_t next = 1;
+};
+
+Handles& TheHandles() {
+  static auto* handles = new Handles;  // never destroyed: sessions may outlive static destruction
+  return *handles;
+}
+
 struct ScriptSession : torch::CustomClassHolder {
   // Python pushes its own module scopes (hooks), so TorchScript scopes stay off.
   explicit ScriptSession(std::string scope) : session(ScanOptions{std::move(scope), Threads::kCurrent, false}) {}
+  ~ScriptSession() override {
+    if (handle == 0) return;
+    Handles& h = TheHandles();
+    std::lock_guard<std::mutex> lock(h.mu);
+    h.sessions.erase(handle);
+  }
+  int64_t Handle() {
+    Handles& h = TheHandles();
+    std::lock_guard<std::mutex> lock(h.mu);
+    if (handle == 0) {
+      handle = h.next++;
+      h.sessions[handle] = this;
+    }
+    return handle;
+  }
   Session session;
+  int64_t handle = 0;  // 0: none given out
 };
 
 using Self = c10::intrusive_ptr<ScriptSession>;
+
+// Session::LayerRows flattened into three lists, from which the Python shim
+// builds the report's rows (python_shim/torchscan/crawler.py, _layer_rows)
+// without JSON text in between. Per row, in this order:
+//   texts: the path; the digits of each count past 2^63 - 1; the reason of
+//          each unavailable field.
+//   ints:  call_index, parent, depth, failed; per metric (operator_flops,
+//          module_flops, macs, dmas): status (MetricStatus: 0 complete,
+//          1 partial, 2 unavailable), count (-1: its digits are in texts);
+//          per field (receptive_field, effective_stride, effective_padding):
+//          status, not_applicable, number of axes, then each axis' dimension.
+//   reals: per field: the value when complete, then each axis' value.
+std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<double>> FlatLayerRows(
+    std::vector<LayerRow> rows) {
+  std::vector<std::string> texts;
+  std::vector<int64_t> ints;
+  std::vector<double> reals;
+  texts.reserve(rows.size() * 2);
+  ints.reserve(rows.size() * 30);
+  reals.reserve(rows.size() * 9);
+  for (LayerRow& row : rows) {
+    texts.push_back(std::move(row.path));
+    ints.insert(ints.end(), {row.call_index, row.parent, row.depth, row.failed ? 1 : 0});
+    for (int m = 0; m < 4; ++m) {
+      ints.push_back(static_cast<int64_t>(row.status[m]));
+      const Count::Wide v = row.known[m].wide();
+      if (v <= static_cast<Count::Wide>(std::numeric_limits<int64_t>::max())) {
+        ints.push_back(static_cast<int64_t>(v));
+      } else {
+        ints.push_back(-1);
+        texts.push_back(row.known[m].Digits());
+      }
+    }
+    for (LayerRow::Field& f : row.fields) {
+      ints.insert(ints.end(), {static_cast<int64_t>(f.status), f.not_applicable ? 1 : 0,
+                               static_cast<int64_t>(f.axes.size())});
+      for (const auto& [dim, value] : f.axes) ints.push_back(dim);
+      if (f.status == MetricStatus::kComplete) reals.push_back(f.value);
+      for (const auto& [dim, value] : f.axes) reals.push_back(value);
+      if (f.status == MetricStatus::kUnavailable) texts.push_back(std::move(f.reason));
+    }
+  }
+  return {std::move(texts), std::move(ints), std::move(reals)};
+}
 
 }  // namespace
 
@@ -74,6 +156,9 @@ TORCH_LIBRARY(torchscan, m) {
                                              std::vector<uintptr_t>(outputs.begin(), outputs.end())));
            })
       .def("layers", [](const Self& s) { return Value(s->session.LayersJson()); })
+      .def("layer_rows", [](const Self& s) { return FlatLayerRows(Value(s->session.LayerRows())); })
+      // For the C entry points below (torchscan_push_module_scope, ...).
+      .def("native_handle", [](const Self& s) { return s->Handle(); })
       .def("module_report", [](const Self& s) { return Value(s->session.ModuleReportJson()); })
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
       .def_static("coverage_audit", []() { return CoverageAuditJson(); })
@@ -109,3 +194,51 @@ TORCH_LIBRARY(torchscan, m) {
 }
 
 }  // namespace torchscan
+
+// Module scopes for crawl_module's hooks, called through ctypes (the
+// standard library's foreign-function module): every module call pushes
+// and pops one, and a custom-class method call costs several microseconds
+// (method lookup, schema matching, the IValue stack) where these cost a
+// plain C call. `handle` comes from Session.native_handle(). Nothing is
+// raised here: a refused call returns -1, and the caller repeats it through
+// the custom class (push_module_scope / pop_module_scope), which refuses it
+// again with the message.
+extern "C" {
+
+// The new scope's id (>= 0), or -1.
+__attribute__((visibility("default"))) int32_t torchscan_push_module_scope(int64_t handle, const char* path,
+                                                                          size_t length) noexcept {
+  using torchscan::TheHandles;
+  try {
+    auto& h = TheHandles();
+    std::lock_guard<std::mutex> lock(h.mu);  // the session stays alive for the call
+    const auto it = h.sessions.find(handle);
+    if (it == h.sessions.end()) return -1;
+    const auto id = it->second->session.PushModuleScope(std::string_view(path, length));
+    return id.ok() ? *id : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+// 0, or -1. `outputs`: `count` output identities (TensorImpl addresses).
+__attribute__((visibility("default"))) int32_t torchscan_pop_module_scope(int64_t handle, int32_t scope,
+                                                                         int32_t failed, const uint64_t* outputs,
+                                                                         size_t count) noexcept {
+  using torchscan::TheHandles;
+  try {
+    auto& h = TheHandles();
+    std::lock_guard<std::mutex> lock(h.mu);
+    const auto it = h.sessions.find(handle);
+    if (it == h.sessions.end()) return -1;
+    return it->second->session
+                   .PopModuleScope(scope, failed != 0, std::vector<uintptr_t>(outputs, outputs + count))
+                   .ok()
+               ? 0
+               : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+}  // extern "C"

@@ -472,7 +472,8 @@ nlohmann::json ModuleJson(Session::State& s, Planned& p) {
   return reports::ModuleReportJson(TallyModuleView(p.set->events(), p.ModulePlan(s.catalog), s.catalog, s.Context()));
 }
 
-nlohmann::json LayersOf(Session::State& s, Planned& p, const std::array<bool, 4>& requested) {
+// Every layer call's tally: its own calls in both views and its output's field.
+std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p) {
   const EventSet& set = *p.set;
   const auto& scopes = set.scopes;
   const int64_t size = static_cast<int64_t>(set.events().size());
@@ -501,7 +502,58 @@ nlohmann::json LayersOf(Session::State& s, Planned& p, const std::array<bool, 4>
     layers[i].field_reason = f.reason;
     for (const AxisField& a : f.axes) layers[i].field_axes.push_back({a.dim, {a.rf, a.jump, a.padding}});
   }
-  return reports::LayersJson(layers, s.options.scope, requested);
+  return layers;
+}
+
+nlohmann::json LayersOf(Session::State& s, Planned& p, const std::array<bool, 4>& requested) {
+  return reports::LayersJson(LayerTallies(s, p), s.options.scope, requested);
+}
+
+// A tally as LayersJson writes it (reports/layers.cc: LayersJson, FieldJson
+// and MetricJson), as values: the same statuses, counts, reasons and axes.
+LayerRow RowOf(reports::LayerTally& l) {
+  LayerRow row;
+  row.path = std::move(l.path);
+  row.call_index = l.call_index;
+  row.parent = l.parent;
+  row.depth = l.depth;
+  row.failed = l.failed;
+  for (int m = 0; m < 4; ++m) {
+    MetricStatus status = l.failed        ? MetricStatus::kUnavailable
+                          : l.complete[m] ? MetricStatus::kComplete
+                                          : MetricStatus::kPartial;
+    // A sum past 2^128 - 1 is refused as a value: its last exact sum is a lower bound.
+    if (status == MetricStatus::kComplete && !l.known[m].exact()) status = MetricStatus::kPartial;
+    row.status[m] = status;
+    row.known[m] = status == MetricStatus::kUnavailable ? Count(0) : Count::FromWide(l.known[m].wide());
+  }
+  using S = reports::LayerTally::FieldState;
+  for (int k = 0; k < 3; ++k) {
+    LayerRow::Field& f = row.fields[k];
+    if (l.failed) {
+      f.reason = "the forward raised";
+    } else if (l.field_state == S::kUnseen) {
+      f.reason = "the output was not seen by the data flow";
+    } else if (l.field_state == S::kNotApplicable) {
+      f.not_applicable = true;
+      f.reason = l.field_reason;
+    } else if (l.field_state == S::kUnknown || l.field_axes.empty()) {
+      f.reason = l.field_reason;
+    } else {
+      bool agree = true;
+      for (const auto& a : l.field_axes) {
+        f.axes.emplace_back(a.dim, a.values[k]);
+        agree = agree && a.values[k] == l.field_axes[0].values[k];
+      }
+      if (agree) {
+        f.status = MetricStatus::kComplete;
+        f.value = l.field_axes[0].values[k];
+      } else {
+        f.reason = "the spatial axes differ: see axes";
+      }
+    }
+  }
+  return row;
 }
 
 bool Unfiltered(const ReportFilter& f) { return f.threads.empty() && f.requests.empty(); }
@@ -533,6 +585,24 @@ absl::StatusOr<std::string> Session::ModuleReportJson(const ReportFilter& filter
 
 absl::StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {
   return StoppedReport(*state_, filter, [&](Planned& p) { return LayersOf(*state_, p, {true, true, true, true}); });
+}
+
+absl::StatusOr<std::vector<LayerRow>> Session::LayerRows(const ReportFilter& filter) {
+  State& s = *state_;
+  if (s.phase != Phase::kStopped) {
+    return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
+  }
+  std::vector<reports::LayerTally> tallies;
+  if (Unfiltered(filter)) {
+    tallies = LayerTallies(s, s.Calls());
+  } else {
+    Planned p{s.Gather(filter)};
+    tallies = LayerTallies(s, p);
+  }
+  std::vector<LayerRow> rows;
+  rows.reserve(tallies.size());
+  for (reports::LayerTally& l : tallies) rows.push_back(RowOf(l));
+  return rows;
 }
 
 absl::StatusOr<int32_t> Session::PushModuleScope(std::string_view path) {

@@ -15,12 +15,14 @@
 // ATen work while it is active (a server's worker pool), one log per thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <set>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -81,6 +83,34 @@ struct ThreadInfo {
   int64_t calls = 0;   // operator calls recorded
 };
 
+// One row of LayersJson as values (the same content, no JSON text): a
+// module call, its own calls valued in both views and its output's
+// receptive field. MetricStatus and Count are the formula API's types
+// (formulas/result.h).
+struct LayerRow {
+  std::string path;
+  int32_t call_index = 0;
+  int32_t parent = -1;  // index of the enclosing row, -1 for none
+  int32_t depth = 0;
+  bool failed = false;  // the forward raised: every value is unavailable
+  // operator_flops, module_flops, macs, dmas (LayersJson's order). `known`
+  // is the value when complete, a lower bound when partial, 0 when
+  // unavailable.
+  std::array<MetricStatus, 4> status{};
+  std::array<Count, 4> known{};
+  // receptive_field, effective_stride, effective_padding of the output.
+  struct Field {
+    MetricStatus status = MetricStatus::kUnavailable;  // complete or unavailable
+    double value = 0;             // when complete
+    bool not_applicable = false;  // method "not_applicable" (no spatial axes), else "data_flow"
+    std::string reason;           // why, when unavailable
+    // (output dimension, value) per spatial axis followed, also when the
+    // axes differ (unavailable: no single value).
+    std::vector<std::pair<int32_t, double>> axes;
+  };
+  std::array<Field, 3> fields;
+};
+
 class Session {
  public:
   explicit Session(ScanOptions options = {});
@@ -125,6 +155,8 @@ class Session {
   // After Stop(): one row per module call with its own calls' values in both
   // views: [{"path", "call_index", "parent", "depth", "failed", "metrics"}].
   absl::StatusOr<std::string> LayersJson(const ReportFilter& filter = {});
+  // The same rows as values, in the same order (scope order).
+  absl::StatusOr<std::vector<LayerRow>> LayerRows(const ReportFilter& filter = {});
 
   // Requests: the calling thread's calls between BeginRequest and EndRequest
   // belong to request `id` (see RequestScope).

@@ -4,7 +4,9 @@ module's forward runs, functional calls included, lands on that layer call."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import math
 import operator
 import platform
 import sys
@@ -16,6 +18,7 @@ import torch.nn as nn
 
 from torch.utils._pytree import tree_flatten
 
+from torchscan._library import _library_path
 from torchscan._modules import remove_hooks, safe_text
 from torchscan.flops import FlopScan
 from torchscan.metadata import describe
@@ -140,6 +143,31 @@ def _parameter_stats(module: nn.Module) -> dict:
     }
 
 
+_NATIVE_SCOPES: list = []  # [(push, pop) or None], once loaded
+
+
+def _native_scopes():
+    """The library's C entry points for module scopes (torchscan_push_module_scope,
+    torchscan_pop_module_scope in torchscan_dispatch/bindings.cc) through
+    ctypes, or None when they cannot be reached (the hooks then use the
+    session's methods)."""
+    if not _NATIVE_SCOPES:
+        native = None
+        try:
+            lib = ctypes.PyDLL(_library_path())  # the library torch.ops loaded; PyDLL keeps the GIL
+            push, pop = lib.torchscan_push_module_scope, lib.torchscan_pop_module_scope
+            push.argtypes = (ctypes.c_int64, ctypes.c_char_p, ctypes.c_size_t)
+            push.restype = ctypes.c_int32
+            pop.argtypes = (ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64),
+                            ctypes.c_size_t)
+            pop.restype = ctypes.c_int32
+            native = (push, pop)
+        except (OSError, AttributeError):
+            pass
+        _NATIVE_SCOPES.append(native)
+    return _NATIVE_SCOPES[0]
+
+
 def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, args: Optional[Sequence] = None,
                  kwargs: Optional[Mapping[str, Any]] = None, mode: str = "full", strict: bool = False,
                  dtype: Optional[torch.dtype] = None, device: Optional[torch.device] = None,
@@ -196,20 +224,33 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     session = scan._session
     open_scopes: list = []
     calls: list = []  # per layer call, in scope order: (module, inputs metadata, output metadata)
-
-    # The hooks run for every layer call. The session's methods are looked up
-    # on each call, not bound once: when the model is torch.compile'd, Dynamo
-    # traces these hooks and must stop at the custom class before it reaches
-    # `names` (modules as keys fail its tracking; test_transforms' inductor test).
     Tensor = torch.Tensor
 
-    def pre_hook(mod, hook_args, hook_kwargs):
+    # The hooks run for every layer call. Scopes are pushed and popped through
+    # the library's C entry points (_native_scopes) where they are available:
+    # the custom class's methods cost several microseconds a call.
+    native = _native_scopes()
+    if native is not None:
+        push, pop = native
+        handle = session.native_handle()
+        encoded = {m: n.encode() for m, n in names.items()}
+        one = (ctypes.c_uint64 * 1)()  # the common case's output identity
+    else:
+        push = pop = handle = encoded = one = None
+    is_compiling = torch.compiler.is_compiling
+
+    # When the model is torch.compile'd, Dynamo traces these hooks. While it
+    # does, they go through the session's methods, looked up on each call:
+    # Dynamo must stop at the custom class before it reaches `names` (modules
+    # as keys fail its tracking; test_transforms' inductor test). The frame
+    # then runs eagerly, on the fast path.
+    def traced_pre_hook(mod, hook_args, hook_kwargs):
         open_scopes.append((session.push_module_scope(names.get(mod, "")), len(calls)))
         calls.append([mod, describe(tuple(hook_args)) if not hook_kwargs else
                       {"kind": "call", "args": describe(tuple(hook_args)), "kwargs": describe(hook_kwargs)},
                       None])
 
-    def post_hook(mod, hook_args, hook_kwargs, output):
+    def traced_post_hook(mod, hook_args, hook_kwargs, output):
         scope, index = open_scopes.pop()
         # always_call: `output` is None when the forward raised.
         failed = sys.exc_info()[0] is not None
@@ -220,6 +261,36 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
         else:
             flat, _ = tree_flatten(output)
             session.pop_module_scope(scope, failed, [t._cdata for t in flat if isinstance(t, Tensor)])
+        calls[index][2] = {"kind": "failed"} if failed else describe(output)
+
+    def pre_hook(mod, hook_args, hook_kwargs):
+        if push is None or is_compiling():
+            return traced_pre_hook(mod, hook_args, hook_kwargs)
+        path = encoded.get(mod, b"")
+        scope = push(handle, path, len(path))
+        if scope < 0:  # refused: the method refuses it again, with the message
+            scope = session.push_module_scope(names.get(mod, ""))
+        open_scopes.append((scope, len(calls)))
+        calls.append([mod, describe(tuple(hook_args)) if not hook_kwargs else
+                      {"kind": "call", "args": describe(tuple(hook_args)), "kwargs": describe(hook_kwargs)},
+                      None])
+
+    def post_hook(mod, hook_args, hook_kwargs, output):
+        if push is None or is_compiling():
+            return traced_post_hook(mod, hook_args, hook_kwargs, output)
+        scope, index = open_scopes.pop()
+        failed = sys.exc_info()[0] is not None
+        if type(output) is Tensor:
+            one[0] = output._cdata
+            status = pop(handle, scope, failed, one, 1)
+            if status < 0:
+                session.pop_module_scope(scope, failed, [output._cdata])
+        else:
+            flat, _ = tree_flatten(output)
+            ids = [t._cdata for t in flat if isinstance(t, Tensor)]
+            status = pop(handle, scope, failed, (ctypes.c_uint64 * len(ids))(*ids), len(ids))
+            if status < 0:
+                session.pop_module_scope(scope, failed, ids)
         calls[index][2] = {"kind": "failed"} if failed else describe(output)
 
     handles = []
@@ -243,39 +314,104 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     return _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training)
 
 
-def _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training) -> dict:
-    import json
+def _number(v: float):
+    """A receptive-field value as the layers' JSON holds it (reports/layers.cc,
+    Number): whole values as ints, others as floats; JSON has no NaN or
+    infinity (null)."""
+    if not math.isfinite(v):
+        return None
+    return int(v) if abs(v) < 9e15 and v.is_integer() else v
 
+
+_STATUS = ("complete", "partial", "unavailable")  # MetricStatus order
+_MODULE_UNITS = (("module_flops", "FLOPs"), ("macs", "MACs"), ("dmas", "accesses"))
+_FIELDS = ("receptive_field", "effective_stride", "effective_padding")
+
+
+def _layer_rows(session, scope: str, metrics: bool) -> list:
+    """(path, call_index, depth, failed, metrics) per layer call, in scope
+    order: the session's layer rows (Session::LayerRows, flattened by the
+    binding: torchscan_dispatch/bindings.cc, FlatLayerRows), with the module
+    view's and the receptive field's MetricResults as the layers' JSON
+    (Session::LayersJson) writes them, keys in its (sorted) order. metrics
+    False: None instead of the metrics."""
+    texts, ints, reals = session.layer_rows()
+    rows = []
+    t = i = r = 0
+    end = len(ints)
+    while i < end:
+        path = texts[t]
+        t += 1
+        call_index, _parent, depth, failed = ints[i], ints[i + 1], ints[i + 2], ints[i + 3]
+        i += 4
+        values = {} if metrics else None
+        for m in range(4):  # operator_flops (not a layer metric of this report), module_flops, macs, dmas
+            status, count = ints[i], ints[i + 1]
+            i += 2
+            if count < 0:  # past 2^63 - 1: its digits
+                count = int(texts[t])
+                t += 1
+            if m and metrics:
+                name, unit = _MODULE_UNITS[m - 1]
+                values[name] = {"known_value": None if status == 2 else count, "method": "module_formulas",
+                                "scope": scope, "status": _STATUS[status], "unit": unit,
+                                "value": count if status == 0 else None}
+        for name in _FIELDS:
+            status, not_applicable, n = ints[i], ints[i + 1], ints[i + 2]
+            i += 3
+            dims = ints[i:i + n]
+            i += n
+            value = None
+            if status == 0:
+                value = _number(reals[r])
+                r += 1
+            axes = reals[r:r + n]
+            r += n
+            reason = None
+            if status == 2:
+                reason = texts[t]
+                t += 1
+            if metrics:
+                field = {"axes": [{"dim": d, "value": _number(v)} for d, v in zip(dims, axes)]} if n else {}
+                field["known_value"] = value
+                field["method"] = "not_applicable" if not_applicable else "data_flow"
+                if reason is not None:
+                    field["reason"] = reason
+                field["scope"] = scope
+                field["status"] = _STATUS[status]
+                field["unit"] = "positions"
+                field["value"] = value
+                values[name] = field
+        rows.append((path, call_index, depth, bool(failed), values))
+    return rows
+
+
+def _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training) -> dict:
     import torchscan
 
-    session = scan._session
-    rows = json.loads(session.layers())
     full = mode == "full"
+    rows = _layer_rows(scan._session, "forward", full)
     flop_report = scan.report() if full else None
     module_report = scan.module_report() if full else None
     diagnostics = []
     layers = []
     stats = {}  # per module, not per call: a module called in a loop has many rows
-    for row, (mod, inputs, output) in zip(rows, calls):
-        metrics = {}
-        for name in _COMPUTE:
-            if full:
-                metrics[name] = row["metrics"][name]
-            else:
-                metrics[name] = _metric("unavailable", unit="MACs" if name == "macs" else "FLOPs")
-        for name in ("receptive_field", "effective_stride", "effective_padding"):
-            metrics[name] = row["metrics"][name] if full else _metric("unavailable", unit="positions")
-        if row["failed"]:
+    for (path, call_index, depth, failed, metrics), (mod, inputs, output) in zip(rows, calls):
+        if not full:
+            metrics = {name: _metric("unavailable", unit="MACs" if name == "macs" else "FLOPs") for name in _COMPUTE}
+            for name in _FIELDS:
+                metrics[name] = _metric("unavailable", unit="positions")
+        if failed:
             diagnostics.append({"code": "module_forward_error", "severity": "error", "metric": "module_flops",
-                                "message": f"{row['path'] or '(root)'} raised inside its forward; "
-                                           "its estimates are unavailable", "path": row["path"]})
+                                "message": f"{path or '(root)'} raised inside its forward; "
+                                           "its estimates are unavailable", "path": path})
         type_name = safe_text(type(mod).__name__)
         mod_stats = stats.get(mod)
         if mod_stats is None:
             mod_stats = stats[mod] = _parameter_stats(mod)
         layers.append({
-            "path": row["path"], "call_index": row["call_index"], "name": row["path"].rsplit(".", 1)[-1] or
-            type_name, "depth": row["depth"], "type": type_name, "inputs": inputs,
+            "path": path, "call_index": call_index, "name": path.rsplit(".", 1)[-1] or
+            type_name, "depth": depth, "type": type_name, "inputs": inputs,
             "output": output, **mod_stats, "metrics": metrics,
         })
 

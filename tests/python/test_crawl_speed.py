@@ -87,3 +87,114 @@ def test_gc_paused_during_the_crawl_and_restored(enabled_before, fail):
         assert gc.isenabled() is enabled_before
     finally:
         gc.enable() if was else gc.disable()
+
+
+# ---- the layer rows reach Python without JSON text (issue 10 item 19): the
+# rows crawl_module builds from Session::LayerRows equal, key order and
+# number types included, what the layers' JSON (Session::LayersJson) says.
+
+
+class _CatchesChild(nn.Module):
+    """A child whose forward raises, caught by its parent: a failed row."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bad = _GcProbe(fail=True)
+        self.head = nn.Conv2d(4, 4, (1, 5))  # axes differ: rf (1, 5) after a 3x3 conv -> (3, 7)
+
+    def forward(self, x):
+        y = self.conv(x)
+        try:
+            self.bad(y)
+        except ValueError:
+            pass
+        return self.head(y)
+
+
+class _Tokens(nn.Module):
+    """Tokens (not applicable), a partial row (aten::dist has no formula) and a
+    call whose output the data flow never sees (an int)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.count = _Count()
+
+    def forward(self, x):
+        t = self.proj(x.flatten(2).transpose(1, 2))
+        return torch.dist(t, t) + self.count(t)
+
+
+class _Count(nn.Module):
+    def forward(self, t):
+        return t.shape[1]
+
+
+def _crawl_with_json_rows(monkeypatch, model, *args, **kwargs):
+    """crawl_module's report, with (rows it built, the layers' JSON rows)."""
+    import json
+
+    from torchscan import crawler
+
+    seen = []
+    build = crawler._layer_rows
+
+    def both(session, scope, metrics):
+        rows = build(session, scope, metrics)
+        seen.append((rows, json.loads(session.layers())))
+        return rows
+
+    monkeypatch.setattr(crawler, "_layer_rows", both)
+    report = torchscan.crawl_module(model, *args, **kwargs)
+    (rows, expected), = seen
+    return report, rows, expected
+
+
+_ROW_METRICS = ("module_flops", "macs", "dmas", "receptive_field", "effective_stride", "effective_padding")
+
+
+@pytest.mark.parametrize("case", ["mobilenet", "failed_and_axes_differ", "tokens", "wide_counts", "structure"])
+def test_layer_rows_equal_the_layers_json(monkeypatch, case):
+    import json
+
+    mode = "full"
+    if case == "mobilenet":
+        model, args = mobilenet_v3_small().eval(), (torch.rand(1, 3, 64, 64),)
+    elif case == "failed_and_axes_differ":
+        model, args = _CatchesChild(), (torch.rand(1, 3, 12, 12),)
+    elif case == "tokens":
+        model, args = _Tokens(), (torch.rand(1, 8, 4, 4),)
+    elif case == "wide_counts":
+        # On meta, a (16 x 2^30) input to a 2^30 -> 2^30 linear layer: 16 * 2^30
+        # dot products of 2^30 terms. Module view (formulas/matmul.cc): a dot is
+        # 2^30 multiplies and 2^30 - 1 adds, so 2^34 * (2^31 - 1) = 2^65 - 2^34
+        # FLOPs and 2^34 * 2^30 = 2^64 MACs, past 2^63 - 1 (the rows carry
+        # them as digits).
+        model, args = nn.Linear(2**30, 2**30, bias=False, device="meta"), (torch.empty(16, 2**30, device="meta"),)
+    else:
+        model, args, mode = _CatchesChild(), (torch.rand(1, 3, 12, 12),), "structure"
+    report, rows, expected = _crawl_with_json_rows(monkeypatch, model, args=args, mode=mode)
+    assert len(rows) == len(expected) == len(report["layers"]) > 0
+    for (path, call_index, depth, failed, metrics), row in zip(rows, expected):
+        assert (path, call_index, depth, failed) == (row["path"], row["call_index"], row["depth"], row["failed"])
+        if mode == "structure":
+            assert metrics is None
+            continue
+        want = {name: row["metrics"][name] for name in _ROW_METRICS}
+        # Text equality: same keys in the same order, ints stay ints.
+        assert json.dumps(metrics) == json.dumps(want)
+    layers = report["layers"]
+    if case == "failed_and_axes_differ":
+        bad = next(l for l in layers if l["path"] == "bad")
+        assert bad["metrics"]["module_flops"]["status"] == "unavailable"
+        assert next(l for l in layers if l["path"] == "head")["metrics"]["receptive_field"]["axes"] == [
+            {"dim": 2, "value": 3}, {"dim": 3, "value": 7}]
+    if case == "tokens":
+        assert {l["path"]: l["metrics"]["receptive_field"]["method"] for l in layers}["proj"] == "not_applicable"
+        assert layers[0]["metrics"]["module_flops"]["status"] == "partial"  # aten::dist
+        count = next(l for l in layers if l["path"] == "count")
+        assert "not seen" in count["metrics"]["receptive_field"]["reason"]
+    if case == "wide_counts":
+        assert layers[0]["metrics"]["module_flops"]["value"] == 2**65 - 2**34
+        assert layers[0]["metrics"]["macs"]["value"] == 2**64
