@@ -14,6 +14,7 @@
 #include "formulas/matmul.h"
 #include "formulas/misc.h"
 #include "formulas/normalization.h"
+#include "formulas/normalization_backward.h"
 #include "formulas/pooling.h"
 #include "formulas/recurrent.h"
 #include "formulas/reduction.h"
@@ -206,6 +207,15 @@ const OperatorFormula kFormulas[] = {
     // (formulas/TRAINING.md holds its table: kernel, count, derivation, boundary).
     // @@activation_backward rows@@
     // @@normalization_backward rows@@
+    // Normalization backward (formulas/normalization_backward.h).
+    {"aten::native_layer_norm_backward", normalization_backward::LayerNorm, kF},
+    {"aten::native_group_norm_backward", normalization_backward::GroupNorm, kF},
+    {"aten::native_batch_norm_backward", normalization_backward::BatchNorm, kF},
+    {"aten::batch_norm_backward", normalization_backward::BatchNorm, kF},
+    {"aten::cudnn_batch_norm_backward", normalization_backward::CudnnBatchNorm, kF},
+    {"aten::miopen_batch_norm_backward", normalization_backward::CudnnBatchNorm, kF},
+    {"aten::_fused_rms_norm_backward", normalization_backward::FusedRmsNorm, kF},
+    {"aten::_weight_norm_interface_backward", normalization_backward::WeightNorm, kF},
     // @@layer_backward rows@@
     // @@losses rows@@
     // @@optimizers rows@@
