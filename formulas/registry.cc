@@ -15,6 +15,7 @@
 #include "formulas/misc.h"
 #include "formulas/normalization.h"
 #include "formulas/normalization_backward.h"
+#include "formulas/optimizers.h"
 #include "formulas/pooling.h"
 #include "formulas/recurrent.h"
 #include "formulas/reduction.h"
@@ -219,6 +220,22 @@ const OperatorFormula kFormulas[] = {
     // @@layer_backward rows@@
     // @@losses rows@@
     // @@optimizers rows@@
+    // List kernels: the per-tensor row on each element, summed (formulas/optimizers.h). _foreach_lgamma
+    // and _foreach_powsum have no per-tensor row; _foreach_copy/_zero/_clone are zero-cost copies/fills.
+#define TS_FOREACH(name) {"aten::_foreach_" name, optimizers::Foreach, kF}
+    TS_FOREACH("abs"), TS_FOREACH("acos"), TS_FOREACH("add"), TS_FOREACH("addcdiv"), TS_FOREACH("addcmul"),
+    TS_FOREACH("asin"), TS_FOREACH("atan"), TS_FOREACH("ceil"), TS_FOREACH("clamp_max"),
+    TS_FOREACH("clamp_min"), TS_FOREACH("cos"), TS_FOREACH("cosh"), TS_FOREACH("div"), TS_FOREACH("erf"),
+    TS_FOREACH("erfc"), TS_FOREACH("exp"), TS_FOREACH("expm1"), TS_FOREACH("floor"), TS_FOREACH("frac"),
+    TS_FOREACH("lerp"), TS_FOREACH("log"), TS_FOREACH("log10"), TS_FOREACH("log1p"), TS_FOREACH("log2"),
+    TS_FOREACH("max"), TS_FOREACH("maximum"), TS_FOREACH("minimum"), TS_FOREACH("mm"), TS_FOREACH("mul"),
+    TS_FOREACH("neg"), TS_FOREACH("norm"), TS_FOREACH("pow"), TS_FOREACH("reciprocal"), TS_FOREACH("round"),
+    TS_FOREACH("rsqrt"), TS_FOREACH("sigmoid"), TS_FOREACH("sign"), TS_FOREACH("sin"), TS_FOREACH("sinh"),
+    TS_FOREACH("sqrt"), TS_FOREACH("sub"), TS_FOREACH("tan"), TS_FOREACH("tanh"), TS_FOREACH("trunc"),
+#undef TS_FOREACH
+    // Fused optimizer steps: the for-loop implementation's per-element operations.
+    {"aten::_fused_adam", optimizers::FusedAdam, kF}, {"aten::_fused_adamw", optimizers::FusedAdamW, kF},
+    {"aten::_fused_sgd", optimizers::FusedSgd, kF}, {"aten::_fused_adagrad", optimizers::FusedAdagrad, kF},
     // @@attention_recurrent_backward rows@@
 #undef TS_ROW
 #undef TS_PW

@@ -3,6 +3,7 @@
 #include <ATen/core/List.h>
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace torchscan {
@@ -89,6 +90,18 @@ ArgMeta Record(Arena& arena, const c10::IValue& v) {
   if (v.isList()) {
     // Tensor?[] arrives as a generic list of optional tensors.
     const auto list = v.toListRef();
+    // Scalar[] (the per-tensor scalars of _foreach_div_.ScalarList and the
+    // like) arrives as a generic list of numbers: kDoubleList.
+    if (!list.empty() && std::all_of(list.begin(), list.end(), [](const c10::IValue& e) {
+          return e.isInt() || e.isDouble() || e.isBool();
+        })) {
+      double* out = arena.Alloc<double>(list.size());
+      for (size_t i = 0; i < list.size(); ++i) {
+        const c10::IValue& e = list[i];
+        out[i] = e.isDouble() ? e.toDouble() : e.isInt() ? static_cast<double>(e.toInt()) : (e.toBool() ? 1.0 : 0.0);
+      }
+      return ArgMeta::Doubles(out, list.size());
+    }
     TensorMeta* out = arena.Alloc<TensorMeta>(list.size());
     for (size_t i = 0; i < list.size(); ++i) {
       if (list[i].isTensor()) {
