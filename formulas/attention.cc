@@ -167,15 +167,26 @@ namespace torchscan::attention {
 
 namespace {
 
-// The CPU SDPA row's limits, shared by both views; nullopt when supported.
-std::optional<FormulaResult> SdpaCpuUnsupported(const OpCall& call) {
-  const TensorMeta* q = TensorArg(call, 0, 4);
-  const TensorMeta* k = TensorArg(call, 1, 4);
-  const TensorMeta* v = TensorArg(call, 2, 4);
+// Where the CPU SDPA kernels keep their operands: the forward
+// (query, key, value, dropout_p, is_causal, *, attn_mask, scale) and the
+// backward (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal,
+// *, attn_mask, scale).
+struct SdpaCpuArgs {
+  size_t query, dropout, causal, mask;
+};
+constexpr SdpaCpuArgs kSdpaCpuForward{0, 3, 4, 5};
+constexpr SdpaCpuArgs kSdpaCpuBackward{1, 6, 7, 8};
+
+// The CPU SDPA row's limits, shared by both views and by the backward row;
+// nullopt when supported.
+std::optional<FormulaResult> SdpaCpuUnsupported(const OpCall& call, SdpaCpuArgs at = kSdpaCpuForward) {
+  const TensorMeta* q = TensorArg(call, at.query, 4);
+  const TensorMeta* k = TensorArg(call, at.query + 1, 4);
+  const TensorMeta* v = TensorArg(call, at.query + 2, 4);
   if (!q || !k || !v || !Consistent(q->sizes(), k->sizes(), v->sizes())) {
     return ShapeMismatch(call, "expected dense 4-D query/key/value with matching batches");
   }
-  const auto dropout = ScalarArg(call, 3);
+  const auto dropout = ScalarArg(call, at.dropout);
   if (dropout && *dropout > 0) {
     return FormulaResult::Unavailable("unsupported_attention_dropout",
                                       "attention dropout inside the fused CPU kernel is not counted");
@@ -183,9 +194,9 @@ std::optional<FormulaResult> SdpaCpuUnsupported(const OpCall& call) {
   return std::nullopt;
 }
 
-int SdpaCpuMasks(const OpCall& call) {
-  const bool causal = call.arg(4).kind == ArgKind::kBool && call.arg(4).to_bool();
-  return (causal ? 1 : 0) + (call.arg(5).is_tensor() ? 1 : 0);
+int SdpaCpuMasks(const OpCall& call, SdpaCpuArgs at = kSdpaCpuForward) {
+  const bool causal = call.arg(at.causal).kind == ArgKind::kBool && call.arg(at.causal).to_bool();
+  return (causal ? 1 : 0) + (call.arg(at.mask).is_tensor() ? 1 : 0);
 }
 
 }  // namespace
@@ -306,6 +317,48 @@ ModuleCosts TransformerEncoderLayerCosts(const OpCall& call) {
     v[2] += 3 * n + 4 * n + 5 * rows + 1 + params + (params > 0 ? 2 * n : Count(0));
   }
   return Complete(v);
+}
+
+}  // namespace torchscan::attention
+
+namespace torchscan::attention {
+
+// torchscan_training_v1, CPU SDPA backward. What cpu_flash_attention_backward
+// (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp) computes per (batch,
+// query head), row block by key block:
+//   dsum  = rowsum(grad_out * out)             per row: dv multiplies, dv - 1 adds
+//   attn  = scale * q @ k^T (+ mask)           product, scale (GEMM alpha), mask add
+//   attn  = exp(attn - logsumexp)              subtract, exp
+//   attn  = 0 above the diagonal (causal)      one selection
+//   gv   += attn^T @ grad_out                  product
+//   gattn = grad_out @ v^T                     product
+//   gattn = attn * (gattn - dsum)              subtract, multiply
+//   gq   += scale * gattn @ k                  product (scale: GEMM alpha)
+//   gk   += scale * gattn^T @ q                product (scale: GEMM alpha)
+// The five products are the native SDPA backward (SdpaBackwardFlops, equal to
+// torch.utils.flop_counter.sdpa_backward_flop_count); dense, like the forward
+// row ("Dense products unchanged" under masks, although the causal kernel
+// skips key blocks past the diagonal). The scale is counted once per score
+// where it enters (the recomputed scores) and once per score where the chain
+// rule passes back through it (d(scale*s) = scale*ds), as the forward row
+// counts its score scale however the kernel fuses it.
+FormulaResult SdpaCpuBackward(const OpCall& call) {
+  // An undefined grad_out returns undefined gradients: nothing is computed.
+  if (call.arg(0).is_none()) return FormulaResult::Complete(0);
+  if (auto bad = SdpaCpuUnsupported(call, kSdpaCpuBackward)) return *bad;
+  const TensorMeta* g = TensorArg(call, 0, 4);
+  const auto q = call.arg(1).tensor().sizes(), k = call.arg(2).tensor().sizes(), v = call.arg(3).tensor().sizes();
+  const std::optional<Count> products = g ? SdpaBackwardFlops(g->sizes(), q, k, v) : std::nullopt;
+  if (!products) return ShapeMismatch(call, "grad_out must have the query's batch, heads and length and V's width");
+  const int64_t dv = v[3];
+  const Count r = Count(q[0]) * q[1] * q[2], a = r * k[2];
+  const Count flops = *products                        // five dense products
+                      + 2 * a                          // score scale, and back through it
+                      + SdpaCpuMasks(call, kSdpaCpuBackward) * a  // causal / explicit mask
+                      + 2 * a                          // exp(s - logsumexp)
+                      + r * (dv > 0 ? Count(2) * dv - 1 : Count(0))  // rowsum(grad_out * out)
+                      + 2 * a;                         // attn * (gattn - dsum)
+  return CountFor(call, ArithmeticOf(call), flops);
 }
 
 }  // namespace torchscan::attention

@@ -69,6 +69,18 @@ FormulaResult TransformerEncoderLayer(const OpCall& call);
 //   one op per score per mask (causal, explicit), stable softmax 5A - 2R.
 FormulaResult SdpaCpu(const OpCall& call);
 
+// torchscan_training_v1 row of the CPU SDPA backward (derivation next to the
+// definition):
+// _scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key,
+//   value, out, logsumexp, dropout_p, is_causal, *, attn_mask, scale), same
+// limits as SdpaCpu (no dropout). A = scores B*Hq*L*S, R = rows B*Hq*L:
+//   the five native products (SdpaBackwardFlops) 2A(3d + 2dv)
+//   + scale 2A (recomputed scores, and the gradient through the scale)
+//   + A per mask (causal, explicit) + softmax from logsumexp 2A
+//   + rowsum(grad_out * out) R(2dv - 1) + softmax backward 2A.
+// Without masks that is the products + 6A + R(2dv - 1).
+FormulaResult SdpaCpuBackward(const OpCall& call);
+
 // Module view of the CPU SDPA kernel (torchscan_flops_v1 "CPU SDPA fallback"):
 // _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p,
 //   is_causal, *, attn_mask, scale), dense 4-D, matching batches, query heads

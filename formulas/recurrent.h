@@ -19,4 +19,14 @@ namespace torchscan::recurrent {
 //   RNN  (mode 0 ReLU / 1 tanh, G=1): 1H / 6H
 FormulaResult MkldnnRnnLayer(const OpCall& call);
 
+// torchscan_training_v1 row of the LSTM layer backward (derivation next to the
+// definition): mkldnn_rnn_layer_backward(input, w_ih, w_hh, b_ih, b_hh, hx, cx,
+//   output, hy, cy, grad_output?, grad_hy?, grad_cy?, reverse, mode,
+//   hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes,
+//   batch_first, workspace), LSTM only (mode 2). N = T*B rows (input (T, B, I)),
+// G = 4 gates, H hidden:
+//   cell backward 29 N H + products 4 N G H (I + H) + bias gradient G H (N - 1)
+//   + G H for b_ih + b_hh when has_biases. Zero when no gradient is given.
+FormulaResult MkldnnRnnLayerBackward(const OpCall& call);
+
 }  // namespace torchscan::recurrent

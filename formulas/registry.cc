@@ -237,6 +237,8 @@ const OperatorFormula kFormulas[] = {
     {"aten::_fused_adam", optimizers::FusedAdam, kF}, {"aten::_fused_adamw", optimizers::FusedAdamW, kF},
     {"aten::_fused_sgd", optimizers::FusedSgd, kF}, {"aten::_fused_adagrad", optimizers::FusedAdagrad, kF},
     // @@attention_recurrent_backward rows@@
+    {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", attention::SdpaCpuBackward, kF},
+    {"aten::mkldnn_rnn_layer_backward", recurrent::MkldnnRnnLayerBackward, kF},
 #undef TS_ROW
 #undef TS_PW
 };
