@@ -48,7 +48,7 @@ FormulaResult BatchNormCount(const OpCall& call, const TensorMeta* x, bool train
   const int w = weight ? 1 : 0;
   const bool gi = mask[0], gw = mask[1], gb = mask[2];
   Count count = 0;
-  if (!train && (gi || gw)) count += 3 * c;              // invstd from the running variance
+  if (!train && (gi || gw)) count += 2 * c;              // invstd = 1/sqrt(running_var + eps)
   if (gb || (train && gi)) count += n - c;               // sum(dy) per channel
   if (gw || (train && gi)) count += 3 * n - c;           // sum((x - mean) * dy) per channel
   if (gi) count += train ? (5 + w) * n + 4 * c : (1 + w) * n;

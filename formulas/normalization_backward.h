@@ -63,14 +63,16 @@ FormulaResult GroupNorm(const OpCall& call);
 // batch_norm_backward (the same operands plus reserve; its `update` flag is
 // the kernel's `train`). N elements, C = input.size(1), M = N / C per
 // channel. Kernel batch_norm_cpu_backward_contiguous_impl:
-//   eval only: invstd = 1/sqrt(running_var + eps): 3C (grad_input, grad_weight);
+//   eval only: invstd = 1/sqrt(running_var + eps): 2C, the eps add and the
+//     reciprocal square root as in the forward rows' "eps/sqrt 2R"
+//     (grad_input, grad_weight);
 //   sum = sum(dy) per channel: N - C (grad_bias; grad_input in train);
 //   dotp = sum((x - mean)*dy): 3N - C (grad_weight; grad_input in train);
 //   grad_input, train: k = dotp*invstd*invstd/M and grad_mean = sum/M (4C);
 //     dx = (dy - grad_mean - (x - mean)*k)*invstd*w: (5 + W)N;
 //   grad_input, eval: dy*invstd*w: (1 + W)N;
 //   grad_weight: dotp*invstd: C; grad_bias: the sum itself.
-// Train, weight, every output: 10N + 3C; eval: 6N + 2C. Empty inputs are
+// Train, weight, every output: 10N + 3C; eval: 6N + C. Empty inputs are
 // unsupported (as for the forward row).
 FormulaResult BatchNorm(const OpCall& call);
 

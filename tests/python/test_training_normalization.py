@@ -161,14 +161,14 @@ def test_group_norm_backward_decomposition(torchscan, weight, mask):
 
 # ---------------------------------------------------------------- BatchNorm
 # Kernel (batch_norm_cpu_backward_contiguous_impl), N elements, C channels:
-#   eval invstd 3C (grad_input, grad_weight); sum N - C (grad_bias, train
+#   eval invstd 2C (eps add, reciprocal sqrt; grad_input, grad_weight); sum N - C (grad_bias, train
 #   grad_input); dotp 3N - C (grad_weight, train grad_input); grad_input
 #   train (5 + W)N + 4C, eval (1 + W)N; grad_weight C.
 
 
 def batch_norm_kernel(n, c, train, w, mask):
     gi, gw, gb = mask
-    count = (not train and (gi or gw)) * 3 * c
+    count = (not train and (gi or gw)) * 2 * c
     count += (gb or (train and gi)) * (n - c)
     count += (gw or (train and gi)) * (3 * n - c)
     count += gi * (((5 + w) * n + 4 * c) if train else (1 + w) * n)
@@ -195,14 +195,14 @@ def test_batch_norm_backward_autograd_train_eval_masks(torchscan):
     assert _backward(torchscan, bn, x.clone().requires_grad_(), op) == 3009
     # Train, input without grad: sum 297 + dotp 897 + grad_weight 3 = 1197.
     assert _backward(torchscan, bn, x, op) == 1197
-    # Eval, everything: 6N + 2C = 1806.
+    # Eval, everything: 6N + C = 1803.
     bn.eval()
-    assert _backward(torchscan, bn, x.clone().requires_grad_(), op) == 1806
-    # Eval, input without grad: invstd 9 + 297 + 897 + 3 = 1206.
-    assert _backward(torchscan, bn, x, op) == 1206
-    # Eval, frozen parameters: invstd 9 + dy*invstd*w 2N = 609 (no channel sums).
+    assert _backward(torchscan, bn, x.clone().requires_grad_(), op) == 1803
+    # Eval, input without grad: invstd 6 + 297 + 897 + 3 = 1203.
+    assert _backward(torchscan, bn, x, op) == 1203
+    # Eval, frozen parameters: invstd 6 + dy*invstd*w 2N = 606 (no channel sums).
     bn.requires_grad_(False)
-    assert _backward(torchscan, bn, x.clone().requires_grad_(), op) == 609
+    assert _backward(torchscan, bn, x.clone().requires_grad_(), op) == 606
     # Train, affine=False: sum 297 + dotp 897 + 5N + 4C = 1500 + 12 -> 2706.
     plain = nn.BatchNorm2d(3, affine=False)
     assert _backward(torchscan, plain, x.clone().requires_grad_(), op) == 2706
@@ -228,10 +228,10 @@ def test_batch_norm_backward_decomposition(torchscan, train, mask):
     if mask == [True, True, True]:
         # Train: the decomposition folds invstd * w per channel (C) where the
         # kernel multiplies per element, and scales per channel once more:
-        # kernel - decomposition = N - C = 297. Eval: additionally the kernel
-        # takes 1/sqrt(var + eps) (3C) where the decomposition uses rsqrt (2C),
-        # and does not build the unused train terms: N - 4C = 288.
-        assert kernel - decomp == (300 - 3 if train else 300 - 12)
+        # kernel - decomposition = N - C = 297. Eval: the same fold (N - C),
+        # and the decomposition also builds the train-only grad_mean and
+        # proj_scale (4C) that eval does not use: N - 5C = 285.
+        assert kernel - decomp == (300 - 3 if train else 300 - 15)
 
 
 def test_new_batch_norm_backward_op(torchscan):
@@ -242,9 +242,9 @@ def test_new_batch_norm_backward_op(torchscan):
     # _batch_norm_with_update -> batch_norm_backward(update=True): train, 3009.
     y = aten._batch_norm_with_update(x, w, b, rm.clone(), rv.clone(), 0.1, 1e-5)[0]
     assert _op_count(torchscan, lambda: y.backward(g), op) == 3009
-    # _batch_norm_no_update -> batch_norm_backward(update=False): eval, 1806.
+    # _batch_norm_no_update -> batch_norm_backward(update=False): eval, 1803.
     y = aten._batch_norm_no_update(x, w, b, rm.clone(), rv.clone(), 0.1, 1e-5)[0]
-    assert _op_count(torchscan, lambda: y.backward(g), op) == 1806
+    assert _op_count(torchscan, lambda: y.backward(g), op) == 1803
     # Its decomposition is native_batch_norm_backward's: 9N + 4C = 2712.
     _, sm, si = aten.native_batch_norm(x.detach(), w.detach(), None, rm.clone(), rv.clone(), True, 0.1, 1e-5)
     args = (g, x.detach(), w.detach(), rm, rv, sm, si, True, 1e-5, [True, True, True], torch.empty(0, dtype=torch.uint8))
