@@ -12,6 +12,7 @@
 #include "formulas/convolution.h"
 #include "formulas/elementwise.h"
 #include "formulas/indexing.h"
+#include "formulas/losses.h"
 #include "formulas/matmul.h"
 #include "formulas/misc.h"
 #include "formulas/normalization.h"
@@ -246,6 +247,27 @@ const OperatorFormula kFormulas[] = {
     {"aten::_weight_norm_interface_backward", normalization_backward::WeightNorm, kF},
     // @@layer_backward rows@@
     // @@losses rows@@
+    // Loss kernels, forward and backward (formulas/losses.h). nll_loss and the
+    // margin losses read only selected values: no pointwise module view.
+    {"aten::nll_loss_forward", losses::NllLossForward, kF},
+    {"aten::nll_loss2d_forward", losses::NllLossForward, kF},
+    {"aten::nll_loss_backward", losses::NllLossBackward, kF},
+    {"aten::nll_loss2d_backward", losses::NllLossBackward, kF},
+    {"aten::mse_loss", losses::MseLoss, kF, /*pointwise=*/true},
+    {"aten::mse_loss_backward", losses::MseLossBackward, kF, /*pointwise=*/true},
+    {"aten::smooth_l1_loss", losses::SmoothL1OrHuberLoss, kF, /*pointwise=*/true},
+    {"aten::smooth_l1_loss_backward", losses::SmoothL1OrHuberLossBackward, kF, /*pointwise=*/true},
+    {"aten::huber_loss", losses::SmoothL1OrHuberLoss, kF, /*pointwise=*/true},
+    {"aten::huber_loss_backward", losses::SmoothL1OrHuberLossBackward, kF, /*pointwise=*/true},
+    {"aten::binary_cross_entropy", losses::BinaryCrossEntropy, kF, /*pointwise=*/true},
+    {"aten::binary_cross_entropy_backward", losses::BinaryCrossEntropyBackward, kF, /*pointwise=*/true},
+    {"aten::binary_cross_entropy_with_logits", losses::BinaryCrossEntropyWithLogits, kF, /*pointwise=*/true},
+    {"aten::soft_margin_loss", losses::SoftMarginLoss, kF, /*pointwise=*/true},
+    {"aten::soft_margin_loss_backward", losses::SoftMarginLossBackward, kF, /*pointwise=*/true},
+    {"aten::multi_margin_loss", losses::MultiMarginLoss, kF},
+    {"aten::multi_margin_loss_backward", losses::MultiMarginLossBackward, kF},
+    {"aten::multilabel_margin_loss_forward", losses::MultilabelMarginLossForward, kF},
+    {"aten::multilabel_margin_loss_backward", losses::MultilabelMarginLossBackward, kF},
     // @@optimizers rows@@
     // List kernels: the per-tensor row on each element, summed (formulas/optimizers.h). _foreach_lgamma
     // and _foreach_powsum have no per-tensor row; _foreach_copy/_zero/_clone are zero-cost copies/fills.
