@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "formulas/activation_backward.h"
 #include "formulas/arithmetic.h"
 #include "formulas/attention.h"
 #include "formulas/compiled.h"
@@ -208,6 +209,32 @@ const OperatorFormula kFormulas[] = {
     // torchscan_training_v1: the training-step extension of torchscan_flops_v1
     // (formulas/TRAINING.md holds its table: kernel, count, derivation, boundary).
     // @@activation_backward rows@@
+    // Activation, softmax and dropout backward (formulas/activation_backward.h).
+    {"aten::threshold_backward", activation_backward::Threshold, kF, /*pointwise=*/true},
+    {"aten::gelu_backward", activation_backward::Gelu, kF, /*pointwise=*/true},
+    {"aten::silu_backward", activation_backward::Silu, kF, /*pointwise=*/true},
+    {"aten::sigmoid_backward", activation_backward::SigmoidTanh, kF, /*pointwise=*/true},
+    {"aten::tanh_backward", activation_backward::SigmoidTanh, kF, /*pointwise=*/true},
+    {"aten::hardtanh_backward", activation_backward::RangeMask, kF, /*pointwise=*/true},
+    {"aten::hardshrink_backward", activation_backward::RangeMask, kF, /*pointwise=*/true},
+    {"aten::softshrink_backward", activation_backward::RangeMask, kF, /*pointwise=*/true},
+    {"aten::leaky_relu_backward", activation_backward::LeakyRelu, kF, /*pointwise=*/true},
+    {"aten::elu_backward", activation_backward::Elu, kF, /*pointwise=*/true},
+    {"aten::softplus_backward", activation_backward::Softplus, kF, /*pointwise=*/true},
+    {"aten::mish_backward", activation_backward::Mish, kF, /*pointwise=*/true},
+    {"aten::hardswish_backward", activation_backward::Hardswish, kF, /*pointwise=*/true},
+    {"aten::hardsigmoid_backward", activation_backward::Hardsigmoid, kF, /*pointwise=*/true},
+    {"aten::log_sigmoid_backward", activation_backward::LogSigmoid, kF, /*pointwise=*/true},
+    {"aten::logit_backward", activation_backward::Logit, kF, /*pointwise=*/true},
+    {"aten::_prelu_kernel_backward", activation_backward::Prelu, kF, /*pointwise=*/true},
+    // Not single-pass over all operands (a branch reads noise or self; staged
+    // halves; two multiplies; two passes per row): no pointwise module view.
+    {"aten::rrelu_with_noise_backward", activation_backward::RreluWithNoise, kF},
+    {"aten::glu_backward", activation_backward::Glu, kF},
+    {"aten::native_dropout_backward", activation_backward::NativeDropout, kF},
+    {"aten::_softmax_backward_data", activation_backward::SoftmaxData, kF},
+    {"aten::_log_softmax_backward_data", activation_backward::LogSoftmaxData, kF},
+    {"aten::_masked_softmax_backward", activation_backward::MaskedSoftmax, kF},
     // @@normalization_backward rows@@
     // Normalization backward (formulas/normalization_backward.h).
     {"aten::native_layer_norm_backward", normalization_backward::LayerNorm, kF},
