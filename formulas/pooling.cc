@@ -15,11 +15,7 @@ bool WindowValues(const OpCall& call, const TensorMeta& out, Count& k) {
   if (kernel.kind != ArgKind::kIntList || kernel.ints().empty()) return false;
   const int64_t spatial = kernel.ints().size() == 1 ? (out.dim() >= 3 ? out.dim() - 2 : 1)
                                                     : static_cast<int64_t>(kernel.ints().size());
-  k = 1;
-  for (int64_t i = 0; i < spatial; ++i) {
-    k *= kernel.ints().size() == 1 ? kernel.ints()[0] : kernel.ints()[i];
-  }
-  return true;
+  return KernelVolume(kernel, spatial, k);
 }
 
 // Per window: k values (average) or k - 1 comparisons (max).
@@ -50,6 +46,15 @@ bool Visits(const OpCall& call, Count& visited, Count& outputs) {
 }
 
 }  // namespace
+
+bool KernelVolume(const ArgMeta& kernel, int64_t spatial, Count& k) {
+  if (kernel.kind != ArgKind::kIntList || kernel.ints().empty()) return false;
+  const auto sizes = kernel.ints();
+  if (sizes.size() != 1 && static_cast<int64_t>(sizes.size()) < spatial) return false;
+  k = 1;
+  for (int64_t i = 0; i < spatial; ++i) k *= sizes.size() == 1 ? sizes[0] : sizes[i];
+  return true;
+}
 
 Count AdaptiveAxisVisits(int64_t in, int64_t out) {
   if (in == 0 || out == 0) return 0;

@@ -15,6 +15,11 @@ namespace torchscan::pooling {
 // to L + O - gcd(L, O).
 Count AdaptiveAxisVisits(int64_t in, int64_t out);
 
+// Values per fixed pooling window: the product of the kernel sizes over
+// `spatial` axes (a single kernel size applies to every axis). False when the
+// argument is not a non-empty int list with one size or at least `spatial`.
+bool KernelVolume(const ArgMeta& kernel, int64_t spatial, Count& k);
+
 // max_pool*_with_indices / max_pool*(self, kernel_size, ...): K - 1
 // comparisons per output for K values per window (nominal padded/ceil windows).
 FormulaResult MaxPool(const OpCall& call);

@@ -12,6 +12,7 @@
 #include "formulas/convolution.h"
 #include "formulas/elementwise.h"
 #include "formulas/indexing.h"
+#include "formulas/layer_backward.h"
 #include "formulas/losses.h"
 #include "formulas/matmul.h"
 #include "formulas/misc.h"
@@ -246,6 +247,32 @@ const OperatorFormula kFormulas[] = {
     {"aten::_fused_rms_norm_backward", normalization_backward::FusedRmsNorm, kF},
     {"aten::_weight_norm_interface_backward", normalization_backward::WeightNorm, kF},
     // @@layer_backward rows@@
+    // Pooling, interpolation, embedding, distance and grid-sampling gradients (formulas/layer_backward.h).
+    {"aten::max_pool2d_with_indices_backward", layer_backward::MaxPoolBackward, kF},
+    {"aten::max_pool3d_with_indices_backward", layer_backward::MaxPoolBackward, kF},
+    {"aten::adaptive_max_pool2d_backward", layer_backward::MaxPoolBackward, kF},
+    {"aten::adaptive_max_pool3d_backward", layer_backward::MaxPoolBackward, kF},
+    {"aten::avg_pool2d_backward", layer_backward::AvgPoolBackward, kF},
+    {"aten::avg_pool3d_backward", layer_backward::AvgPoolBackward, kF},
+    {"aten::_adaptive_avg_pool2d_backward", layer_backward::AdaptiveAvgPoolBackward, kF},
+    {"aten::_adaptive_avg_pool3d_backward", layer_backward::AdaptiveAvgPoolBackward, kF},
+    {"aten::upsample_nearest1d_backward", layer_backward::NearestBackward, kF},
+    {"aten::upsample_nearest2d_backward", layer_backward::NearestBackward, kF},
+    {"aten::upsample_nearest3d_backward", layer_backward::NearestBackward, kF},
+    {"aten::_upsample_nearest_exact1d_backward", layer_backward::NearestBackward, kF},
+    {"aten::_upsample_nearest_exact2d_backward", layer_backward::NearestBackward, kF},
+    {"aten::_upsample_nearest_exact3d_backward", layer_backward::NearestBackward, kF},
+    {"aten::upsample_linear1d_backward", layer_backward::WeightedBackward<2>, kF},
+    {"aten::upsample_bilinear2d_backward", layer_backward::WeightedBackward<4>, kF},
+    {"aten::upsample_trilinear3d_backward", layer_backward::WeightedBackward<8>, kF},
+    {"aten::upsample_bicubic2d_backward", layer_backward::WeightedBackward<16>, kF},
+    {"aten::embedding_dense_backward", layer_backward::EmbeddingDenseBackward, kF},
+    {"aten::_embedding_bag_backward", layer_backward::EmbeddingBagBackward, kF},
+    {"aten::_embedding_bag_dense_backward", layer_backward::EmbeddingBagDenseBackward, kF},
+    {"aten::_embedding_bag_per_sample_weights_backward", layer_backward::EmbeddingBagPerSampleWeightsBackward, kF},
+    {"aten::_cdist_backward", layer_backward::CdistBackward, kF},
+    {"aten::_pdist_backward", layer_backward::PdistBackward, kF},
+    {"aten::grid_sampler_2d_backward", layer_backward::GridSampler2dBackward, kF},
     // @@losses rows@@
     // Loss kernels, forward and backward (formulas/losses.h). nll_loss and the
     // margin losses read only selected values: no pointwise module view.
