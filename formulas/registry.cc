@@ -376,11 +376,13 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::ones", R::kFill}, {"aten::ones_like", R::kFill}, {"aten::new_ones", R::kFill},
       {"aten::full", R::kFill}, {"aten::full_like", R::kFill}, {"aten::new_full", R::kFill},
       {"aten::fill_", R::kFill}, {"aten::fill", R::kFill}, {"aten::zero_", R::kFill},
+      {"aten::_foreach_zero", R::kFill}, {"aten::_foreach_zero_", R::kFill},
       {"aten::scalar_tensor", R::kFill}, {"aten::arange", R::kFill}, {"aten::eye", R::kFill},
       // (aten::lift_fresh returns its input: the schema's view rule.)
       {"aten::lift_fresh_copy", R::kCopy},
       // copies, conversions, gathers
       {"aten::copy_", R::kCopy}, {"aten::copy", R::kCopy}, {"aten::clone", R::kCopy},
+      {"aten::_foreach_copy", R::kCopy}, {"aten::_foreach_copy_", R::kCopy}, {"aten::_foreach_clone", R::kCopy},
       {"aten::_to_copy", R::kCopy}, {"aten::to", R::kCopy}, {"aten::_copy_from", R::kCopy},
       {"aten::_copy_from_and_resize", R::kCopy}, {"aten::contiguous", R::kCopy},
       {"aten::cat", R::kCopy}, {"aten::stack", R::kCopy},
@@ -413,42 +415,24 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
 }
 
 
-constexpr char kBackwardGap[] =
-    "backward kernel: torchscan_flops_v1 defines backward counts only for the native matrix, "
-    "convolution and attention formulas (normalization/softmax/pooling/recurrent backward are listed gaps)";
 constexpr char kOrderingGap[] =
     "selection by sorting: its comparison count depends on the algorithm and the data; "
     "torchscan_flops_v1 has no convention for it";
 constexpr char kFftGap[] = "FFT: complex transforms have no torchscan_flops_v1 convention";
+constexpr char kCtcGap[] =
+    "CTC loss: dynamic programming over alignments; its count depends on each sample's input and target "
+    "lengths (values, not shapes); torchscan_training_v1 has no convention for it";
+constexpr char kGradScalerGap[] =
+    "gradient scaling (torch.amp.GradScaler): whether a step is skipped and how the scale changes depend "
+    "on the gradients' values; torchscan_training_v1 has no convention for it";
 
 const Exclusion kExclusions[] = {
     {"aten::sort", kOrderingGap}, {"aten::topk", kOrderingGap}, {"aten::kthvalue", kOrderingGap},
     {"aten::median", kOrderingGap}, {"aten::nanmedian", kOrderingGap}, {"aten::mode", kOrderingGap},
     {"aten::_fft_r2c", kFftGap}, {"aten::_fft_c2r", kFftGap}, {"aten::_fft_c2c", kFftGap},
-    {"aten::native_layer_norm_backward", kBackwardGap}, {"aten::native_group_norm_backward", kBackwardGap},
-    {"aten::native_batch_norm_backward", kBackwardGap}, {"aten::_softmax_backward_data", kBackwardGap},
-    {"aten::_log_softmax_backward_data", kBackwardGap},
-    {"aten::max_pool2d_with_indices_backward", kBackwardGap},
-    {"aten::max_pool3d_with_indices_backward", kBackwardGap}, {"aten::avg_pool2d_backward", kBackwardGap},
-    {"aten::avg_pool3d_backward", kBackwardGap}, {"aten::_adaptive_avg_pool2d_backward", kBackwardGap},
-    {"aten::_adaptive_avg_pool3d_backward", kBackwardGap}, {"aten::adaptive_max_pool2d_backward", kBackwardGap},
-    {"aten::adaptive_max_pool3d_backward", kBackwardGap}, {"aten::embedding_dense_backward", kBackwardGap},
-    {"aten::threshold_backward", kBackwardGap}, {"aten::gelu_backward", kBackwardGap},
-    {"aten::silu_backward", kBackwardGap}, {"aten::hardtanh_backward", kBackwardGap},
-    {"aten::sigmoid_backward", kBackwardGap}, {"aten::tanh_backward", kBackwardGap},
-    {"aten::leaky_relu_backward", kBackwardGap}, {"aten::elu_backward", kBackwardGap},
-    {"aten::hardswish_backward", kBackwardGap}, {"aten::hardsigmoid_backward", kBackwardGap},
-    {"aten::softplus_backward", kBackwardGap}, {"aten::mish_backward", kBackwardGap},
-    {"aten::native_dropout_backward", kBackwardGap}, {"aten::upsample_nearest2d_backward", kBackwardGap},
-    {"aten::upsample_bilinear2d_backward", kBackwardGap}, {"aten::grid_sampler_2d_backward", kBackwardGap},
-    {"aten::_cdist_backward", kBackwardGap}, {"aten::_pdist_backward", kBackwardGap},
-    {"aten::_embedding_bag_backward", kBackwardGap}, {"aten::_embedding_bag_dense_backward", kBackwardGap},
-    {"aten::_fused_rms_norm_backward", kBackwardGap}, {"aten::_weight_norm_interface_backward", kBackwardGap},
-    {"aten::rrelu_with_noise_backward", kBackwardGap}, {"aten::glu_backward", kBackwardGap},
-    {"aten::log_sigmoid_backward", kBackwardGap}, {"aten::softshrink_backward", kBackwardGap},
-    {"aten::hardshrink_backward", kBackwardGap}, {"aten::_prelu_kernel_backward", kBackwardGap},
-    {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", kBackwardGap},
-    {"aten::mkldnn_rnn_layer_backward", kBackwardGap},
+    {"aten::_ctc_loss", kCtcGap}, {"aten::_ctc_loss_backward", kCtcGap},
+    {"aten::_amp_foreach_non_finite_check_and_unscale", kGradScalerGap},
+    {"aten::_amp_update_scale", kGradScalerGap},
 };
 
 }  // namespace
@@ -460,6 +444,7 @@ const char* StatedExclusion(std::string_view op) {
     return m;
   }();
   auto it = index->find(op);
+  if (it == index->end()) it = index->find(FunctionalName(op));  // in-place variants share the reason
   return it == index->end() ? nullptr : it->second;
 }
 
@@ -517,7 +502,11 @@ bool OutsideFormulaRows(const c10::OperatorName& op) {
 ZeroCostReason ClassifyZeroCost(const c10::FunctionSchema& schema) {
   const std::string& name = schema.name();
   const auto& names = ZeroCostNames();
-  if (auto it = names.find(std::string_view(name)); it != names.end()) return it->second;
+  if (auto it = names.find(std::string_view(name)); it != names.end()) {
+    // A named view's out= overload (unsafe_split.Tensor_out) copies into its destinations.
+    if (it->second == ZeroCostReason::kView && schema.is_mutable()) return ZeroCostReason::kCopy;
+    return it->second;
+  }
   // Schema views that copy when the input's strides do not allow a view
   // (reshape of a transposed tensor clones): not zero-cost, so their
   // decomposition runs visibly and its clone is charged.

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.flop_counter import sdpa_backward_flop_count
 
 DEVICES = ["cpu", "meta"]
 SDPA_CPU = "aten._scaled_dot_product_flash_attention_for_cpu"
@@ -152,9 +153,20 @@ def sdpa_cpu_flops(b, h, s_q, s_k, d, causal):
     return sdpa_forward_flops(b, h, s_q, s_k, d) + scores * (1 + int(causal)) + 5 * scores - 2 * rows
 
 
+def sdpa_cpu_backward_flops(b, h, s_q, s_k, d, causal):
+    # torchscan_training_v1 (formulas/TRAINING.md): the five dense products of
+    # the attention backward as FlopCounterMode values them on GPU kernels
+    # (sdpa_backward_flop_count), plus, per score, the scale 1, exp(s - lse) 2,
+    # the softmax backward P * (dP - D) 2 and the scale of the gradient 1 = 6,
+    # one per score for a causal mask, and per row D = rowsum(dO * O): d
+    # multiplies + (d - 1) adds.
+    scores, rows = b * h * s_q * s_k, b * h * s_q
+    products = sdpa_backward_flop_count((b, h, s_q, d), (b, h, s_q, d), (b, h, s_k, d), (b, h, s_k, d))
+    return products + 6 * scores + scores * int(causal) + rows * (2 * d - 1)
+
+
 # Hand-derived counts for the CPU fused SDPA kernel, which FlopCounterMode on
-# CPU does not count (it has no formula for the *_for_cpu packet); its
-# backward is a stated exclusion (softmax backward has no convention).
+# CPU does not count (it has no formula for the *_for_cpu packets).
 # (b, h, s_q, s_k, d, causal) of each case's SDPA call:
 SDPA_DIMS = {
     "sdpa_noncausal": (2, 2, 3, 5, 4, False),
@@ -170,7 +182,7 @@ def hand_expected(case, device, backward):
         return {}
     expected = {SDPA_CPU: sdpa_cpu_flops(*SDPA_DIMS[case])}
     if backward:
-        expected[SDPA_CPU_BWD] = None  # excluded: not in by_operator
+        expected[SDPA_CPU_BWD] = sdpa_cpu_backward_flops(*SDPA_DIMS[case])
     return expected
 
 
