@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <limits>
@@ -63,10 +64,11 @@ struct ScriptSession : torch::CustomClassHolder {
     std::lock_guard<std::mutex> lock(h.mu);
     h.sessions.erase(handle);
   }
+  // A C int (ctypes passes ints as such); 0 once they are used up.
   int64_t Handle() {
     Handles& h = TheHandles();
     std::lock_guard<std::mutex> lock(h.mu);
-    if (handle == 0) {
+    if (handle == 0 && h.next < std::numeric_limits<int>::max()) {
       handle = h.next++;
       h.sessions[handle] = this;
     }
@@ -78,29 +80,37 @@ struct ScriptSession : torch::CustomClassHolder {
 
 using Self = c10::intrusive_ptr<ScriptSession>;
 
-// Session::LayerRows flattened into three lists, from which the Python shim
-// builds the report's rows (python_shim/torchscan/crawler.py, _layer_rows)
-// without JSON text in between. Per row, in this order:
+// A receptive-field number as the layers' JSON holds it (reports/layers.cc,
+// Number): an integer when whole and exact in both types.
+bool Whole(double v) { return std::abs(v) < 9e15 && v == std::trunc(v); }
+
+// Session::LayerRows flattened into three lists, from which crawl_module
+// builds its rows (python_shim/torchscan/crawler.py, _layer_rows) without
+// JSON text in between. Only what crawl_module reports: no parent, no
+// operator_flops. Per row:
+//   ints:  call_index, depth, failed; per module-view metric (module_flops,
+//          macs, dmas): status (MetricStatus: 0 complete, 1 partial,
+//          2 unavailable), count (-1: past 2^63 - 1, its digits in texts);
+//          per field (receptive_field, effective_stride, effective_padding):
+//          status; then not_applicable, the number of axes n (the three
+//          fields share their axes' dimensions, and only a field with axes
+//          can be complete), whole; the n dimensions; when whole (every
+//          number of the row is), the numbers: per field its value when
+//          complete, then its n axis values.
+//   reals: the same numbers when not whole.
 //   texts: the path; the digits of each count past 2^63 - 1; the reason of
 //          each unavailable field.
-//   ints:  call_index, parent, depth, failed; per metric (operator_flops,
-//          module_flops, macs, dmas): status (MetricStatus: 0 complete,
-//          1 partial, 2 unavailable), count (-1: its digits are in texts);
-//          per field (receptive_field, effective_stride, effective_padding):
-//          status, not_applicable, number of axes, then each axis' dimension.
-//   reals: per field: the value when complete, then each axis' value.
 std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<double>> FlatLayerRows(
     std::vector<LayerRow> rows) {
   std::vector<std::string> texts;
   std::vector<int64_t> ints;
   std::vector<double> reals;
   texts.reserve(rows.size() * 2);
-  ints.reserve(rows.size() * 30);
-  reals.reserve(rows.size() * 9);
+  ints.reserve(rows.size() * 28);
   for (LayerRow& row : rows) {
     texts.push_back(std::move(row.path));
-    ints.insert(ints.end(), {row.call_index, row.parent, row.depth, row.failed ? 1 : 0});
-    for (int m = 0; m < 4; ++m) {
+    ints.insert(ints.end(), {row.call_index, row.depth, row.failed ? 1 : 0});
+    for (int m = 1; m < 4; ++m) {
       ints.push_back(static_cast<int64_t>(row.status[m]));
       const Count::Wide v = row.known[m].wide();
       if (v <= static_cast<Count::Wide>(std::numeric_limits<int64_t>::max())) {
@@ -110,13 +120,21 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<double>> 
         texts.push_back(row.known[m].Digits());
       }
     }
+    std::vector<double> numbers;
     for (LayerRow::Field& f : row.fields) {
-      ints.insert(ints.end(), {static_cast<int64_t>(f.status), f.not_applicable ? 1 : 0,
-                               static_cast<int64_t>(f.axes.size())});
-      for (const auto& [dim, value] : f.axes) ints.push_back(dim);
-      if (f.status == MetricStatus::kComplete) reals.push_back(f.value);
-      for (const auto& [dim, value] : f.axes) reals.push_back(value);
+      ints.push_back(static_cast<int64_t>(f.status));
+      if (f.status == MetricStatus::kComplete) numbers.push_back(f.value);
+      for (const auto& axis : f.axes) numbers.push_back(axis.second);
       if (f.status == MetricStatus::kUnavailable) texts.push_back(std::move(f.reason));
+    }
+    const auto& axes = row.fields[0].axes;
+    const bool whole = std::all_of(numbers.begin(), numbers.end(), Whole);
+    ints.insert(ints.end(), {row.fields[0].not_applicable ? 1 : 0, static_cast<int64_t>(axes.size()), whole ? 1 : 0});
+    for (const auto& axis : axes) ints.push_back(axis.first);
+    if (whole) {
+      for (double v : numbers) ints.push_back(static_cast<int64_t>(v));
+    } else {
+      reals.insert(reals.end(), numbers.begin(), numbers.end());
     }
   }
   return {std::move(texts), std::move(ints), std::move(reals)};
@@ -199,22 +217,26 @@ TORCH_LIBRARY(torchscan, m) {
 // standard library's foreign-function module): every module call pushes
 // and pops one, and a custom-class method call costs several microseconds
 // (method lookup, schema matching, the IValue stack) where these cost a
-// plain C call. `handle` comes from Session.native_handle(). Nothing is
-// raised here: a refused call returns -1, and the caller repeats it through
-// the custom class (push_module_scope / pop_module_scope), which refuses it
-// again with the message.
+// plain C call. Every parameter is an int or a pointer, so that ctypes
+// passes Python ints and bytes without declared argument types (their
+// conversions cost more than the call). `handle` comes from
+// Session.native_handle(). Nothing is raised here: a refused call returns
+// -1, and the caller repeats it through the custom class
+// (push_module_scope / pop_module_scope), which refuses it again with the
+// message.
 extern "C" {
 
 // The new scope's id (>= 0), or -1.
-__attribute__((visibility("default"))) int32_t torchscan_push_module_scope(int64_t handle, const char* path,
-                                                                          size_t length) noexcept {
+__attribute__((visibility("default"))) int torchscan_push_module_scope(int handle, const char* path,
+                                                                      int length) noexcept {
   using torchscan::TheHandles;
   try {
     auto& h = TheHandles();
     std::lock_guard<std::mutex> lock(h.mu);  // the session stays alive for the call
     const auto it = h.sessions.find(handle);
     if (it == h.sessions.end()) return -1;
-    const auto id = it->second->session.PushModuleScope(std::string_view(path, length));
+    if (length < 0) return -1;
+    const auto id = it->second->session.PushModuleScope(std::string_view(path, static_cast<size_t>(length)));
     return id.ok() ? *id : -1;
   } catch (...) {
     return -1;
@@ -222,15 +244,14 @@ __attribute__((visibility("default"))) int32_t torchscan_push_module_scope(int64
 }
 
 // 0, or -1. `outputs`: `count` output identities (TensorImpl addresses).
-__attribute__((visibility("default"))) int32_t torchscan_pop_module_scope(int64_t handle, int32_t scope,
-                                                                         int32_t failed, const uint64_t* outputs,
-                                                                         size_t count) noexcept {
+__attribute__((visibility("default"))) int torchscan_pop_module_scope(int handle, int scope, int failed,
+                                                                     const uint64_t* outputs, int count) noexcept {
   using torchscan::TheHandles;
   try {
     auto& h = TheHandles();
     std::lock_guard<std::mutex> lock(h.mu);
     const auto it = h.sessions.find(handle);
-    if (it == h.sessions.end()) return -1;
+    if (it == h.sessions.end() || count < 0) return -1;
     return it->second->session
                    .PopModuleScope(scope, failed != 0, std::vector<uintptr_t>(outputs, outputs + count))
                    .ok()

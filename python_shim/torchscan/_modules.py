@@ -12,9 +12,11 @@ from __future__ import annotations
 import weakref
 
 import torch
+import torch.nn as nn
 from torch.autograd.graph import register_multi_grad_hook
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils._pytree import tree_flatten
+from torch.utils.hooks import RemovableHandle
 
 
 class ModuleLabels:
@@ -107,6 +109,97 @@ class ModuleLabels:
 
     def remove(self) -> None:
         remove_hooks(self._handles)
+
+
+class ForwardHooks:
+    """pre(module, args, kwargs) before and post(module, args, kwargs, output)
+    after every forward call of the modules given to add(), also when the
+    forward raises: on each module, what register_forward_pre_hook(pre,
+    with_kwargs=True) and register_forward_hook(post, with_kwargs=True,
+    always_call=True) do, at a fraction of their cost (crawl_module hooks
+    every module; a RemovableHandle per hook cost about as much as a small
+    module's forward).
+
+    The entries are written into the module's hook dicts directly, under two
+    ids taken from RemovableHandle's counter (so no other hook shares them),
+    once a probe module has shown that the two public calls write exactly
+    those entries; otherwise (another torch) through the public calls.
+    remove() takes every entry out again, also after an interrupted add()."""
+
+    __slots__ = ("_pre", "_post", "_ids", "_modules", "_handles")
+
+    def __init__(self, pre, post):
+        self._pre, self._post = pre, post
+        self._ids = _hook_ids() if _direct_hook_entries() else None
+        self._modules: list = []  # modules given entries (the last one possibly in part)
+        self._handles: list = []  # public-call handles, when not direct
+
+    def add(self, module: nn.Module) -> None:
+        if self._ids is None:
+            self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._post, with_kwargs=True, always_call=True))
+            return
+        pre_id, post_id = self._ids
+        self._modules.append(module)  # first: remove() cleans up a partial add
+        module._forward_pre_hooks[pre_id] = self._pre
+        module._forward_pre_hooks_with_kwargs[pre_id] = True
+        module._forward_hooks[post_id] = self._post
+        module._forward_hooks_with_kwargs[post_id] = True
+        module._forward_hooks_always_called[post_id] = True
+
+    def remove(self) -> None:
+        """Removes every entry; an interrupt (Ctrl-C) during one module's
+        removal does not leave the others' in place."""
+        try:
+            remove_hooks(self._handles)
+            if self._ids is not None:
+                while self._modules:
+                    _remove_entries(self._modules[-1], self._ids)
+                    self._modules.pop()
+        finally:
+            for module in self._modules:
+                _remove_entries(module, self._ids)
+            self._modules.clear()
+
+
+_HOOK_DICTS = (("_forward_pre_hooks", 0), ("_forward_pre_hooks_with_kwargs", 0), ("_forward_hooks", 1),
+               ("_forward_hooks_with_kwargs", 1), ("_forward_hooks_always_called", 1))
+_DIRECT: list = []  # [bool], once probed
+
+
+def _hook_ids() -> tuple:
+    first = RemovableHandle.next_id
+    RemovableHandle.next_id = first + 2
+    return first, first + 1
+
+
+def _remove_entries(module, ids) -> None:
+    for name, which in _HOOK_DICTS:
+        getattr(module, name).pop(ids[which], None)
+
+
+def _direct_hook_entries() -> bool:
+    """Whether the two public registrations write exactly the entries
+    ForwardHooks.add writes (checked once, on a probe module)."""
+    if not _DIRECT:
+        def pre(*_):
+            return None
+
+        def post(*_):
+            return None
+
+        probe = nn.Module()
+        before = {k: dict(v) if isinstance(v, dict) else v for k, v in vars(probe).items()}
+        h_pre = probe.register_forward_pre_hook(pre, with_kwargs=True)
+        h_post = probe.register_forward_hook(post, with_kwargs=True, always_call=True)
+        after = {k: dict(v) if isinstance(v, dict) else v for k, v in vars(probe).items()}
+        expected = {name: {(h_pre.id, h_post.id)[which]: (pre, post)[which] if name in ("_forward_pre_hooks",
+                                                                                        "_forward_hooks") else True}
+                    for name, which in _HOOK_DICTS}
+        changed = {k: {i: v for i, v in after[k].items() if i not in before.get(k, {})}
+                   for k in after if after[k] != before.get(k)}
+        _DIRECT.append(changed == expected)
+    return _DIRECT[0]
 
 
 def remove_hooks(handles: list) -> None:

@@ -19,7 +19,7 @@ import torch.nn as nn
 from torch.utils._pytree import tree_flatten
 
 from torchscan._library import _library_path
-from torchscan._modules import remove_hooks, safe_text
+from torchscan._modules import ForwardHooks, safe_text
 from torchscan.flops import FlopScan
 from torchscan.metadata import describe
 
@@ -154,14 +154,12 @@ def _native_scopes():
     if not _NATIVE_SCOPES:
         native = None
         try:
-            lib = ctypes.PyDLL(_library_path())  # the library torch.ops loaded; PyDLL keeps the GIL
-            push, pop = lib.torchscan_push_module_scope, lib.torchscan_pop_module_scope
-            push.argtypes = (ctypes.c_int64, ctypes.c_char_p, ctypes.c_size_t)
-            push.restype = ctypes.c_int32
-            pop.argtypes = (ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64),
-                            ctypes.c_size_t)
-            pop.restype = ctypes.c_int32
-            native = (push, pop)
+            # The library torch.ops loaded. PyDLL keeps the GIL (the calls are
+            # short); no argtypes: ints, bytes and arrays pass as C ints and
+            # pointers, which is what the functions take, and declared
+            # conversions would cost more than the calls.
+            lib = ctypes.PyDLL(_library_path())
+            native = (lib.torchscan_push_module_scope, lib.torchscan_pop_module_scope)
         except (OSError, AttributeError):
             pass
         _NATIVE_SCOPES.append(native)
@@ -191,6 +189,20 @@ def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, a
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def _eval(module: nn.Module, modules: list) -> None:
+    """module.eval(). When no module in the tree overrides eval or train,
+    that sets every module's flag to False (Module.train recursing through
+    children(), which reaches exactly `modules`): the flags are set here
+    without the recursion's calls, and only where they are not False yet."""
+    train = nn.Module.train
+    if type(module).eval is not nn.Module.eval or any(type(m).train is not train for m in modules):
+        module.eval()
+        return
+    for m in modules:
+        if m.training is not False:
+            m.training = False
 
 
 def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, device, custom_mapping) -> dict:
@@ -230,9 +242,9 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     # the library's C entry points (_native_scopes) where they are available:
     # the custom class's methods cost several microseconds a call.
     native = _native_scopes()
-    if native is not None:
+    handle = session.native_handle() if native is not None else 0
+    if handle:
         push, pop = native
-        handle = session.native_handle()
         encoded = {m: n.encode() for m, n in names.items()}
         one = (ctypes.c_uint64 * 1)()  # the common case's output identity
     else:
@@ -293,17 +305,16 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
                 session.pop_module_scope(scope, failed, ids)
         calls[index][2] = {"kind": "failed"} if failed else describe(output)
 
-    handles = []
+    hooks = ForwardHooks(pre_hook, post_hook)
     try:
         try:
             for m in modules:
-                handles.append(m.register_forward_pre_hook(pre_hook, with_kwargs=True))
-                handles.append(m.register_forward_hook(post_hook, with_kwargs=True, always_call=True))
-            module.eval()
+                hooks.add(m)
+            _eval(module, modules)
             with torch.no_grad(), scan:
                 module(*call_args, **call_kwargs)
         finally:
-            remove_hooks(handles)
+            hooks.remove()
     finally:
         # The flag itself, module by module: train(flag) would also set every
         # descendant's (quadratic in depth, and not what was there before).
@@ -324,64 +335,74 @@ def _number(v: float):
 
 
 _STATUS = ("complete", "partial", "unavailable")  # MetricStatus order
-_MODULE_UNITS = (("module_flops", "FLOPs"), ("macs", "MACs"), ("dmas", "accesses"))
 _FIELDS = ("receptive_field", "effective_stride", "effective_padding")
 
 
 def _layer_rows(session, scope: str, metrics: bool) -> list:
     """(path, call_index, depth, failed, metrics) per layer call, in scope
     order: the session's layer rows (Session::LayerRows, flattened by the
-    binding: torchscan_dispatch/bindings.cc, FlatLayerRows), with the module
-    view's and the receptive field's MetricResults as the layers' JSON
-    (Session::LayersJson) writes them, keys in its (sorted) order. metrics
-    False: None instead of the metrics."""
+    binding: FlatLayerRows in torchscan_dispatch/bindings.cc says how), with
+    the module view's and the receptive field's MetricResults as the layers'
+    JSON (Session::LayersJson) writes them, keys in its (sorted) order.
+    metrics False: None instead of the metrics."""
     texts, ints, reals = session.layer_rows()
     rows = []
     t = i = r = 0
     end = len(ints)
     while i < end:
+        call_index, depth, failed, s1, c1, s2, c2, s3, c3, f0, f1, f2, not_applicable, n, whole = ints[i:i + 15]
+        i += 15
         path = texts[t]
         t += 1
-        call_index, _parent, depth, failed = ints[i], ints[i + 1], ints[i + 2], ints[i + 3]
-        i += 4
-        values = {} if metrics else None
-        for m in range(4):  # operator_flops (not a layer metric of this report), module_flops, macs, dmas
-            status, count = ints[i], ints[i + 1]
-            i += 2
-            if count < 0:  # past 2^63 - 1: its digits
-                count = int(texts[t])
+        if c1 < 0 or c2 < 0 or c3 < 0:  # past 2^63 - 1: their digits, in metric order
+            if c1 < 0:
+                c1, t = int(texts[t]), t + 1
+            if c2 < 0:
+                c2, t = int(texts[t]), t + 1
+            if c3 < 0:
+                c3, t = int(texts[t]), t + 1
+        dims = ints[i:i + n]
+        i += n
+        k = (f0 == 0) + (f1 == 0) + (f2 == 0) + 3 * n  # the row's numbers
+        if whole:
+            numbers = ints[i:i + k]
+            i += k
+        else:
+            numbers = [_number(v) for v in reals[r:r + k]]
+            r += k
+        if not metrics:
+            t += (f0 == 2) + (f1 == 2) + (f2 == 2)  # the reasons
+            rows.append((path, call_index, depth, bool(failed), None))
+            continue
+        values = {
+            "module_flops": {"known_value": None if s1 == 2 else c1, "method": "module_formulas", "scope": scope,
+                             "status": _STATUS[s1], "unit": "FLOPs", "value": c1 if s1 == 0 else None},
+            "macs": {"known_value": None if s2 == 2 else c2, "method": "module_formulas", "scope": scope,
+                     "status": _STATUS[s2], "unit": "MACs", "value": c2 if s2 == 0 else None},
+            "dmas": {"known_value": None if s3 == 2 else c3, "method": "module_formulas", "scope": scope,
+                     "status": _STATUS[s3], "unit": "accesses", "value": c3 if s3 == 0 else None},
+        }
+        q = 0
+        for name, status in zip(_FIELDS, (f0, f1, f2)):
+            if not n:  # no axes: unavailable
+                values[name] = {"known_value": None, "method": "not_applicable" if not_applicable else "data_flow",
+                                "reason": texts[t], "scope": scope, "status": "unavailable", "unit": "positions",
+                                "value": None}
                 t += 1
-            if m and metrics:
-                name, unit = _MODULE_UNITS[m - 1]
-                values[name] = {"known_value": None if status == 2 else count, "method": "module_formulas",
-                                "scope": scope, "status": _STATUS[status], "unit": unit,
-                                "value": count if status == 0 else None}
-        for name in _FIELDS:
-            status, not_applicable, n = ints[i], ints[i + 1], ints[i + 2]
-            i += 3
-            dims = ints[i:i + n]
-            i += n
+                continue
             value = None
             if status == 0:
-                value = _number(reals[r])
-                r += 1
-            axes = reals[r:r + n]
-            r += n
-            reason = None
-            if status == 2:
-                reason = texts[t]
+                value = numbers[q]
+                q += 1
+            axes = [{"dim": d, "value": v} for d, v in zip(dims, numbers[q:q + n])]
+            q += n
+            if status == 0:
+                values[name] = {"axes": axes, "known_value": value, "method": "data_flow", "scope": scope,
+                                "status": "complete", "unit": "positions", "value": value}
+            else:  # the axes differ
+                values[name] = {"axes": axes, "known_value": None, "method": "data_flow", "reason": texts[t],
+                                "scope": scope, "status": "unavailable", "unit": "positions", "value": None}
                 t += 1
-            if metrics:
-                field = {"axes": [{"dim": d, "value": _number(v)} for d, v in zip(dims, axes)]} if n else {}
-                field["known_value"] = value
-                field["method"] = "not_applicable" if not_applicable else "data_flow"
-                if reason is not None:
-                    field["reason"] = reason
-                field["scope"] = scope
-                field["status"] = _STATUS[status]
-                field["unit"] = "positions"
-                field["value"] = value
-                values[name] = field
         rows.append((path, call_index, depth, bool(failed), values))
     return rows
 

@@ -198,3 +198,104 @@ def test_layer_rows_equal_the_layers_json(monkeypatch, case):
     if case == "wide_counts":
         assert layers[0]["metrics"]["module_flops"]["value"] == 2**65 - 2**34
         assert layers[0]["metrics"]["macs"]["value"] == 2**64
+
+
+# ---- the hooks are written into the modules' hook dicts directly
+# (_modules.ForwardHooks): the same entries, the same order, nothing left.
+
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+               "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+
+
+def _hook_state(model):
+    return [{name: dict(getattr(m, name)) for name in _HOOK_DICTS} for m in model.modules()]
+
+
+class _UserHooked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fail = False
+
+    def forward(self, x):
+        if self.fail:
+            raise ValueError("user failure")
+        return self.conv(x)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("fail", [False, True])
+def test_crawl_hooks_run_after_the_users_and_leave_the_dicts_as_they_were(monkeypatch, direct, fail):
+    from torchscan import _modules
+
+    monkeypatch.setattr(_modules, "_DIRECT", [direct])  # False: the public registrations
+    model = _UserHooked()
+    model.fail = fail
+    # A user pre-hook that crops the input and a forward hook that flattens
+    # the output: crawl_module's hooks come after them, as registered later.
+    pre = model.register_forward_pre_hook(lambda m, args: (args[0][..., :6, :6],))
+    post = model.conv.register_forward_hook(lambda m, args, out: out.flatten(1))
+    before = _hook_state(model)
+    x = torch.rand(1, 3, 8, 8)
+    if fail:
+        with pytest.raises(ValueError, match="user failure"):
+            torchscan.crawl_module(model, args=(x,))
+    else:
+        report = torchscan.crawl_module(model, args=(x,))
+        root, conv = report["layers"]
+        assert root["inputs"]["items"][0]["shape"] == [1, 3, 6, 6]  # cropped by the user's pre-hook
+        assert conv["output"]["shape"] == [1, 4 * 4 * 4]  # 6 - 3 + 1 = 4: flattened by the user's hook
+        assert root["output"]["shape"] == [1, 64]
+    assert _hook_state(model) == before
+    pre.remove()
+    post.remove()
+    assert _hook_state(model) == [{name: {} for name in _HOOK_DICTS}] * 2
+
+
+def test_direct_hook_entries_are_what_the_public_calls_write():
+    from torchscan import _modules
+
+    # The probe found this torch's registrations write exactly ForwardHooks'
+    # entries (else crawl_module uses the public calls).
+    assert _modules._direct_hook_entries()
+    seen = []
+    hooks = _modules.ForwardHooks(lambda m, a, k: seen.append(("pre", k)),
+                                  lambda m, a, k, o: seen.append(("post", type(o).__name__)))
+    model = nn.Linear(2, 2)
+    hooks.add(model)
+    try:
+        model(input=torch.rand(1, 2))
+    finally:
+        hooks.remove()
+    assert [s[0] for s in seen] == ["pre", "post"] and "input" in seen[0][1] and seen[1][1] == "Tensor"
+    assert _hook_state(model) == [{name: {} for name in _HOOK_DICTS}]
+
+
+class _CustomTrain(nn.Module):
+    """Overrides train(): crawl_module must call it (module.eval())."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.modes = []
+
+    def train(self, mode=True):
+        self.modes.append(mode)
+        return super().train(mode)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def test_eval_calls_an_overridden_train_and_sets_every_flag():
+    model = nn.Sequential(_CustomTrain(), nn.Dropout(0.5))
+    model.train()
+    seen = []
+    handle = nn.modules.module.register_module_forward_hook(lambda m, a, o: seen.append(m.training))
+    try:
+        torchscan.crawl_module(model, (2,))
+    finally:
+        handle.remove()
+    assert model[0].modes == [True, False]  # model.train() above, then crawl_module's eval()
+    assert seen == [False, False, False, False]  # lin, the custom module, dropout, the Sequential
+    assert all(m.training for m in model.modules())  # restored
