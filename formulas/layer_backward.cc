@@ -11,13 +11,6 @@
 namespace torchscan::layer_backward {
 namespace {
 
-// Spatial rank from the operator name ("avg_pool3d_backward" -> 3).
-int64_t SpatialRank(const OpCall& call) {
-  for (char c : {'1', '2', '3'}) {
-    if (call.name.find(std::string(1, c) + "d") != std::string_view::npos) return c - '0';
-  }
-  return 2;
-}
 
 // `per` operations for each element of the gradient argument `i` (the
 // output gradient every one of these kernels walks once).
@@ -93,7 +86,7 @@ FormulaResult AvgPoolBackward(const OpCall& call) {
   const TensorMeta* grad = DenseArg(call, 0);
   Count k = 0;
   if (!grad || !DenseOutput(call)) return NotDense(call);
-  if (!pooling::KernelVolume(call.arg(2), SpatialRank(call), k)) {
+  if (!pooling::KernelVolume(call.arg(2), pooling::SpatialRank(call), k)) {
     return ShapeMismatch(call, "expected a kernel_size list of one size or one per spatial axis");
   }
   return CountFor(call, ArithmeticOf(call), (k + 1) * grad->numel());
@@ -102,7 +95,7 @@ FormulaResult AvgPoolBackward(const OpCall& call) {
 FormulaResult AdaptiveAvgPoolBackward(const OpCall& call) {
   const TensorMeta* grad = DenseArg(call, 0);  // pooled (output) shape
   const TensorMeta* in = DenseArg(call, 1);    // input shape
-  const int64_t rank = SpatialRank(call);
+  const int64_t rank = pooling::SpatialRank(call);
   if (!grad || !in || !DenseOutput(call)) return NotDense(call);
   if (in->dim() != grad->dim() || in->dim() < rank) return ShapeMismatch(call, "gradient and input ranks differ");
   Count visited = 1;

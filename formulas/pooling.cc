@@ -8,21 +8,15 @@
 namespace torchscan::pooling {
 namespace {
 
-// Values per window: the kernel's product over the output's spatial axes (a
-// single kernel size applies to every axis).
-bool WindowValues(const OpCall& call, const TensorMeta& out, Count& k) {
-  const ArgMeta& kernel = call.arg(1);
-  if (kernel.kind != ArgKind::kIntList || kernel.ints().empty()) return false;
-  const int64_t spatial = kernel.ints().size() == 1 ? (out.dim() >= 3 ? out.dim() - 2 : 1)
-                                                    : static_cast<int64_t>(kernel.ints().size());
-  return KernelVolume(kernel, spatial, k);
-}
+// Values per window: the kernel's product over the operator's spatial axes
+// (a single kernel size applies to every axis).
+bool WindowValues(const OpCall& call, Count& k) { return KernelVolume(call.arg(1), SpatialRank(call), k); }
 
 // Per window: k values (average) or k - 1 comparisons (max).
 FormulaResult Fixed(const OpCall& call, bool comparisons) {
   const TensorMeta* out = DenseOutput(call);
   Count k = 0;
-  if (!out || !DenseArg(call, 0) || !WindowValues(call, *out, k)) return NotDense(call);
+  if (!out || !DenseArg(call, 0) || !WindowValues(call, k)) return NotDense(call);
   return CountFor(call, ArithmeticOf(call), (comparisons ? k - 1 : k) * out->numel());
 }
 
@@ -54,6 +48,13 @@ bool KernelVolume(const ArgMeta& kernel, int64_t spatial, Count& k) {
   k = 1;
   for (int64_t i = 0; i < spatial; ++i) k *= sizes.size() == 1 ? sizes[0] : sizes[i];
   return true;
+}
+
+int64_t SpatialRank(const OpCall& call) {
+  for (char c : {'1', '2', '3'}) {
+    if (call.name.find(std::string(1, c) + "d") != std::string_view::npos) return c - '0';
+  }
+  return 2;
 }
 
 Count AdaptiveAxisVisits(int64_t in, int64_t out) {
@@ -96,7 +97,7 @@ bool ReturnsIndices(const OpCall& call) { return call.outputs.size() >= 2 && cal
 ModuleCosts MaxPoolCosts(const OpCall& call) {
   const TensorMeta* out = DenseOutput(call);
   Count k = 0;
-  if (!out || !WindowValues(call, *out, k)) return ModuleCosts::Unavailable(NotDense(call));
+  if (!out || !WindowValues(call, k)) return ModuleCosts::Unavailable(NotDense(call));
   const Count n = out->numel();
   return ModuleCosts::FromFlops(MaxPool(call), n * (k - 1), n * (k + 1 + (ReturnsIndices(call) ? 1 : 0)));
 }
@@ -104,7 +105,7 @@ ModuleCosts MaxPoolCosts(const OpCall& call) {
 ModuleCosts AvgPoolCosts(const OpCall& call) {
   const TensorMeta* out = DenseOutput(call);
   Count k = 0;
-  if (!out || !WindowValues(call, *out, k)) return ModuleCosts::Unavailable(NotDense(call));
+  if (!out || !WindowValues(call, k)) return ModuleCosts::Unavailable(NotDense(call));
   const Count n = out->numel();
   return ModuleCosts::FromFlops(AvgPool(call), n * (k - 1 + RankOf(call)), n * (k + 1));
 }

@@ -19,6 +19,10 @@ Count AdaptiveAxisVisits(int64_t in, int64_t out);
 // `spatial` axes (a single kernel size applies to every axis). False when the
 // argument is not a non-empty int list with one size or at least `spatial`.
 bool KernelVolume(const ArgMeta& kernel, int64_t spatial, Count& k);
+// Spatial axes of a pooling or upsampling operator, from its name
+// ("avg_pool3d_backward" -> 3, "upsample_bilinear2d" -> 2): an unbatched
+// input has one axis fewer than a batched one, so no tensor's rank tells.
+int64_t SpatialRank(const OpCall& call);
 
 // max_pool*_with_indices / max_pool*(self, kernel_size, ...): K - 1
 // comparisons per output for K values per window (nominal padded/ceil windows).

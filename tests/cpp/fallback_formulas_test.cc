@@ -254,6 +254,11 @@ TEST(Pooling, FixedWindowsMaxKMinusOneAverageK) {
   CallBuilder ceil("aten::max_pool2d_with_indices");
   ceil.Tensor({1, 1, 4, 4}).Ints({3, 3}).Ints({2, 2}).Ints({0, 0}).Ints({1, 1}).Bool(true).Out({1, 1, 2, 2});
   EXPECT_EQ(Flops("aten::max_pool2d_with_indices", ceil), 8 * 4);
+  // Unbatched (C, H, W) = (2,5,5) with one kernel size 2: the operator is 2-d,
+  // so the window is 2x2 (K = 4), not 2: (2,2,2) = 8 outputs x 3 comparisons = 24.
+  CallBuilder unbatched("aten::max_pool2d_with_indices");
+  unbatched.Tensor({2, 5, 5}).Ints({2}).Ints({2}).Ints({0}).Ints({1}).Bool(false).Out({2, 2, 2});
+  EXPECT_EQ(Flops("aten::max_pool2d_with_indices", unbatched), 24);
 }
 
 TEST(Pooling, AdaptiveUsesExactOverlappingWindows) {
