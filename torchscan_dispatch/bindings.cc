@@ -56,8 +56,11 @@ Handles& TheHandles() {
 }
 
 struct ScriptSession : torch::CustomClassHolder {
-  // Python pushes its own module scopes (hooks), so TorchScript scopes stay off.
-  explicit ScriptSession(std::string scope) : session(ScanOptions{std::move(scope), Threads::kCurrent, false}) {}
+  // Python pushes its own module scopes (hooks), so TorchScript scopes stay
+  // off: a scripted submodule is one layer call, as its hooks see it (named
+  // fields: a positional `false` here once landed on join_on_first_call).
+  explicit ScriptSession(std::string scope)
+      : session(ScanOptions{.scope = std::move(scope), .threads = Threads::kCurrent, .torchscript_scopes = false}) {}
   ~ScriptSession() override {
     if (handle == 0) return;
     Handles& h = TheHandles();

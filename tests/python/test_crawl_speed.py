@@ -299,3 +299,28 @@ def test_eval_calls_an_overridden_train_and_sets_every_flag():
     assert model[0].modes == [True, False]  # model.train() above, then crawl_module's eval()
     assert seen == [False, False, False, False]  # lin, the custom module, dropout, the Sequential
     assert all(m.training for m in model.modules())  # restored
+
+
+class _ScriptedInner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def test_a_scripted_submodule_is_one_layer_call():
+    # The Python session takes no TorchScript scopes: the scripted child's
+    # inner modules (a, b) are not layer calls of their own, and its work
+    # stays on its row (they once became extra scopes, and the rows after
+    # them were cut off or paired with the wrong modules).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), torch.jit.script(_ScriptedInner()))
+    report = torchscan.crawl_module(model, (4,))
+    # By hand, input (1, 4): Linear(4, 4) is 4 outputs x (4 multiplies + 3
+    # adds + 1 bias add) = 32 FLOPs; the scripted child runs two of them.
+    assert [(l["path"], l["metrics"]["module_flops"]["value"]) for l in report["layers"]] == [
+        ("", 0), ("0", 32), ("1", 64)]
+    assert report["totals"]["module_flops"]["value"] == 96
