@@ -106,6 +106,7 @@ FormulaResult AdaptiveAvgPoolBackward(const OpCall& call) {
 }
 
 FormulaResult NearestBackward(const OpCall& call) { return PerGradient(call, 0, 1); }
+FormulaResult PadBackward(const OpCall& call) { return PerGradient(call, 0, 1); }
 
 template <int K>
 FormulaResult WeightedBackward(const OpCall& call) {

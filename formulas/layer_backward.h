@@ -43,6 +43,12 @@ FormulaResult AdaptiveAvgPoolBackward(const OpCall& call);
 // added once into its source (cpu_upsample_nearest_backward): N_out adds.
 FormulaResult NearestBackward(const OpCall& call);
 
+// reflection_pad{1,2,3}d_backward / replication_pad{1,2,3}d_backward
+// (grad_output, self, padding): grad_input is zero-filled and each output
+// gradient is added once into the input position it was copied from
+// (ReflectionPad.cpp, ReplicationPadding.cpp): N_out adds.
+FormulaResult PadBackward(const OpCall& call);
+
 // upsample_linear1d / bilinear2d / trilinear3d / bicubic2d _backward
 // (grad_output, output_size, input_size, align_corners, scales...): each
 // output gradient is scattered to its K = 2/4/8/16 neighbours, one multiply by

@@ -38,7 +38,10 @@ TEST(LayerBackwardRows, EveryKernelHasARow) {
         "aten::upsample_bilinear2d_backward", "aten::upsample_trilinear3d_backward",
         "aten::upsample_bicubic2d_backward", "aten::embedding_dense_backward", "aten::_embedding_bag_backward",
         "aten::_embedding_bag_dense_backward", "aten::_embedding_bag_per_sample_weights_backward",
-        "aten::_cdist_backward", "aten::_pdist_backward", "aten::grid_sampler_2d_backward"}) {
+        "aten::_cdist_backward", "aten::_pdist_backward", "aten::grid_sampler_2d_backward",
+        "aten::reflection_pad1d_backward", "aten::reflection_pad2d_backward", "aten::reflection_pad3d_backward",
+        "aten::replication_pad1d_backward", "aten::replication_pad2d_backward",
+        "aten::replication_pad3d_backward"}) {
     const OperatorFormula* f = FindOperatorFormula(op);
     ASSERT_NE(f, nullptr) << op;
     EXPECT_EQ(f->source, FormulaSource::kFallback) << op;
@@ -129,6 +132,15 @@ TEST(LayerBackwardInterpolation, NearestAddsEachOutputGradientOnce) {
   CallBuilder b3("aten::upsample_nearest3d_backward");
   b3.Tensor({1, 1, 4, 4, 4}).Ints({4, 4, 4}).Ints({1, 1, 2, 2, 2}).None().None().None().Out({1, 1, 2, 2, 2});
   EXPECT_EQ(Flops("aten::upsample_nearest3d_backward", b3), 64);
+}
+
+TEST(LayerBackwardPadding, EachOutputGradientIsAddedOnceIntoItsSource) {
+  // (1,2,3,3) padded by 1 on every side -> (1,2,5,5): 50 output gradients, one add each.
+  for (const char* op : {"aten::reflection_pad2d_backward", "aten::replication_pad2d_backward"}) {
+    CallBuilder b(op);
+    b.Tensor({1, 2, 5, 5}).Tensor({1, 2, 3, 3}).Ints({1, 1, 1, 1}).Out({1, 2, 3, 3});
+    EXPECT_EQ(Flops(op, b), 50) << op;
+  }
 }
 
 TEST(LayerBackwardInterpolation, WeightedScattersToKNeighbours) {

@@ -244,3 +244,28 @@ def test_grid_sampler_gradient(torchscan, mode, input_grad, expected):
     grid = (torch.rand(1, 3, 4, 2) * 2 - 1).requires_grad_()
     out = F.grid_sample(x, grid, mode=mode, align_corners=False)
     assert _count(torchscan, out, "aten.grid_sampler_2d_backward") == expected
+
+
+# --- padding ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+def test_padding_gradients_add_each_output_gradient_once(torchscan, mode):
+    # (1,2,3,3) padded by (1,1,1,1) -> (1,2,5,5): 50 output gradients, each added once
+    # into the input position it was copied from: 50. 1-d: (1,2,4) by (2,1) -> (1,2,7): 14.
+    kernel = {"reflect": "aten.reflection_pad", "replicate": "aten.replication_pad"}[mode]
+    assert _count(torchscan, F.pad(_x(1, 2, 3, 3), (1, 1, 1, 1), mode=mode), kernel + "2d_backward") == 50
+    assert _count(torchscan, F.pad(_x(1, 2, 4), (2, 1), mode=mode), kernel + "1d_backward") == 14
+
+
+def test_reflection_pad_backward_decomposition_is_a_masked_gather(torchscan):
+    # torch._decomp writes reflection_pad2d_backward as a gather: every input
+    # position collects its candidate output gradients through masks
+    # (_unsafe_masked_index, which has no row, and masked_fill over all
+    # candidates). It does more work than the kernel's one add per output
+    # gradient (50 here), and part of it is not counted: partial, never equal.
+    g, x = torch.ones(1, 2, 5, 5), torch.randn(1, 2, 3, 3)
+    decomposition = decomposition_table[aten.reflection_pad2d_backward.default]
+    report = torchscan.measure_flops(lambda: decomposition(g, x, [1, 1, 1, 1]))
+    assert report["total"]["status"] == "partial"
+    assert [d["operator"] for d in report["diagnostics"]] == ["aten._unsafe_masked_index"]
+    assert report["total"]["known_value"] > 50
