@@ -118,6 +118,20 @@ FormulaResult IndexPut(const OpCall& call) {
   return CountFor(call, ArithmeticOf(call), *n);
 }
 
+ModuleCosts IndexPutCosts(const OpCall& call) {
+  const FormulaResult flops = IndexPut(call);
+  if (flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
+  const TensorMeta& self = *DenseArg(call, 0);  // IndexPut checked it
+  const std::optional<Count> p = IndexedElements(self, call.arg(1));
+  if (!p) return ModuleCosts::Unavailable(NotDense(call));
+  Count index_reads = 0;
+  for (const TensorMeta& t : call.arg(1).tensors()) index_reads += t.defined ? t.numel() : 0;
+  const bool accumulate = call.arg(3).kind == ArgKind::kBool && call.arg(3).to_bool();
+  const bool in_place = call.name.back() == '_';
+  const Count copy = in_place ? Count(0) : Count(self.numel()) + DenseOutput(call)->numel();
+  return ModuleCosts::FromFlops(flops, 0, index_reads + *p * (accumulate ? 3 : 2) + copy);
+}
+
 FormulaResult IndexCopy(const OpCall& call) {
   if (!DenseArg(call, 0) || !DenseArg(call, 2) || !DenseArg(call, 3) || !DenseOutput(call)) return NotDense(call);
   return FormulaResult::Complete(0);

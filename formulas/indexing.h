@@ -28,6 +28,12 @@ ModuleCosts ScatterCosts(const OpCall& call);
 // that; a one-element `values` is still added at every position). Boolean
 // masks select a value-dependent count: unavailable.
 FormulaResult IndexPut(const OpCall& call);
+// Module view: the index tensors' elements and one value per indexed
+// position P are read, plus P elements of self when accumulating, and P
+// positions are written: a KV-cache update moves its new rows, not the cache.
+// The functional overload first copies self into its output (self + output
+// elements). Boolean masks: unavailable, as for the FLOPs.
+ModuleCosts IndexPutCosts(const OpCall& call);
 // index_copy(self, dim, index, source): a copy (zero FLOPs). Module view:
 // it reads the index and the source and writes the source's values into
 // self: I + 2S accesses (not the whole of self: a KV-cache update writes

@@ -72,7 +72,8 @@ const ModuleFormula kModuleFormulas[] = {
     TS_MODULE("upsample_bicubic2d", misc::WeightedCosts<16>),
     // Copies into part of a tensor, conditional negation.
     TS_MODULE("scatter_add", indexing::ScatterCosts), TS_MODULE("scatter_reduce", indexing::ScatterCosts),
-    TS_MODULE("scatter", indexing::ScatterCosts), TS_MODULE("index_copy", indexing::IndexCopyCosts), TS_MODULE("_euclidean_dist", indexing::EuclideanDistCosts),
+    TS_MODULE("scatter", indexing::ScatterCosts), TS_MODULE("index_copy", indexing::IndexCopyCosts),
+    TS_MODULE("index_put", indexing::IndexPutCosts), TS_MODULE("_index_put_impl", indexing::IndexPutCosts), TS_MODULE("_euclidean_dist", indexing::EuclideanDistCosts),
     TS_MODULE("resolve_neg", elementwise::ResolveCosts), TS_MODULE("resolve_conj", elementwise::ResolveCosts),
     {"torchscan::compiled_region", compiled::CompiledRegionCosts},
 };

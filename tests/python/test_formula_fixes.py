@@ -49,6 +49,21 @@ def test_scatter_counts_per_index_element_not_per_source_value(torchscan):
 # ---- item 2: index_put_ accumulate counts indexed positions, with broadcasting
 
 
+def test_index_put_module_view_moves_the_indexed_positions_not_the_whole_tensor(torchscan):
+    cache, pos, k = torch.zeros(1, 2, 8, 4), torch.tensor([3]), torch.randn(1, 2, 1, 4)
+
+    def update():
+        cache[:, :, pos] = k
+
+    # A KV-cache write: P = 1*2*1*4 = 8 positions. Reads: the index (1) and one
+    # value per position (8); writes: 8 -> 17 (not the cache's 64 read and written).
+    assert module_view(torchscan, update) == (0, 0, 17)
+    # Accumulating also reads the 8 old values and adds 8: (8, 0, 25).
+    assert module_view(torchscan, lambda: torch.ops.aten.index_put_(cache, [None, None, pos], k, True)) == (8, 0, 25)
+    # The functional overload copies the cache first: 64 read + 64 written + 17 = 145.
+    assert module_view(torchscan, lambda: torch.ops.aten.index_put(cache, [None, None, pos], k)) == (0, 0, 145)
+
+
 def test_index_put_accumulate_counts_broadcast_positions(torchscan):
     idx, one = torch.arange(4).repeat(25), torch.tensor(1.0)
     # 100 indexed positions, the scalar value broadcast to each: 100 adds, not 1.
