@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_flatten
 from torchscan._library import _library_path
 from torchscan._modules import ForwardHooks, safe_text
 from torchscan.flops import FlopScan
-from torchscan.metadata import describe
+from torchscan.metadata import _device_name, _dtype_name, describe
 
 __all__ = ["crawl_module", "compare_reports", "render_report", "summary"]
 
@@ -131,16 +131,35 @@ def _unique_modules(module: nn.Module) -> tuple:
 
 def _parameter_stats(module: nn.Module) -> dict:
     # parameters(recurse=False) and buffers(recurse=False), read directly
-    # (their generators cost more than the sums): each tensor once.
-    params = list({id(p): p for p in module._parameters.values() if p is not None}.values())
-    buffers = list({id(b): b for b in module._buffers.values() if b is not None}.values())
-    return {
-        "parameters": sum(p.numel() for p in params),
-        "trainable_parameters": sum(p.numel() for p in params if p.requires_grad),
-        "parameter_bytes": sum(p.numel() * p.element_size() for p in params),
-        "buffers": sum(b.numel() for b in buffers),
-        "buffer_bytes": sum(b.numel() * b.element_size() for b in buffers),
-    }
+    # (their generators cost more than the sums), in one pass each: each
+    # tensor once.
+    params, buffers = module._parameters, module._buffers
+    if not params and not buffers:  # most modules of a network (activations, containers)
+        return _NO_PARAMETERS
+    count = trainable = nbytes = 0
+    seen = set()
+    for p in params.values():
+        if p is not None and id(p) not in seen:
+            seen.add(id(p))
+            n = p.numel()
+            count += n
+            nbytes += n * p.element_size()
+            if p.requires_grad:
+                trainable += n
+    buffer_count = buffer_bytes = 0
+    seen.clear()
+    for b in buffers.values():
+        if b is not None and id(b) not in seen:
+            seen.add(id(b))
+            n = b.numel()
+            buffer_count += n
+            buffer_bytes += n * b.element_size()
+    return {"parameters": count, "trainable_parameters": trainable, "parameter_bytes": nbytes,
+            "buffers": buffer_count, "buffer_bytes": buffer_bytes}
+
+
+# Read only (its items are copied into each row).
+_NO_PARAMETERS = {"parameters": 0, "trainable_parameters": 0, "parameter_bytes": 0, "buffers": 0, "buffer_bytes": 0}
 
 
 _NATIVE_SCOPES: list = []  # [(push, pop) or None], once loaded
@@ -191,6 +210,35 @@ def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, a
             gc.enable()
 
 
+def _described_inputs(args: tuple, kwargs: dict):
+    """The inputs metadata of one module call (a forward hook's args and kwargs)."""
+    if not kwargs:
+        return describe(tuple(args))
+    return {"kind": "call", "args": describe(tuple(args)), "kwargs": describe(kwargs)}
+
+
+def _snapshots(args: tuple) -> Optional[list]:
+    """(shape, dtype, device, requires_grad) of each argument, taken now,
+    when every argument is a plain dense tensor (else None: describe them
+    now). torch.Size is immutable; no tensor is kept."""
+    out = []
+    for a in args:
+        if type(a) is not torch.Tensor or a.is_nested:
+            return None
+        out.append((a.shape, a.dtype, a.device, a.requires_grad))
+    return out
+
+
+def _tensor_metadata(shape, dtype, device, requires_grad) -> dict:
+    """What metadata.describe gives for a dense tensor with this snapshot
+    (test_crawl_speed checks the two agree)."""
+    return {"kind": "tensor", "shape": list(shape), "dtype": _dtype_name(dtype), "device": _device_name(device),
+            "requires_grad": requires_grad}
+
+
+_NO_PATH = (b"", 0)  # a module outside the crawled tree (not hooked: never looked up in practice)
+
+
 def _eval(module: nn.Module, modules: list) -> None:
     """module.eval(). When no module in the tree overrides eval or train,
     that sets every module's flag to False (Module.train recursing through
@@ -235,7 +283,10 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     scan = FlopScan(custom_mapping, scope="forward")
     session = scan._session
     open_scopes: list = []
-    calls: list = []  # per layer call, in scope order: (module, inputs metadata, output metadata)
+    # Per layer call, in scope order: [module, inputs metadata, output
+    # metadata, input snapshots, output snapshot]; a snapshot (_snapshots)
+    # stands for the metadata not described yet.
+    calls: list = []
     Tensor = torch.Tensor
 
     # The hooks run for every layer call. Scopes are pushed and popped through
@@ -245,7 +296,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     handle = session.native_handle() if native is not None else 0
     if handle:
         push, pop = native
-        encoded = {m: n.encode() for m, n in names.items()}
+        encoded = {m: (b, len(b)) for m, b in ((m, n.encode()) for m, n in names.items())}
         one = (ctypes.c_uint64 * 1)()  # the common case's output identity
     else:
         push = pop = handle = encoded = one = None
@@ -258,9 +309,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     # then runs eagerly, on the fast path.
     def traced_pre_hook(mod, hook_args, hook_kwargs):
         open_scopes.append((session.push_module_scope(names.get(mod, "")), len(calls)))
-        calls.append([mod, describe(tuple(hook_args)) if not hook_kwargs else
-                      {"kind": "call", "args": describe(tuple(hook_args)), "kwargs": describe(hook_kwargs)},
-                      None])
+        calls.append([mod, _described_inputs(hook_args, hook_kwargs), None, None, None])
 
     def traced_post_hook(mod, hook_args, hook_kwargs, output):
         scope, index = open_scopes.pop()
@@ -275,35 +324,44 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             session.pop_module_scope(scope, failed, [t._cdata for t in flat if isinstance(t, Tensor)])
         calls[index][2] = {"kind": "failed"} if failed else describe(output)
 
+    # The fast path. Plain dense tensors (the common inputs and outputs) are
+    # snapshotted here (_snapshot) and described when the report is built:
+    # describe()'s dicts cost more than the module call's other work.
     def pre_hook(mod, hook_args, hook_kwargs):
-        if push is None or is_compiling():
+        if is_compiling():
             return traced_pre_hook(mod, hook_args, hook_kwargs)
-        path = encoded.get(mod, b"")
-        scope = push(handle, path, len(path))
+        path, size = encoded.get(mod, _NO_PATH)
+        scope = push(handle, path, size)
         if scope < 0:  # refused: the method refuses it again, with the message
             scope = session.push_module_scope(names.get(mod, ""))
         open_scopes.append((scope, len(calls)))
-        calls.append([mod, describe(tuple(hook_args)) if not hook_kwargs else
-                      {"kind": "call", "args": describe(tuple(hook_args)), "kwargs": describe(hook_kwargs)},
-                      None])
+        snapshots = None if hook_kwargs else _snapshots(hook_args)
+        if snapshots is None:
+            calls.append([mod, _described_inputs(hook_args, hook_kwargs), None, None, None])
+        else:
+            calls.append([mod, None, None, snapshots, None])
 
     def post_hook(mod, hook_args, hook_kwargs, output):
-        if push is None or is_compiling():
+        if is_compiling():
             return traced_post_hook(mod, hook_args, hook_kwargs, output)
         scope, index = open_scopes.pop()
         failed = sys.exc_info()[0] is not None
         if type(output) is Tensor:
             one[0] = output._cdata
-            status = pop(handle, scope, failed, one, 1)
-            if status < 0:
+            if pop(handle, scope, failed, one, 1) < 0:
                 session.pop_module_scope(scope, failed, [output._cdata])
+            if not failed and not output.is_nested:
+                calls[index][4] = (output.shape, output.dtype, output.device, output.requires_grad)
+                return
         else:
             flat, _ = tree_flatten(output)
             ids = [t._cdata for t in flat if isinstance(t, Tensor)]
-            status = pop(handle, scope, failed, (ctypes.c_uint64 * len(ids))(*ids), len(ids))
-            if status < 0:
+            if pop(handle, scope, failed, (ctypes.c_uint64 * len(ids))(*ids), len(ids)) < 0:
                 session.pop_module_scope(scope, failed, ids)
         calls[index][2] = {"kind": "failed"} if failed else describe(output)
+
+    if push is None:  # no C entry points: the session's methods throughout
+        pre_hook, post_hook = traced_pre_hook, traced_post_hook
 
     hooks = ForwardHooks(pre_hook, post_hook)
     try:
@@ -382,6 +440,20 @@ def _layer_rows(session, scope: str, metrics: bool) -> list:
             "dmas": {"known_value": None if s3 == 2 else c3, "method": "module_formulas", "scope": scope,
                      "status": _STATUS[s3], "unit": "accesses", "value": c3 if s3 == 0 else None},
         }
+        if n == 2 and not (f0 or f1 or f2):  # the common case: two spatial axes, complete
+            d0, d1 = dims
+            v0, a0, b0, v1, a1, b1, v2, a2, b2 = numbers
+            values["receptive_field"] = {
+                "axes": [{"dim": d0, "value": a0}, {"dim": d1, "value": b0}], "known_value": v0,
+                "method": "data_flow", "scope": scope, "status": "complete", "unit": "positions", "value": v0}
+            values["effective_stride"] = {
+                "axes": [{"dim": d0, "value": a1}, {"dim": d1, "value": b1}], "known_value": v1,
+                "method": "data_flow", "scope": scope, "status": "complete", "unit": "positions", "value": v1}
+            values["effective_padding"] = {
+                "axes": [{"dim": d0, "value": a2}, {"dim": d1, "value": b2}], "known_value": v2,
+                "method": "data_flow", "scope": scope, "status": "complete", "unit": "positions", "value": v2}
+            rows.append((path, call_index, depth, bool(failed), values))
+            continue
         q = 0
         for name, status in zip(_FIELDS, (f0, f1, f2)):
             if not n:  # no axes: unavailable
@@ -417,7 +489,12 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     diagnostics = []
     layers = []
     stats = {}  # per module, not per call: a module called in a loop has many rows
-    for (path, call_index, depth, failed, metrics), (mod, inputs, output) in zip(rows, calls):
+    for (path, call_index, depth, failed, metrics), (mod, inputs, output, in_snapshots, out_snapshot) in zip(
+            rows, calls):
+        if in_snapshots is not None:
+            inputs = {"kind": "tuple", "items": [_tensor_metadata(*t) for t in in_snapshots]}
+        if out_snapshot is not None:
+            output = _tensor_metadata(*out_snapshot)
         if not full:
             metrics = {name: _metric("unavailable", unit="MACs" if name == "macs" else "FLOPs") for name in _COMPUTE}
             for name in _FIELDS:
@@ -438,13 +515,25 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
 
     unique_params = {id(p): p for m in modules for p in m._parameters.values() if p is not None}.values()
     unique_buffers = {id(b): b for m in modules for b in m._buffers.values() if b is not None}.values()
+    parameters = trainable = parameter_bytes = 0
+    for p in unique_params:
+        n = p.numel()
+        parameters += n
+        parameter_bytes += n * p.element_size()
+        if p.requires_grad:
+            trainable += n
+    buffer_elements = buffer_bytes = 0
+    for b in unique_buffers:
+        n = b.numel()
+        buffer_elements += n
+        buffer_bytes += n * b.element_size()
     totals = {
-        "parameters": sum(p.numel() for p in unique_params),
-        "trainable_parameters": sum(p.numel() for p in unique_params if p.requires_grad),
-        "frozen_parameters": sum(p.numel() for p in unique_params if not p.requires_grad),
-        "parameter_bytes": sum(p.numel() * p.element_size() for p in unique_params),
-        "buffer_elements": sum(b.numel() for b in unique_buffers),
-        "buffer_bytes": sum(b.numel() * b.element_size() for b in unique_buffers),
+        "parameters": parameters,
+        "trainable_parameters": trainable,
+        "frozen_parameters": parameters - trainable,
+        "parameter_bytes": parameter_bytes,
+        "buffer_elements": buffer_elements,
+        "buffer_bytes": buffer_bytes,
     }
     if full:
         totals.update({name: module_report["totals"][name] for name in _COMPUTE})
@@ -463,8 +552,9 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
             "python_version": platform.python_version(), "model_type": safe_text(type(module).__name__),
             "execution_mode": "eval_no_grad", "analysis_mode": mode,
             "training_before": training.get(module, False),
-            "devices": sorted({str(t.device) for t in list(unique_params) + list(unique_buffers)}),
-            "dtypes": sorted({str(t.dtype).replace("torch.", "") for t in unique_params}),
+            # str() once per distinct device and dtype.
+            "devices": sorted({str(d) for d in {t.device for t in (*unique_params, *unique_buffers)}}),
+            "dtypes": sorted({str(d).replace("torch.", "") for d in {t.dtype for t in unique_params}}),
         },
         "inputs": {"source": source, "args": describe(tuple(call_args)), "kwargs": describe(call_kwargs)},
         "layers": layers,

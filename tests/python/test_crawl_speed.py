@@ -324,3 +324,85 @@ def test_a_scripted_submodule_is_one_layer_call():
     assert [(l["path"], l["metrics"]["module_flops"]["value"]) for l in report["layers"]] == [
         ("", 0), ("0", 32), ("1", 64)]
     assert report["totals"]["module_flops"]["value"] == 96
+
+
+# ---- plain dense tensors are snapshotted in the hooks and described when
+# the report is built: the metadata equals describe() at call time.
+
+
+class _Mixed(nn.Module):
+    """Calls with plain tensors of several dtypes, a tensor that requires
+    grad, kwargs, non-tensor arguments and non-tensor outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4).double()
+        self.emb = nn.Embedding(10, 4)
+        self.pair = _Pair()
+        self.kw = _Kw()
+        self.grow = _Grow()
+
+    def forward(self, x, ids):
+        y = self.lin(x)
+        e = self.emb(ids)
+        a, b = self.pair(e, 3)
+        c = self.kw(a, scale=b)
+        return self.grow(c["out"])
+
+
+class _Pair(nn.Module):
+    def forward(self, e, k):
+        return e[:, :k], e.sum()
+
+
+class _Kw(nn.Module):
+    def forward(self, a, scale=None):
+        return {"out": a * scale, "n": a.shape[0]}
+
+
+class _Grow(nn.Module):
+    def forward(self, t):
+        return t.unsqueeze_(0)  # in place: its input's shape changes after the snapshot
+
+
+def test_snapshotted_metadata_equals_describe_at_call_time():
+    from torchscan import crawler
+    from torchscan.metadata import describe
+
+    model = _Mixed()
+    seen = []  # (path, inputs, output) described by user hooks at call time
+    names = {m: n for n, m in model.named_modules()}
+    handles = []
+    for m in model.modules():
+        handles.append(m.register_forward_pre_hook(
+            lambda m, args, kwargs: seen.append([names[m], crawler._described_inputs(args, kwargs), None]),
+            with_kwargs=True))
+        handles.append(m.register_forward_hook(
+            lambda m, args, out: next(s for s in reversed(seen) if s[0] == names[m] and s[2] is None).__setitem__(
+                2, describe(out))))
+    x = torch.rand(2, 4, dtype=torch.float64, requires_grad=True)
+    try:
+        report = torchscan.crawl_module(model, args=(x, torch.tensor([[1, 2, 3]])))
+    finally:
+        for h in handles:
+            h.remove()
+    assert [[l["path"], l["inputs"], l["output"]] for l in report["layers"]] == seen
+    by_path = {l["path"]: l for l in report["layers"]}
+    assert by_path["lin"]["inputs"]["items"][0] == {"kind": "tensor", "shape": [2, 4], "dtype": "float64",
+                                                    "device": "cpu", "requires_grad": True}
+    assert by_path["grow"]["inputs"]["items"][0]["shape"] == [1, 3, 4]  # before the in-place unsqueeze_
+    assert by_path["grow"]["output"]["shape"] == [1, 1, 3, 4]
+
+
+def test_tensor_metadata_of_a_snapshot_is_describe():
+    from torchscan import crawler
+    from torchscan.metadata import describe
+
+    for t in (torch.rand(2, 3), torch.zeros(5, dtype=torch.int64), torch.rand(1, requires_grad=True),
+              torch.empty(2, 0, 4, device="meta", dtype=torch.bfloat16), torch.tensor(3.0)):
+        (snapshot,) = crawler._snapshots((t,))
+        assert crawler._tensor_metadata(*snapshot) == describe(t)
+    # Anything but plain dense tensors is described at call time.
+    assert crawler._snapshots((torch.rand(2), 3)) is None
+    assert crawler._snapshots((nn.Parameter(torch.rand(2)),)) is None
+    assert crawler._snapshots((torch.nested.nested_tensor([torch.rand(2), torch.rand(3)]),)) is None
