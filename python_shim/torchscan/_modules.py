@@ -174,8 +174,12 @@ def _hook_ids() -> tuple:
 
 
 def _remove_entries(module, ids) -> None:
-    for name, which in _HOOK_DICTS:
-        getattr(module, name).pop(ids[which], None)
+    pre_id, post_id = ids
+    module._forward_pre_hooks.pop(pre_id, None)
+    module._forward_pre_hooks_with_kwargs.pop(pre_id, None)
+    module._forward_hooks.pop(post_id, None)
+    module._forward_hooks_with_kwargs.pop(post_id, None)
+    module._forward_hooks_always_called.pop(post_id, None)
 
 
 def _direct_hook_entries() -> bool:

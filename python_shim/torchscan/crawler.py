@@ -122,11 +122,14 @@ def _unique_modules(module: nn.Module) -> tuple:
     there (quadratic overall)."""
     named, stack = [], [("", module)]
     while stack:
-        prefix, m = stack.pop()
-        named.append((prefix, m))
-        children = [(f"{prefix}.{n}" if prefix else n, c) for n, c in m._modules.items() if c is not None]
-        stack.extend(reversed(children))
-    return named, list(dict.fromkeys(m for _, m in named))
+        entry = stack.pop()
+        named.append(entry)
+        prefix, m = entry
+        children = m._modules
+        if children:  # leaves (most modules) have none
+            dot = prefix + "." if prefix else ""
+            stack.extend(reversed([(dot + n, c) for n, c in children.items() if c is not None]))
+    return named, list(dict.fromkeys([m for _, m in named]))
 
 
 def _parameter_stats(module: nn.Module) -> dict:
@@ -489,6 +492,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     diagnostics = []
     layers = []
     stats = {}  # per module, not per call: a module called in a loop has many rows
+    type_names = {}  # per module class
     for (path, call_index, depth, failed, metrics), (mod, inputs, output, in_snapshots, out_snapshot) in zip(
             rows, calls):
         if in_snapshots is not None:
@@ -503,7 +507,9 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
             diagnostics.append({"code": "module_forward_error", "severity": "error", "metric": "module_flops",
                                 "message": f"{path or '(root)'} raised inside its forward; "
                                            "its estimates are unavailable", "path": path})
-        type_name = safe_text(type(mod).__name__)
+        type_name = type_names.get(type(mod))
+        if type_name is None:
+            type_name = type_names[type(mod)] = safe_text(type(mod).__name__)
         mod_stats = stats.get(mod)
         if mod_stats is None:
             mod_stats = stats[mod] = _parameter_stats(mod)
