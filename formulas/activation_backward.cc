@@ -130,8 +130,9 @@ FormulaResult Elu(const OpCall& call) {
 
 // cpu/Activation.cpp softplus_backward_kernel (a = grad, b = self):
 // z = exp(b * beta); (b * beta) > threshold ? a : a * z / (z + 1)
-// b*beta (once), exp, comparison, a*z, z+1, /, selection -> 7
-FormulaResult Softplus(const OpCall& call) { return PerValue(call, 7); }
+// b*beta twice (for exp and for the threshold test, as the forward row
+// counts it), exp, comparison, a*z, z+1, /, selection -> 8
+FormulaResult Softplus(const OpCall& call) { return PerValue(call, 8); }
 
 // cpu/Activation.cpp mish_backward_kernel:
 // s = 1 / (1 + exp(-x))                                   sigmoid           4

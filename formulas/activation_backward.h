@@ -39,7 +39,7 @@ FormulaResult LeakyRelu(const OpCall& call);
 // elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
 // is_result 6N, otherwise 8N (recomputes the exponential).
 FormulaResult Elu(const OpCall& call);
-// softplus_backward(grad, self, beta, threshold): 7N.
+// softplus_backward(grad, self, beta, threshold): 8N.
 FormulaResult Softplus(const OpCall& call);
 // mish_backward(grad, self): sigmoid 4 + exp, log1p, tanh 6 + 6 -> 18N.
 FormulaResult Mish(const OpCall& call);

@@ -198,7 +198,8 @@ FormulaResult BinaryCrossEntropyWithLogits(const OpCall& call) {
   if (!n) return NotDense(call);
   const std::optional<int64_t> r = ReductionAt(call, 4);
   if (!r) return UnknownReduction(call);
-  Count ops = Count(10) * *n;                                  // log_sigmoid 7N, (1 - y) * x - ls 3N
+  // log_sigmoid runs on self's own shape (7 per value of self); (1 - y) * x - ls on the broadcast (3N).
+  Count ops = Count(7) * DenseArg(call, 0)->numel() + Count(3) * *n;
   if (Present(call, 3)) ops += Elements(call.arg(3)) + Count(3) * *n;  // pos_weight
   if (Present(call, 2)) ops += *n;                              // weight
   return CountFor(call, ArithmeticOf(call), ops + LossReduction(*r, *n));

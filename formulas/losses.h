@@ -72,7 +72,8 @@ FormulaResult BinaryCrossEntropy(const OpCall& call);
 FormulaResult BinaryCrossEntropyBackward(const OpCall& call);
 // binary_cross_entropy_with_logits(self, target, weight, pos_weight,
 // reduction) (CompositeExplicitAutograd: the row owns its children):
-// log_sigmoid 7N; (1 - y) * x - log_sigmoid: 3N; pos_weight:
+// log_sigmoid 7S (S = self's elements: it runs before broadcasting);
+// (1 - y) * x - log_sigmoid: 3N; pos_weight:
 // (pw - 1) P, * y N, + 1 N, log_sigmoid *= N; loss *= weight N; reduction.
 // P = pos_weight elements. (Its backward is no kernel: autograd runs the
 // derivatives.yaml formula as pointwise calls, counted by their own rows.)

@@ -56,7 +56,7 @@ const OperatorFormula kFormulas[] = {
     {"aten::_efficient_attention_backward", attention::EfficientBackward, kN},
     // The CPU flash kernel FlopCounterMode has no entry for: with no native
     // formula, the table's "CPU SDPA fallback" row applies (complete). Its
-    // backward is a stated exclusion (softmax backward has no convention).
+    // backward is a torchscan_training_v1 row (below).
     {"aten::_scaled_dot_product_flash_attention_for_cpu", attention::SdpaCpu, kF},
     // PyTorch's fused attention fast paths (nn.MultiheadAttention / nn.TransformerEncoderLayer in eval).
     {"aten::_native_multi_head_attention", attention::NativeMultiHeadAttention, kF},

@@ -100,8 +100,8 @@ TEST(ActivationBackward, EluFromResultOrFromInput) {
 }
 
 TEST(ActivationBackward, SoftplusMishHardswishHardsigmoid) {
-  // softplus: b*beta, exp, comparison, a*z, z+1, /, selection = 7; N = 6 -> 42.
-  EXPECT_EQ(Flops("aten::softplus_backward", GradSelf("aten::softplus_backward").Int(1).Int(20).Out({2, 3})), 7 * 6);
+  // softplus: b*beta twice (exp, threshold test), exp, comparison, a*z, z+1, /, selection = 8; N = 6 -> 48.
+  EXPECT_EQ(Flops("aten::softplus_backward", GradSelf("aten::softplus_backward").Int(1).Int(20).Out({2, 3})), 8 * 6);
   // mish: sigmoid 4 + (exp, log1p, tanh 6) 8 + (t*t, 1-, x*s, *, t+, dy*) 6 = 18 -> 108.
   EXPECT_EQ(Flops("aten::mish_backward", GradSelf("aten::mish_backward").Out({2, 3})), 18 * 6);
   // hardswish: 2 comparisons + (self/3, +0.5, grad*) 3 + 2 selections = 7 -> 42 (also .out).

@@ -184,6 +184,11 @@ TEST(LossesPointwise, BinaryCrossEntropyWithLogits) {
   CallBuilder plain("aten::binary_cross_entropy_with_logits");
   plain.Tensor({4, 5}).Tensor({4, 5}).None().None().Int(kSum).Out({});
   EXPECT_EQ(Complete(losses::BinaryCrossEntropyWithLogits(plain.Call())), 219);
+  // self (4,1) broadcast against target (4,6): log_sigmoid on self's 4 values 7*4 = 28,
+  // then (1 - y) * x - ls on the 24 broadcast values 3*24 = 72; no reduction: 100.
+  CallBuilder broadcast("aten::binary_cross_entropy_with_logits");
+  broadcast.Tensor({4, 1}).Tensor({4, 6}).None().None().Int(kNone).Out({4, 6});
+  EXPECT_EQ(Complete(losses::BinaryCrossEntropyWithLogits(broadcast.Call())), 100);
 }
 
 TEST(LossesPointwise, SoftMargin) {
