@@ -338,7 +338,13 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
         if scope < 0:  # refused: the method refuses it again, with the message
             scope = session.push_module_scope(names.get(mod, ""))
         open_scopes.append((scope, len(calls)))
-        snapshots = None if hook_kwargs else _snapshots(hook_args)
+        if hook_kwargs:
+            snapshots = None
+        elif len(hook_args) == 1 and type(hook_args[0]) is Tensor and not hook_args[0].is_nested:  # the common case
+            a = hook_args[0]
+            snapshots = ((a.shape, a.dtype, a.device, a.requires_grad),)
+        else:
+            snapshots = _snapshots(hook_args)
         if snapshots is None:
             calls.append([mod, _described_inputs(hook_args, hook_kwargs), None, None, None])
         else:
@@ -496,7 +502,8 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     for (path, call_index, depth, failed, metrics), (mod, inputs, output, in_snapshots, out_snapshot) in zip(
             rows, calls):
         if in_snapshots is not None:
-            inputs = {"kind": "tuple", "items": [_tensor_metadata(*t) for t in in_snapshots]}
+            inputs = {"kind": "tuple", "items": [_tensor_metadata(*in_snapshots[0])] if len(in_snapshots) == 1 else
+                      [_tensor_metadata(*t) for t in in_snapshots]}
         if out_snapshot is not None:
             output = _tensor_metadata(*out_snapshot)
         if not full:
