@@ -4,11 +4,18 @@
                                              [--mode full|structure] [--max-depth N]
     python3 -m torchscan render report.json [--max-depth N]
     python3 -m torchscan diff before.json after.json [--output diff.json]
+    python3 -m torchscan bench MODULE:FACTORY --input-shape 3,224,224 [--batch-size N] [--output bench.json]
+                                              [--min-run-time S] [--warmup N] [--threads N]
+    python3 -m torchscan compare before.json after.json [--outputs-checked] [--output comparison.json]
 
 `scan` imports MODULE, calls FACTORY() for the model, crawls one forward on a
 generated input (a batch of one) and prints the summary; `render` prints a
 saved report without measuring; `diff` compares two saved reports of the same
-kind (two AnalysisReports, or two FlopReports).
+kind (two AnalysisReports, or two FlopReports). `bench` times the model on a
+generated input (batch --batch-size, default 1) and measures its operator
+FLOPs, peak memory and process peak RSS (a BenchmarkReport); `compare` prints
+the BenchmarkComparison of two saved BenchmarkReports (deltas only with
+--outputs-checked: you state that you checked the two models' outputs agree).
 
 A problem with a file (missing, unreadable, not JSON, not a valid report, an
 --output that cannot be written) ends the command with a one-line message
@@ -114,6 +121,72 @@ def _reader_error(command: str, e: Exception) -> NoReturn:
     _fail(command, message)
 
 
+def _reader_message(e: Exception) -> str:
+    message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return message.split(": ", 1)[1] if message.startswith("torchscan.") and ": " in message else message
+
+
+def _benchmark_json(text: str):
+    """The parsed report when `text` is a BenchmarkReport/BenchmarkComparison;
+    None otherwise (model reports go to the C++ readers)."""
+    from torchscan.workload import is_benchmark_comparison, is_benchmark_report
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if is_benchmark_report(value) or is_benchmark_comparison(value) else None
+
+
+def _bench(args) -> None:
+    import torch
+
+    for name, value, minimum in (("--batch-size", args.batch_size, 1), ("--warmup", args.warmup, 0),
+                                 ("--threads", args.threads, 1)):
+        if value is not None and value < minimum:
+            _fail("bench", f"{name} must be >= {minimum}, got {value}")
+    if not args.min_run_time > 0:
+        _fail("bench", f"--min-run-time must be a positive number of seconds, got {args.min_run_time}")
+    if args.output:
+        _check_output("bench", args.output)  # before the model is built or run
+    model = _factory(args.factory)()
+    if not isinstance(model, torch.nn.Module):
+        _fail("bench", f"{args.factory} returned {type(model).__name__}, not a torch.nn.Module")
+    model.eval()
+    x = torch.randn(args.batch_size, *args.input_shape)
+
+    def workload():
+        with torch.inference_mode():
+            return model(x)
+
+    report = torchscan.measure_workload(workload, latency=True, min_run_time=args.min_run_time,
+                                        warmup=args.warmup, num_threads=args.threads, inputs=(x,),
+                                        work_units=args.batch_size, work_unit="samples", progress=True)
+    report["inputs"]["source"] = "generated"
+    print(torchscan.render_benchmark(report))
+    if args.output:
+        _write_output("bench", args.output, json.dumps(report, indent=1, sort_keys=True))
+
+
+def _compare(args) -> None:
+    if args.output:
+        _check_output("compare", args.output)
+    reports = []
+    for side, path in (("before", args.before), ("after", args.after)):
+        text = _read_report("compare", path, side)
+        try:
+            reports.append(json.loads(text))
+        except ValueError as e:
+            _fail("compare", f"the {side} report {_name(path)} is not JSON ({e})")
+    try:
+        result = torchscan.compare_benchmarks(reports[0], reports[1], check=True if args.outputs_checked else None)
+    except (TypeError, ValueError) as e:
+        _fail("compare", _reader_message(e))
+    if args.output:
+        _write_output("compare", args.output, json.dumps(result, indent=1, sort_keys=True))
+    print(torchscan.render_benchmark(result))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m torchscan", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -130,6 +203,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     diff.add_argument("before")
     diff.add_argument("after")
     diff.add_argument("--output")
+    bench = sub.add_parser("bench", help="time and measure a model built by MODULE:FACTORY")
+    bench.add_argument("factory")
+    bench.add_argument("--input-shape", required=True, type=_shape)
+    bench.add_argument("--batch-size", type=int, default=1)
+    bench.add_argument("--output")
+    bench.add_argument("--min-run-time", type=float, default=1.0)
+    bench.add_argument("--warmup", type=int, default=1)
+    bench.add_argument("--threads", type=int)
+    compare = sub.add_parser("compare", help="compare two saved benchmark reports")
+    compare.add_argument("before")
+    compare.add_argument("after")
+    compare.add_argument("--outputs-checked", action="store_true",
+                         help="state that the two workloads' outputs were checked and agree (deltas are given)")
+    compare.add_argument("--output")
     args = parser.parse_args(argv)
 
     if args.command == "scan":
@@ -140,8 +227,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(torchscan.render_report(report, args.max_depth))
         if args.output:
             _write_output("scan", args.output, json.dumps(report, indent=1, sort_keys=True))
+    elif args.command == "bench":
+        _bench(args)
+    elif args.command == "compare":
+        _compare(args)
     elif args.command == "render":
         text = _read_report("render", args.report)
+        benchmark = _benchmark_json(text)
+        if benchmark is not None:
+            try:
+                print(torchscan.render_benchmark(benchmark))
+            except (TypeError, ValueError) as e:
+                _fail("render", f"the report {_name(args.report)}: {_reader_message(e)}")
+            return 0
         try:
             print(_render_json_text(text, args.max_depth, file=_name(args.report)))
         except (ValueError, RuntimeError) as e:
