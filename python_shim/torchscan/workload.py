@@ -21,13 +21,15 @@ What each number means
   first call of the process only if nothing ran the workload before).
 - ``throughput``: work units per call / median latency, in the caller's
   stated unit (``work_unit``, default "calls").
-- ``peak_memory`` (CPU): the highest number of bytes allocated through
-  PyTorch's CPU allocator during one call, above what was alive when the call
-  started: the maximum of the running sum of the profiler's memory events
-  (allocations +, frees -) in time order (``torch.profiler.profile(
-  profile_memory=True)``). Memory not allocated by PyTorch's allocator
-  (Python objects, library scratch space) is not in it; allocations by other
-  threads of the process during the call are.
+- ``peak_memory`` (CPU): the highest number of bytes alive at once among
+  the blocks PyTorch's CPU allocator handed out during one call: the maximum
+  of the running sum of the profiler's memory events (allocations +, frees -)
+  in time order (``torch.profiler.profile(profile_memory=True)``). Tensors
+  alive before the call are not in it, and freeing them inside the call does
+  not lower it (the profiler records no free of a block allocated before it
+  started). Memory not allocated by PyTorch's allocator (Python objects,
+  library scratch space) is not in it; allocations by other threads of the
+  process during the call are.
   (CUDA): ``torch.cuda.max_memory_allocated(device)`` after
   ``reset_peak_memory_stats(device)``, minus ``memory_allocated(device)``
   before the call: the allocator's peak of bytes in live tensors above the
@@ -459,10 +461,11 @@ def _work_unit_record(opts) -> dict:
 # ---------------------------------------------------------------- memory
 
 
-_CPU_MEANING = ("peak bytes allocated through PyTorch's CPU allocator during one call, above the bytes alive "
-                "when the call started: the maximum running sum of torch.profiler memory events (allocations "
-                "minus frees, in time order); excludes memory not allocated by PyTorch (Python objects, "
-                "library scratch space); includes allocations by other threads during the call")
+_CPU_MEANING = ("peak bytes alive at once among the blocks PyTorch's CPU allocator handed out during one call: "
+                "the maximum running sum of torch.profiler memory events (allocations minus frees, in time "
+                "order); tensors alive before the call are not counted and freeing them does not lower it; "
+                "excludes memory not allocated by PyTorch (Python objects, library scratch space); includes "
+                "allocations by other threads during the call")
 _CUDA_MEANING = ("peak bytes in live tensors of the CUDA caching allocator during one call, above the bytes "
                  "allocated when the call started: torch.cuda.max_memory_allocated after "
                  "reset_peak_memory_stats, minus memory_allocated before (cached free blocks excluded)")
