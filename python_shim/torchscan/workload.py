@@ -90,8 +90,8 @@ _UNITS = {
     "latency": ("seconds", "call"),
     "latency_iqr": ("seconds", "call"),
     "throughput": ("calls/second", "call"),
-    "operator_flops": ("FLOPs", "workload_call"),
-    "peak_memory": ("bytes", "workload_call"),
+    "operator_flops": ("FLOPs", "workload"),
+    "peak_memory": ("bytes", "workload"),
     "process_peak_rss": ("bytes", "process_lifetime"),
 }
 
@@ -482,6 +482,19 @@ def _profiler_memory_events(prof, device_type: str) -> list:
     return events
 
 
+def _stop_profiler(prof, failing: bool) -> None:
+    """Stop a profiler started here; while the workload's exception is on its
+    way, a failure to stop is a warning, never a replacement exception."""
+    try:
+        prof.__exit__(*(sys.exc_info() if failing else (None, None, None)))
+    except Exception as e:
+        if not failing:
+            raise
+        import warnings
+
+        warnings.warn(f"torchscan: could not stop the profiler cleanly: {e}", RuntimeWarning)
+
+
 def _cpu_peak(workload, where) -> tuple:
     """(memory evidence, diagnostics) of one call on CPU."""
     from torch.profiler import ProfilerActivity, profile
@@ -496,7 +509,7 @@ def _cpu_peak(workload, where) -> tuple:
     try:
         result = workload()
     except BaseException:
-        prof.__exit__(*sys.exc_info())
+        _stop_profiler(prof, failing=True)
         raise
     prof.__exit__(None, None, None)
     _refuse_unstarted(result, where)
@@ -542,9 +555,9 @@ def _memory(workload, where, dev) -> tuple:
                                         "metric": "peak_memory",
                                         "message": f"peak memory on {dev} is not measured (CPU and CUDA only)"}]
     if evidence is None:
-        metric = _metric("unavailable", unit="bytes", scope="workload_call", method="torch.profiler")
+        metric = _metric("unavailable", unit="bytes", scope="workload", method="torch.profiler")
     else:
-        metric = _metric("complete", evidence["peak_bytes"], unit="bytes", scope="workload_call",
+        metric = _metric("complete", evidence["peak_bytes"], unit="bytes", scope="workload",
                          method=evidence["method"])
     return metric, evidence, diagnostics
 
@@ -592,7 +605,7 @@ def _profile(workload, where, dev) -> tuple:
         if sync is not None:
             sync()
     except BaseException:
-        prof.__exit__(*sys.exc_info())
+        _stop_profiler(prof, failing=True)
         raise
     prof.__exit__(None, None, None)
     _refuse_unstarted(result, where)
@@ -650,7 +663,7 @@ def measure_workload(workload: Callable[[], Any], *, flops: bool = True, memory:
         from torchscan.flops import measure_flops
 
         flop_report = measure_flops(workload, custom_mapping=custom_mapping)
-        totals["operator_flops"] = dict(flop_report["total"], scope="workload_call")
+        totals["operator_flops"] = flop_report["total"]
         diagnostics += flop_report["diagnostics"]
         report_evidence["operator_flops"] = flop_report
     elif custom_mapping is not None:

@@ -172,7 +172,7 @@ def test_peak_memory_of_known_tensors(ts):
 
     r = ts.measure_peak_memory(workload)
     assert r["schema_version"] == 1 and r["device"] == "cpu"
-    _check_metric(r["peak_memory"], unit="bytes", scope="workload_call")
+    _check_metric(r["peak_memory"], unit="bytes", scope="workload")
     # Hand value: both alive at once, 8 MiB + 4000 bytes. Tolerance: up to
     # 64 KiB more for allocations by PyTorch itself during the call.
     peak = r["peak_memory"]["value"]
@@ -265,6 +265,7 @@ def test_measure_workload_totals_and_evidence(ts):
     # (4x8) @ (8x3): 4*3 outputs, 8-term dots, 2K = 16 FLOPs each: 192.
     assert t["operator_flops"]["status"] == "complete" and t["operator_flops"]["value"] == 192
     assert r["operator_flops"]["by_operator"] == {"aten.mm": 192}
+    assert t["operator_flops"] == r["operator_flops"]["total"]  # measure_flops's own total, unchanged
     # The output: 4*3 float32 = 48 bytes allocated (and kept: returned).
     assert t["peak_memory"]["value"] >= 48 and r["memory"]["net_bytes"] >= 48
     _check_metric(t["process_peak_rss"], unit="bytes", scope="process_lifetime")
@@ -332,7 +333,7 @@ def _fake(blocks_ms, number=1, threads=2, extra=None):
                                  method="blocked_timer:median_of_block_averages"),
               "latency_iqr": _metric("complete", s["iqr"], unit="seconds", scope="call",
                                      method="blocked_timer:iqr_of_block_averages"),
-              "peak_memory": _metric("complete", 8 * MIB, unit="bytes", scope="workload_call",
+              "peak_memory": _metric("complete", 8 * MIB, unit="bytes", scope="workload",
                                      method="torch.profiler.profile(profile_memory=True):memory_events")}
     totals.update(extra or {})
     return {"schema_version": 1, "context": {"device": "cpu", "threads": {"torch_num_threads": threads}},
@@ -402,9 +403,9 @@ def test_compare_incompatible_and_partial_metrics(ts):
     from torchscan.workload import _metric
 
     before = _fake([1, 2, 3, 4], extra={"operator_flops": _metric("partial", 40, unit="FLOPs",
-                                                                  scope="workload_call", method="operator_dispatch")})
+                                                                  scope="workload", method="operator_dispatch")})
     after = _fake([1, 2, 3, 4], extra={"operator_flops": _metric("complete", 50, unit="FLOPs",
-                                                                 scope="workload_call", method="operator_dispatch")})
+                                                                 scope="workload", method="operator_dispatch")})
     after["totals"]["peak_memory"]["method"] = "torch.cuda.max_memory_allocated"
     c = ts.compare_benchmarks(before, after, check=True)
     assert c["totals"]["operator_flops"]["status"] == "partial" and c["totals"]["operator_flops"]["delta"] is None
