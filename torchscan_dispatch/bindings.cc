@@ -181,6 +181,7 @@ TORCH_LIBRARY(torchscan, m) {
       // For the C entry points below (torchscan_push_module_scope, ...).
       .def("native_handle", [](const Self& s) { return s->Handle(); })
       .def("module_report", [](const Self& s) { return Value(s->session.ModuleReportJson()); })
+      .def("traffic", [](const Self& s) { return Value(s->session.TrafficJson()); })
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
       .def_static("coverage_audit", []() { return CoverageAuditJson(); })
       .def_static("formula_table", []() { return FormulaTableJson(); })

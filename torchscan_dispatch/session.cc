@@ -31,6 +31,7 @@
 #include "torchscan_dispatch/operator_view.h"
 #include "torchscan_dispatch/scan_state.h"
 #include "torchscan_dispatch/torchscan.h"
+#include "torchscan_dispatch/traffic.h"
 
 namespace torchscan {
 
@@ -581,6 +582,14 @@ absl::StatusOr<std::string> Session::FlopReportJson(const ReportFilter& filter) 
 
 absl::StatusOr<std::string> Session::ModuleReportJson(const ReportFilter& filter) {
   return StoppedReport(*state_, filter, [&](Planned& p) { return ModuleJson(*state_, p); });
+}
+
+absl::StatusOr<std::string> Session::TrafficJson(const ReportFilter& filter) {
+  return StoppedReport(*state_, filter, [&](Planned& p) {
+    State& s = *state_;
+    const TrafficResult t = ComputeTraffic(p.set->events(), p.Plan(s.catalog, s.overrides), s.catalog, s.overrides);
+    return torchscan::TrafficJson(p.set->events(), p.set->scopes, t, s.catalog);
+  });
 }
 
 absl::StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {

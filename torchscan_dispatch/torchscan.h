@@ -167,6 +167,10 @@ class Session {
   absl::StatusOr<std::string> FlopReportJson(const ReportFilter& filter = {});
   // The module view of the same calls (module_flops, macs, dmas) as JSON text.
   absl::StatusOr<std::string> ModuleReportJson(const ReportFilter& filter = {});
+  // Memory traffic of the same calls (the roofline's input, issue 16): per
+  // kernel of the operator view's plan, FLOPs, bytes read and written, and
+  // the fused estimates' groups (torchscan_dispatch/traffic.h) as JSON text.
+  absl::StatusOr<std::string> TrafficJson(const ReportFilter& filter = {});
   // Everything in one JSON document: {"kind": "torchscan_scan_report",
   // "context", "operator_flops" (FlopReport), "module_report", "layers",
   // "threads": [{"thread", "name", "calls", "totals"}], "requests": [...]}.
