@@ -266,4 +266,13 @@ __attribute__((visibility("default"))) int torchscan_pop_module_scope(int handle
   }
 }
 
+// The common case, one output: its identity in two halves (ctypes passes
+// each as a C int, masked to 32 bits), so that no buffer is shared between
+// calls. 0, or -1.
+__attribute__((visibility("default"))) int torchscan_pop_module_scope_1(int handle, int scope, int failed, int low,
+                                                                       int high) noexcept {
+  const uint64_t output = (static_cast<uint64_t>(static_cast<uint32_t>(high)) << 32) | static_cast<uint32_t>(low);
+  return torchscan_pop_module_scope(handle, scope, failed, &output, 1);
+}
+
 }  // extern "C"

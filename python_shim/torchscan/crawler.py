@@ -165,7 +165,7 @@ def _parameter_stats(module: nn.Module) -> dict:
 _NO_PARAMETERS = {"parameters": 0, "trainable_parameters": 0, "parameter_bytes": 0, "buffers": 0, "buffer_bytes": 0}
 
 
-_NATIVE_SCOPES: list = []  # [(push, pop) or None], once loaded
+_NATIVE_SCOPES: list = []  # [(push, pop, pop_1) or None], once loaded
 
 
 def _native_scopes():
@@ -181,7 +181,8 @@ def _native_scopes():
             # pointers, which is what the functions take, and declared
             # conversions would cost more than the calls.
             lib = ctypes.PyDLL(_library_path())
-            native = (lib.torchscan_push_module_scope, lib.torchscan_pop_module_scope)
+            native = (lib.torchscan_push_module_scope, lib.torchscan_pop_module_scope,
+                      lib.torchscan_pop_module_scope_1)
         except (OSError, AttributeError):
             pass
         _NATIVE_SCOPES.append(native)
@@ -298,11 +299,10 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     native = _native_scopes()
     handle = session.native_handle() if native is not None else 0
     if handle:
-        push, pop = native
+        push, pop, pop_1 = native
         encoded = {m: (b, len(b)) for m, b in ((m, n.encode()) for m, n in names.items())}
-        one = (ctypes.c_uint64 * 1)()  # the common case's output identity
     else:
-        push = pop = handle = encoded = one = None
+        push = pop = pop_1 = handle = encoded = None
     is_compiling = torch.compiler.is_compiling
 
     # When the model is torch.compile'd, Dynamo traces these hooks. While it
@@ -356,9 +356,9 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
         scope, index = open_scopes.pop()
         failed = sys.exc_info()[0] is not None
         if type(output) is Tensor:
-            one[0] = output._cdata
-            if pop(handle, scope, failed, one, 1) < 0:
-                session.pop_module_scope(scope, failed, [output._cdata])
+            identity = output._cdata
+            if pop_1(handle, scope, failed, identity & 0xFFFFFFFF, identity >> 32) < 0:
+                session.pop_module_scope(scope, failed, [identity])
             if not failed and not output.is_nested:
                 calls[index][4] = (output.shape, output.dtype, output.device, output.requires_grad)
                 return

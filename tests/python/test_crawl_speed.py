@@ -406,3 +406,55 @@ def test_tensor_metadata_of_a_snapshot_is_describe():
     assert crawler._snapshots((torch.rand(2), 3)) is None
     assert crawler._snapshots((nn.Parameter(torch.rand(2)),)) is None
     assert crawler._snapshots((torch.nested.nested_tensor([torch.rand(2), torch.rand(3)]),)) is None
+
+
+# ---- module scopes through the library's C entry points (ctypes)
+
+
+def test_c_scope_entry_points_refuse_what_the_methods_refuse():
+    from torchscan import crawler
+    from torchscan.flops import FlopScan
+
+    native = crawler._native_scopes()
+    assert native is not None  # the installed library exports them
+    push, pop, pop_1 = native
+    scan = FlopScan(scope="forward")
+    handle = scan._session.native_handle()
+    assert handle > 0 and scan._session.native_handle() == handle
+    assert push(handle, b"a", 1) == -1  # not started: refused (the method raises)
+    with pytest.raises(RuntimeError, match="not active"):
+        scan._session.push_module_scope("a")
+    x = torch.rand(2, 3)
+    with scan:
+        outer = push(handle, b"outer\x00x", 7)  # the length counts, not a NUL
+        inner = push(handle, b"inner", 5)
+        assert (outer, inner) == (0, 1)
+        y = x + 1
+        identity = y._cdata
+        assert pop_1(handle, inner, 0, identity & 0xFFFFFFFF, identity >> 32) == 0
+        assert pop_1(handle, inner, 0, 0, 0) == -1  # closed already
+        assert pop(handle + 1000, outer, 0, None, 0) == -1  # no such session
+        assert pop(handle, outer, 1, None, 0) == 0
+    import json
+
+    layers = json.loads(scan._session.layers())
+    assert [(l["path"], l["failed"]) for l in layers] == [("outer\x00x", True), ("inner", False)]
+    # inner's output identity, rebuilt from its two halves, reached the data
+    # flow: y was found (a (2, 3) tensor has no spatial axes: not applicable;
+    # a wrong identity is "not seen by the data flow").
+    assert layers[1]["metrics"]["receptive_field"]["method"] == "not_applicable"
+    del scan  # its handle names no session any more
+    assert push(handle, b"a", 1) == -1
+
+
+def test_crawl_without_the_c_entry_points_gives_the_same_report(monkeypatch):
+    import json
+
+    from torchscan import crawler
+
+    torch.manual_seed(0)
+    model = mobilenet_v3_small().eval()
+    x = torch.rand(1, 3, 64, 64)
+    fast = torchscan.crawl_module(model, args=(x,))
+    monkeypatch.setattr(crawler, "_NATIVE_SCOPES", [None])  # the session's methods instead
+    assert json.dumps(torchscan.crawl_module(model, args=(x,))) == json.dumps(fast)
