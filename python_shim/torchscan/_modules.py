@@ -117,8 +117,9 @@ class ForwardHooks:
     forward raises: on each module, what register_forward_pre_hook(pre,
     with_kwargs=True) and register_forward_hook(post, with_kwargs=True,
     always_call=True) do, at a fraction of their cost (crawl_module hooks
-    every module; a RemovableHandle per hook cost about as much as a small
-    module's forward).
+    every module: on MobileNetV3-Small's 209, the two registrations and
+    their RemovableHandles took about five times as long as writing the
+    entries).
 
     The entries are written into the module's hook dicts directly, under two
     ids taken from RemovableHandle's counter (so no other hook shares them),
@@ -200,8 +201,8 @@ def _direct_hook_entries() -> bool:
         expected = {name: {(h_pre.id, h_post.id)[which]: (pre, post)[which] if name in ("_forward_pre_hooks",
                                                                                         "_forward_hooks") else True}
                     for name, which in _HOOK_DICTS}
-        changed = {k: {i: v for i, v in after[k].items() if i not in before.get(k, {})}
-                   for k in after if after[k] != before.get(k)}
+        changed = {k: {i: x for i, x in v.items() if i not in before.get(k, {})} if isinstance(v, dict) else v
+                   for k, v in after.items() if v != before.get(k)}
         _DIRECT.append(changed == expected)
     return _DIRECT[0]
 
