@@ -1,0 +1,468 @@
+"""Roofline analysis from the executed data flow (issue 16).
+
+One scan records every ATen call of the workload; the engine
+(torchscan_dispatch/traffic.cc) turns its kernels into FLOPs (the operator
+view's values), bytes read and written (from the recorded operands and returns)
+and two fused estimates (calls grouped when their intermediate tensors have no
+consumer outside the group, decided from recorded tensor identities). This
+module applies a GPU's peaks and bandwidth to those numbers:
+
+    compute SoL = sum over kernels of FLOPs / peak(kernel class, precision)
+    memory SoL  = fused bytes / memory bandwidth
+    bottleneck  = the larger of the two
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+from torch import nn
+
+SCHEMA_VERSION = 1
+
+# Bytes per floating element and the peak each precision uses.
+PRECISIONS = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+_GPUS_FILE = os.path.join(os.path.dirname(__file__), "gpus.json")
+_gpu_table: Optional[dict] = None
+
+
+def _table() -> dict:
+    global _gpu_table
+    if _gpu_table is None:
+        with open(_GPUS_FILE, encoding="utf-8") as f:
+            _gpu_table = json.load(f)
+    return _gpu_table
+
+
+def list_gpus() -> list:
+    """The names `roofline(gpu=...)` accepts, from python_shim/torchscan/gpus.json."""
+    return sorted(_table()["gpus"])
+
+
+def gpu_spec(gpu) -> dict:
+    """A GPU's spec: a name from list_gpus(), or a mapping
+    {"name", "memory_bandwidth" (GB/s), "vector": {"fp32": TFLOPS, ...},
+    "tensor": {"bf16": TFLOPS, ...}} for a GPU not in the table."""
+    if isinstance(gpu, str):
+        gpus = _table()["gpus"]
+        key = gpu.lower()
+        if key not in gpus:
+            raise ValueError(f"torchscan.roofline: unknown gpu {gpu!r}; known: {', '.join(list_gpus())} "
+                             "(or pass a mapping with memory_bandwidth, vector and tensor peaks)")
+        spec = dict(gpus[key])
+        spec["key"] = key
+        return spec
+    if isinstance(gpu, Mapping):
+        spec = {"name": "custom", "vector": {}, "tensor": {}, "source": "caller", "uncertain": []}
+        spec.update(dict(gpu))
+        bw = spec.get("memory_bandwidth")
+        if not isinstance(bw, (int, float)) or isinstance(bw, bool) or not bw > 0:
+            raise ValueError("torchscan.roofline: a custom gpu needs memory_bandwidth > 0 (GB/s)")
+        vec = spec.get("vector") or {}
+        if not isinstance(vec.get("fp32"), (int, float)) or not vec["fp32"] > 0:
+            raise ValueError("torchscan.roofline: a custom gpu needs vector.fp32 > 0 (TFLOPS)")
+        spec["key"] = spec.get("key", spec["name"])
+        return spec
+    raise TypeError(f"torchscan.roofline: gpu must be a name or a mapping, got {type(gpu).__name__}")
+
+
+def _peaks(spec: dict, precision: str) -> tuple:
+    """(matrix peak, vector peak) in FLOP/s, and the assumptions they rest on."""
+    vec, ten = spec.get("vector") or {}, spec.get("tensor") or {}
+    notes = []
+    if precision == "fp32":
+        if "fp32" in ten:
+            matrix = ten["fp32"]
+            notes.append("fp32 matmul/conv at the fp32 matrix-core peak")
+        else:
+            matrix = vec["fp32"]
+            notes.append("fp32 matmul/conv on the vector units (no fp32 tensor-core path): vector.fp32 peak")
+    else:
+        if precision not in ten:
+            raise ValueError(f"torchscan.roofline: {spec['name']} has no {precision} tensor peak in the GPU table")
+        matrix = ten[precision]
+        notes.append(f"matmul/conv/attention at the dense {precision} tensor-core peak")
+    if precision in vec:
+        vector = vec[precision]
+        notes.append(f"pointwise/reduction/other work at the non-tensor-core {precision} peak")
+    else:
+        vector = vec["fp32"]
+        notes.append(f"pointwise/reduction/other work at the non-tensor-core fp32 peak (no {precision} vector "
+                     "peak listed: assumed to compute in fp32)")
+    return matrix * 1e12, vector * 1e12, notes
+
+
+class RooflineReport(dict):
+    """A JSON-serialisable dict (schema_version, context, totals, operators,
+    layers, diagnostics) with .print() and .to_svg(path)."""
+
+    def render(self) -> str:
+        return render_roofline(self)
+
+    def print(self) -> None:  # noqa: A003 - the reference's name
+        print(render_roofline(self))
+
+    def to_svg(self, path: Optional[str] = None, *, points: str = "layers") -> str:
+        svg = roofline_svg(self, points=points)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(svg)
+        return svg
+
+
+def _bytes(triple, bpe: int) -> int:
+    """[float elements, other bytes, recorded bytes] at `bpe` bytes per floating element."""
+    return triple[0] * bpe + triple[1]
+
+
+def _row(flops: int, read: int, written: int, fused: int, matrix_flops: int, peaks: tuple, bw: float) -> dict:
+    matrix_peak, vector_peak = peaks
+    moved = read + written
+    compute = matrix_flops / matrix_peak + (flops - matrix_flops) / vector_peak
+    memory = moved / bw
+    return {
+        "flops": flops,
+        "bytes_read": read,
+        "bytes_written": written,
+        "hbm_bytes": moved,
+        "hbm_bytes_fused": fused,
+        "arithmetic_intensity": flops / moved if moved else None,
+        "compute_sol_ms": compute * 1e3,
+        "memory_sol_ms": memory * 1e3,
+        "bound": "compute" if compute >= memory else "memory",
+    }
+
+
+def _scan(workload_or_module, inputs):
+    """Runs the workload once in a scan with module scopes; (traffic json, module or None)."""
+    from torchscan.flops import FlopScan
+
+    scan = FlopScan(scope="forward")
+    session = scan._session
+    handles = []
+    module = workload_or_module if isinstance(workload_or_module, nn.Module) else None
+    if module is None and not callable(workload_or_module):
+        raise TypeError("torchscan.roofline: pass an nn.Module (with inputs) or a zero-argument callable, "
+                        f"got {type(workload_or_module).__name__}")
+    if module is None and inputs is not None:
+        raise TypeError("torchscan.roofline: inputs apply to an nn.Module; a callable workload takes none")
+    if module is not None:
+        if inputs is None:
+            raise TypeError("torchscan.roofline: an nn.Module needs inputs (a tensor or a tuple of arguments)")
+        args = inputs if isinstance(inputs, tuple) else (inputs,)
+        names = {}
+        for name, m in module.named_modules():
+            names.setdefault(m, name or module.__class__.__name__)
+        stack = []
+
+        def pre(mod, _args):
+            stack.append(session.push_module_scope(names.get(mod, "")))
+
+        def post(mod, _args, output):
+            flat = output if isinstance(output, (tuple, list)) else (output,)
+            session.pop_module_scope(stack.pop(), False, [t._cdata for t in flat if isinstance(t, torch.Tensor)])
+
+        for m in names:
+            handles.append(m.register_forward_pre_hook(pre))
+            handles.append(m.register_forward_hook(post))
+
+        def run():
+            with torch.no_grad():
+                return module(*args)
+    else:
+        run = workload_or_module
+    try:
+        with scan:
+            run()
+    finally:
+        for h in handles:
+            h.remove()
+    return json.loads(session.traffic()), module
+
+
+_ASSUMPTIONS = [
+    "Kernels are the calls the operator view values: a call whose formula owns its subtree is one kernel; a "
+    "CompositeImplicitAutograd decomposition's children are its kernels.",
+    "Unfused (eager upper bound): every kernel reads each distinct tensor operand once and writes each distinct "
+    "return once from/to HBM; views, metadata and allocations move nothing; copies and fills move what they read "
+    "and write; an in-place kernel writes its operand once; a call that returns its own operand (dropout in eval, "
+    "x.to(x.dtype)) moves nothing.",
+    "A broadcast (stride-0) dimension is read once: an expanded tensor moves its distinct elements.",
+    "Parameters are read by every kernel that uses them (once per use); nothing stays in cache between kernels.",
+    "Fused (compiler-style lower bound): pointwise kernels (and casts) joined through producer->consumer edges of "
+    "recorded tensor identities form one kernel when every other operand comes from the group or from a kernel "
+    "that ran before the group; only operands from outside the group and results read outside it (or by nobody: "
+    "the workload's outputs) reach HBM. Matmul/conv epilogues are not fused.",
+    "Fused with reduction epilogues (stated separately): the same grouping with reductions, softmax and "
+    "normalizations fusible too.",
+    "Batch norm in inference is pointwise (per-channel scale and shift).",
+    "Memory SoL uses the fused (pointwise) bytes; bandwidth is the datasheet peak; no cache modelling.",
+    "Compute SoL: matmul/conv/attention FLOPs at the tensor-core peak of the precision, all other FLOPs at the "
+    "non-tensor-core peak; FLOPs are the operator view's (torchscan_flops_v1) and do not depend on precision.",
+    "Precision sets the bytes of every floating tensor; integer and boolean tensors keep their recorded size.",
+]
+
+
+def roofline(workload_or_module, inputs=None, *, gpu="h100-sxm", precision: str = "fp32",
+             actual_ms: Optional[float] = None) -> RooflineReport:
+    """Roofline of one forward (an nn.Module with `inputs`, run under no_grad)
+    or of a zero-argument callable, on `gpu` at `precision`. Works on `meta`
+    tensors: only metadata is recorded."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"torchscan.roofline: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if actual_ms is not None and (isinstance(actual_ms, bool) or not isinstance(actual_ms, (int, float))
+                                  or not actual_ms > 0 or not math.isfinite(actual_ms)):
+        raise ValueError(f"torchscan.roofline: actual_ms must be a positive number of milliseconds, got {actual_ms!r}")
+    spec = gpu_spec(gpu)
+    matrix_peak, vector_peak, peak_notes = _peaks(spec, precision)
+    bw = spec["memory_bandwidth"] * 1e9
+    bpe = PRECISIONS[precision]
+    traffic, module = _scan(workload_or_module, inputs)
+    kernels = traffic["kernels"]
+    peaks = (matrix_peak, vector_peak)
+
+    def flops_of(k):
+        return int(k["flops"])
+
+    diagnostics = []
+    unknown = {}
+    for k in kernels:
+        if k["flops_status"] != "complete":
+            unknown.setdefault(k["op"], [0, k["flops_status"]])[0] += 1
+    for op, (calls, status) in sorted(unknown.items()):
+        diagnostics.append({"code": "flops_incomplete", "operator": op, "calls": calls,
+                            "message": f"{op} ran {calls} time(s) with {status} FLOPs; total FLOPs and compute SoL "
+                                       "are lower bounds"})
+
+    def totals_of(ks):
+        flops = sum(flops_of(k) for k in ks)
+        matrix = sum(flops_of(k) for k in ks if k["class"] == "matmul")
+        read = sum(_bytes(k["read"], bpe) for k in ks)
+        written = sum(_bytes(k["written"], bpe) for k in ks)
+        fused = sum(_bytes(k["fused_read"], bpe) + _bytes(k["fused_written"], bpe) for k in ks)
+        fused_r = sum(_bytes(k["fused_reductions_read"], bpe) + _bytes(k["fused_reductions_written"], bpe)
+                      for k in ks)
+        return flops, matrix, read, written, fused, fused_r
+
+    flops, matrix_flops, read, written, fused, fused_r = totals_of(kernels)
+    unfused = read + written
+    compute_s = matrix_flops / matrix_peak + (flops - matrix_flops) / vector_peak
+    memory_s = fused / bw
+    sol_s = max(compute_s, memory_s)
+    params = None
+    if module is not None:
+        seen = {}
+        for p in module.parameters():
+            seen[id(p)] = p.numel()
+        params = sum(seen.values())
+    totals = {
+        "flops": flops,
+        "flops_status": "complete" if not unknown else "partial",
+        "flops_matmul": matrix_flops,
+        "flops_other": flops - matrix_flops,
+        "parameters": params,
+        "hbm_bytes_unfused": unfused,
+        "hbm_bytes_fused": fused,
+        "hbm_bytes_fused_reductions": fused_r,
+        "fusion_reduction": 1 - fused / unfused if unfused else 0.0,
+        "fusion_reduction_with_reductions": 1 - fused_r / unfused if unfused else 0.0,
+        "arithmetic_intensity": flops / fused if fused else None,
+        "arithmetic_intensity_unfused": flops / unfused if unfused else None,
+        "ridge_point": matrix_peak / bw,
+        "ridge_point_vector": vector_peak / bw,
+        "compute_sol_ms": compute_s * 1e3,
+        "memory_sol_ms": memory_s * 1e3,
+        "memory_sol_unfused_ms": unfused / bw * 1e3,
+        "memory_sol_fused_reductions_ms": fused_r / bw * 1e3,
+        "sol_ms": sol_s * 1e3,
+        "bottleneck": "compute" if compute_s >= memory_s else "memory",
+        "kernels": len(kernels),
+        "fused_kernels": traffic["groups"],
+        "fused_kernels_reductions": traffic["groups_reductions"],
+    }
+    if actual_ms is not None:
+        totals["actual_ms"] = float(actual_ms)
+        totals["achieved_fraction_of_sol"] = sol_s * 1e3 / actual_ms
+
+    # Per operator (packet) and per layer call (a scope and every scope inside it).
+    by_op = {}
+    for k in kernels:
+        by_op.setdefault(k["op"], []).append(k)
+    operators = []
+    for op, ks in sorted(by_op.items()):
+        f, m, r, w, fu, _ = totals_of(ks)
+        row = {"operator": op, "class": ks[0]["class"], "calls": len(ks)}
+        row.update(_row(f, r, w, fu, m, peaks, bw))
+        operators.append(row)
+    operators.sort(key=lambda r: -max(r["compute_sol_ms"], r["memory_sol_ms"]))
+
+    scopes = traffic["scopes"]
+    members = [[] for _ in scopes]
+    for k in kernels:
+        s = k["scope"]
+        while s is not None and s >= 0:
+            members[s].append(k)
+            s = scopes[s]["parent"]
+    layers = []
+    for i, sc in enumerate(scopes):
+        depth, p = 0, sc["parent"]
+        while p >= 0:
+            depth, p = depth + 1, scopes[p]["parent"]
+        f, m, r, w, fu, _ = totals_of(members[i])
+        row = {"path": sc["path"], "call_index": sc["call_index"], "depth": depth, "kernels": len(members[i])}
+        row.update(_row(f, r, w, fu, m, peaks, bw))
+        layers.append(row)
+
+    context = {
+        "kind": "torchscan_roofline",
+        "torch_version": torch.__version__.split("+")[0],
+        "gpu": {k: spec.get(k) for k in ("key", "name", "vendor", "memory_bandwidth", "source", "uncertain")},
+        "precision": precision,
+        "bytes_per_float_element": bpe,
+        "peak_matmul_tflops": matrix_peak / 1e12,
+        "peak_vector_tflops": vector_peak / 1e12,
+        "memory_bandwidth_gbps": spec["memory_bandwidth"],
+        "mode": "forward under torch.no_grad()" if module is not None else "the callable as it runs",
+        "assumptions": _ASSUMPTIONS + peak_notes,
+    }
+    return RooflineReport(schema_version=SCHEMA_VERSION, context=context, totals=totals, operators=operators,
+                          layers=layers, diagnostics=diagnostics)
+
+
+def _si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def render_roofline(report: Mapping) -> str:
+    t, c = report["totals"], report["context"]
+    bar = "=" * 64
+    lines = [bar, f"  torchscan roofline - {c['gpu']['name']}   precision: {c['precision']}", bar,
+             f"  FLOPs                 : {t['flops']:,} ({_si(t['flops'], 'FLOPs')})"
+             + ("" if t["flops_status"] == "complete" else "  [partial: lower bound]")]
+    if t.get("parameters") is not None:
+        lines.append(f"  Parameters            : {t['parameters']:,}")
+    lines += [
+        "",
+        f"  HBM traffic (unfused) : {t['hbm_bytes_unfused']:,} B ({_si(t['hbm_bytes_unfused'], 'B')})  <- eager upper bound",
+        f"  HBM traffic (fused)   : {t['hbm_bytes_fused']:,} B ({_si(t['hbm_bytes_fused'], 'B')})  <- pointwise fusion",
+        f"  ... with reductions   : {t['hbm_bytes_fused_reductions']:,} B",
+        f"  Fusion reduction      : {100 * t['fusion_reduction']:.1f} %",
+        "",
+        f"  Arithmetic intensity  : {t['arithmetic_intensity'] or 0:.1f} FLOPs/Byte",
+        f"  Ridge point ({c['precision']:>4})    : {t['ridge_point']:.1f} FLOPs/Byte",
+        "",
+        f"  Compute SoL : {t['compute_sol_ms']:.6f} ms",
+        f"  Memory  SoL : {t['memory_sol_ms']:.6f} ms",
+        f"  *** Bottleneck : {t['bottleneck'].upper()} BOUND ***",
+    ]
+    if "achieved_fraction_of_sol" in t:
+        lines.append(f"  Achieved: {100 * t['achieved_fraction_of_sol']:.1f} % of SoL ({t['actual_ms']} ms measured)")
+    lines.append(bar)
+    return "\n".join(lines)
+
+
+# ---- SVG plot (no plotting dependency).
+
+def roofline_svg(report: Mapping, *, points: str = "layers", width: int = 720, height: int = 480) -> str:
+    """A log-log roofline chart: attainable FLOP/s against arithmetic intensity,
+    the memory slope, the matmul and vector roofs, the ridge point, one point per
+    leaf layer call (points="layers") or operator ("operators"), and the model."""
+    from xml.sax.saxutils import escape
+
+    t, c = report["totals"], report["context"]
+    bw = c["memory_bandwidth_gbps"] * 1e9
+    peak_m, peak_v = c["peak_matmul_tflops"] * 1e12, c["peak_vector_tflops"] * 1e12
+    rows = report["layers"] if points == "layers" else report["operators"]
+    if points == "layers":
+        # leaves: layer calls with no deeper row directly following them (module tree is pre-order)
+        leaf = []
+        for i, r in enumerate(rows):
+            nxt = rows[i + 1] if i + 1 < len(rows) else None
+            if nxt is None or nxt["depth"] <= r["depth"]:
+                leaf.append(r)
+        rows = leaf
+    pts = []
+    for r in rows:
+        i = r.get("arithmetic_intensity")
+        if not i or r["flops"] <= 0:
+            continue
+        sol = max(r["compute_sol_ms"], r["memory_sol_ms"]) / 1e3
+        pts.append((r.get("path") or r.get("operator"), i, r["flops"] / sol if sol else peak_m, False))
+    if t.get("arithmetic_intensity") and t["sol_ms"] > 0:
+        pts.append(("model", t["arithmetic_intensity"], t["flops"] / (t["sol_ms"] / 1e3), True))
+    ridge = peak_m / bw
+    xs = [p[1] for p in pts] + [ridge, peak_v / bw]
+    lo_x = 10 ** math.floor(math.log10(min(xs)) - 0.5)
+    hi_x = 10 ** math.ceil(math.log10(max(xs)) + 0.5)
+    ys = [p[2] for p in pts] + [peak_m, bw * lo_x]
+    lo_y = 10 ** math.floor(math.log10(min(ys)))
+    hi_y = 10 ** math.ceil(math.log10(max(ys)) + 0.2)
+    ml, mr, mt, mb = 70, 20, 40, 50
+    pw, ph = width - ml - mr, height - mt - mb
+
+    def X(v):
+        return ml + pw * (math.log10(v) - math.log10(lo_x)) / (math.log10(hi_x) - math.log10(lo_x))
+
+    def Y(v):
+        v = min(max(v, lo_y), hi_y)
+        return mt + ph * (1 - (math.log10(v) - math.log10(lo_y)) / (math.log10(hi_y) - math.log10(lo_y)))
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+           f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14">'
+           f'{escape(c["gpu"]["name"])} roofline ({escape(c["precision"])})</text>',
+           f'<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="black"/>']
+    e = math.floor(math.log10(lo_x))
+    while 10 ** e <= hi_x * 1.0001:
+        x = X(10 ** e)
+        out.append(f'<line x1="{x:.1f}" y1="{mt}" x2="{x:.1f}" y2="{mt + ph}" stroke="#ddd"/>')
+        out.append(f'<text x="{x:.1f}" y="{mt + ph + 15}" text-anchor="middle">1e{e}</text>')
+        e += 1
+    e = math.floor(math.log10(lo_y))
+    while 10 ** e <= hi_y * 1.0001:
+        y = Y(10 ** e)
+        out.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{ml - 5}" y="{y + 4:.1f}" text-anchor="end">1e{e}</text>')
+        e += 1
+    out.append(f'<text x="{ml + pw / 2}" y="{height - 10}" text-anchor="middle">arithmetic intensity (FLOPs/byte)</text>')
+    out.append(f'<text x="15" y="{mt + ph / 2}" text-anchor="middle" transform="rotate(-90 15 {mt + ph / 2})">'
+               'attainable FLOP/s</text>')
+    for peak, colour, label in ((peak_m, "#c0392b", "matmul peak"), (peak_v, "#e67e22", "vector peak")):
+        ridge_x = peak / bw
+        pts_line = [(lo_x, bw * lo_x), (ridge_x, peak), (hi_x, peak)]
+        d = " ".join(f"{X(a):.1f},{Y(b):.1f}" for a, b in pts_line if lo_x <= a <= hi_x)
+        out.append(f'<polyline points="{d}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        out.append(f'<text x="{ml + pw - 5}" y="{Y(peak) - 4:.1f}" text-anchor="end" fill="{colour}">'
+                   f'{label} {peak / 1e12:.4g} TFLOP/s</text>')
+    out.append(f'<line x1="{X(ridge):.1f}" y1="{mt}" x2="{X(ridge):.1f}" y2="{mt + ph}" stroke="#c0392b" '
+               'stroke-dasharray="4,3"/>')
+    out.append(f'<text x="{X(ridge) + 4:.1f}" y="{mt + 12}" fill="#c0392b">ridge {ridge:.3g}</text>')
+    for name, i, perf, model in pts:
+        colour = "#2c3e50" if model else "#2980b9"
+        r = 6 if model else 4
+        out.append(f'<circle cx="{X(i):.1f}" cy="{Y(perf):.1f}" r="{r}" fill="{colour}">'
+                   f'<title>{escape(str(name))}: {i:.3g} FLOPs/B, {perf / 1e12:.3g} TFLOP/s</title></circle>')
+        if model:
+            out.append(f'<text x="{X(i) + 8:.1f}" y="{Y(perf) + 4:.1f}" font-weight="bold">model</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def compare_kernelbench(ref_ms: float, gen_ms: float, report: Mapping) -> dict:
+    """Two measured implementations of the same workload against its SoL bound."""
+    for name, v in (("ref_ms", ref_ms), ("gen_ms", gen_ms)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
+            raise ValueError(f"torchscan.compare_kernelbench: {name} must be a positive number of ms, got {v!r}")
+    sol = report["totals"]["sol_ms"]
+    return {"sol_ms": sol, "ref_ms": float(ref_ms), "gen_ms": float(gen_ms),
+            "ref_fraction_of_sol": sol / ref_ms, "gen_fraction_of_sol": sol / gen_ms, "speedup": ref_ms / gen_ms}
