@@ -7,6 +7,8 @@
     python3 -m torchscan bench MODULE:FACTORY --input-shape 3,224,224 [--batch-size N] [--output bench.json]
                                               [--min-run-time S] [--warmup N] [--threads N]
     python3 -m torchscan compare before.json after.json [--outputs-checked] [--output comparison.json]
+    python3 -m torchscan roofline MODULE:FACTORY --input-shape 3,224,224 [--gpu h100-sxm] [--precision fp32]
+                                                 [--actual-ms MS] [--device meta] [--plot roofline.svg] [--output r.json]
 
 `scan` imports MODULE, calls FACTORY() for the model, crawls one forward on a
 generated input (a batch of one) and prints the summary; `render` prints a
@@ -30,6 +32,8 @@ import json
 import os
 import sys
 from typing import List, NoReturn, Optional
+
+import torch
 
 import torchscan
 from torchscan.crawler import _compare_json_text, _render_json_text
@@ -187,6 +191,24 @@ def _compare(args) -> None:
     print(torchscan.render_benchmark(result))
 
 
+def _roofline(args) -> None:
+    for path in (args.output, args.plot):
+        if path:
+            _check_output("roofline", path)
+    model = _factory(args.factory)().to(args.device).eval()
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    x = torch.rand((1, *args.input_shape), dtype=dtype, device=args.device)
+    try:
+        report = torchscan.roofline(model, x, gpu=args.gpu, precision=args.precision, actual_ms=args.actual_ms)
+    except ValueError as e:
+        _fail("roofline", str(e).replace("torchscan.roofline: ", ""))
+    print(report.render())
+    if args.plot:
+        _write_output("roofline", args.plot, report.to_svg())
+    if args.output:
+        _write_output("roofline", args.output, json.dumps(report, indent=1, sort_keys=True))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m torchscan", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -217,6 +239,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     compare.add_argument("--outputs-checked", action="store_true",
                          help="state that the two workloads' outputs were checked and agree (deltas are given)")
     compare.add_argument("--output")
+    roof = sub.add_parser("roofline", help="roofline of one forward of a model built by MODULE:FACTORY")
+    roof.add_argument("factory")
+    roof.add_argument("--input-shape", required=True, type=_shape)
+    roof.add_argument("--gpu", default="h100-sxm")
+    roof.add_argument("--precision", default="fp32")
+    roof.add_argument("--actual-ms", type=float)
+    roof.add_argument("--device", default="cpu", help="where the model and input are built (meta: no memory)")
+    roof.add_argument("--plot", help="write the roofline chart as SVG")
+    roof.add_argument("--output", help="write the RooflineReport as JSON")
     args = parser.parse_args(argv)
 
     if args.command == "scan":
@@ -227,6 +258,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(torchscan.render_report(report, args.max_depth))
         if args.output:
             _write_output("scan", args.output, json.dumps(report, indent=1, sort_keys=True))
+    elif args.command == "roofline":
+        _roofline(args)
     elif args.command == "bench":
         _bench(args)
     elif args.command == "compare":
