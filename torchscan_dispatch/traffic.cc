@@ -309,10 +309,15 @@ TrafficResult ComputeTraffic(const BlockLog<Event>& events, const OperatorPlan& 
     // Operands read. An in-place fill or copy writes self without reading it.
     const bool writes_self_only = in_place && (info.zero_cost == ZeroCostReason::kFill ||
                                                info.zero_cost == ZeroCostReason::kCopy);
+    // A lookup reads the rows it gathers, not its whole table: as many
+    // elements of the table as it writes.
+    const std::string_view fname = FunctionalName(info.name);
+    const bool lookup = (fname == "aten::embedding" || fname == "aten::index_select" || fname == "aten::gather") &&
+                        call.output(0).is_tensor() && call.arg(0).is_tensor();
     ForEachTensor(call.args, [&](size_t index, const TensorMeta& t) {
       if (writes_self_only && index == 0) return;
       if (!read_ids.insert(t.identity).second) return;  // the same tensor twice: read once
-      const Bytes b = TensorBytes(t);
+      const Bytes b = lookup && index == 0 ? TensorBytes(call.output(0).tensor()) : TensorBytes(t);
       k.read.Add(b);
       auto it = latest.find(root(t.identity));
       const int32_t version = it == latest.end() ? -1 : it->second;

@@ -154,8 +154,10 @@ def _scan(workload_or_module, inputs):
         raise TypeError("torchscan.roofline: inputs apply to an nn.Module; a callable workload takes none")
     if module is not None:
         if inputs is None:
-            raise TypeError("torchscan.roofline: an nn.Module needs inputs (a tensor or a tuple of arguments)")
-        args = inputs if isinstance(inputs, tuple) else (inputs,)
+            raise TypeError("torchscan.roofline: an nn.Module needs inputs (a tensor, a tuple of arguments or a "
+                            "dict of keyword arguments)")
+        kwargs = dict(inputs) if isinstance(inputs, Mapping) else {}
+        args = () if kwargs else inputs if isinstance(inputs, tuple) else (inputs,)
         names = {}
         for name, m in module.named_modules():
             names.setdefault(m, name or module.__class__.__name__)
@@ -174,7 +176,7 @@ def _scan(workload_or_module, inputs):
 
         def run():
             with torch.no_grad():
-                return module(*args)
+                return module(*args, **kwargs)
     else:
         run = workload_or_module
     try:
@@ -194,6 +196,7 @@ _ASSUMPTIONS = [
     "and write; an in-place kernel writes its operand once; a call that returns its own operand (dropout in eval, "
     "x.to(x.dtype)) moves nothing.",
     "A broadcast (stride-0) dimension is read once: an expanded tensor moves its distinct elements.",
+    "A lookup (embedding, index_select, gather) reads as many elements of its table as it writes.",
     "Parameters are read by every kernel that uses them (once per use); nothing stays in cache between kernels.",
     "Fused (compiler-style lower bound): pointwise kernels (and casts) joined through producer->consumer edges of "
     "recorded tensor identities form one kernel when every other operand comes from the group or from a kernel "

@@ -1,0 +1,195 @@
+"""Roofline from the recorded data flow (issue 16): hand-derived bytes, fusion, SoL."""
+
+import json
+import math
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+from torch import nn
+
+import torchscan
+from torchscan.roofline import gpu_spec, roofline_svg
+
+# H100 SXM (gpus.json): 3350 GB/s; fp32 67 TFLOPS (no fp32 tensor-core path: matmuls
+# also at 67); bf16 989.4 TFLOPS tensor core, 133.8 TFLOPS non-tensor.
+H100_BW = 3350e9
+A100_BW = 2039e9
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 128))
+
+
+def test_linear_relu_linear_h100_fp32_is_the_reference_example():
+    r = torchscan.roofline(mlp(), torch.randn(1, 512), gpu="h100-sxm", precision="fp32")
+    t = r["totals"]
+    # FLOPs (operator view, 2K per K-term dot, bias omitted): 2*512*256 + 256 (relu) + 2*256*128
+    assert t["flops"] == 262144 + 256 + 65536 == 327936
+    assert t["flops_matmul"] == 327680
+    # Parameters: 512*256 + 256 + 256*128 + 128
+    assert t["parameters"] == 164224
+    # Unfused elements (fp32, 4 B):
+    #   addmm 1: reads x 512 + W1^T 131072 + b1 256 = 131840, writes 256
+    #   relu:    reads 256, writes 256
+    #   addmm 2: reads 256 + W2^T 32768 + b2 128 = 33152, writes 128
+    #   = 165888 elements = 663552 B
+    assert t["hbm_bytes_unfused"] == 165888 * 4 == 663552
+    # Fused: relu's producer and consumer are matmuls (epilogues are not fused): no
+    # pointwise chain longer than one call, so nothing is saved.
+    assert t["hbm_bytes_fused"] == 663552
+    assert t["fusion_reduction"] == 0.0
+    assert t["arithmetic_intensity"] == pytest.approx(327936 / 663552)  # 0.494 FLOPs/B
+    assert t["ridge_point"] == pytest.approx(67e12 / H100_BW)  # 20.0, as the reference prints
+    assert t["compute_sol_ms"] == pytest.approx(327936 / 67e12 * 1e3)  # 4.89e-6 ms
+    assert t["memory_sol_ms"] == pytest.approx(663552 / H100_BW * 1e3)  # 1.98e-4 ms
+    assert t["bottleneck"] == "memory"
+    # The reference prints 0.30 GFLOPs, 0.002 GB / 0.001 GB and COMPUTE BOUND for this model:
+    # its FLOPs are ~900x the 327,936 the three kernels do, so its intensity (300) and
+    # bottleneck follow from that figure, not from the model.
+    ops = {o["operator"]: o for o in r["operators"]}
+    assert ops["aten.addmm"]["calls"] == 2 and ops["aten.addmm"]["class"] == "matmul"
+    assert ops["aten.relu"]["hbm_bytes"] == 2 * 256 * 4 and ops["aten.relu"]["bound"] == "memory"
+    layers = {(l["path"], l["depth"]): l for l in r["layers"]}
+    assert layers[("0", 1)]["hbm_bytes"] == (131840 + 256) * 4
+    assert layers[("Sequential", 0)]["flops"] == 327936
+    json.dumps(r)  # JSON-serialisable
+
+
+def test_precision_changes_bytes_and_peaks_not_flops():
+    r = torchscan.roofline(mlp(), torch.randn(1, 512), gpu="h100-sxm", precision="bf16", actual_ms=0.01)
+    t = r["totals"]
+    assert t["flops"] == 327936
+    assert t["hbm_bytes_unfused"] == 165888 * 2
+    # matmuls at the bf16 tensor-core peak, relu at the non-tensor-core bf16 peak
+    assert t["compute_sol_ms"] == pytest.approx((327680 / 989.4e12 + 256 / 133.8e12) * 1e3)
+    assert t["ridge_point"] == pytest.approx(989.4e12 / H100_BW)
+    assert t["achieved_fraction_of_sol"] == pytest.approx(t["sol_ms"] / 0.01)
+    with pytest.raises(ValueError, match="no fp8 tensor peak"):
+        torchscan.roofline(mlp(), torch.randn(1, 512), gpu="a100-80gb", precision="fp8")
+
+
+def test_conv_bn_relu_eval_fuses_bn_and_relu():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    r = torchscan.roofline(m, torch.randn(1, 3, 8, 8), gpu="a100-80gb", precision="fp32")
+    t = r["totals"]
+    # conv: reads x 3*8*8 = 192 + W 8*3*3*3 = 216 + b 8 = 416, writes 8*6*6 = 288
+    # batch norm (eval: pointwise): reads y 288 + weight, bias, running mean, running var 4*8 = 320,
+    #   writes 288 (its saved statistics are empty in eval)
+    # relu: reads 288, writes 288
+    # unfused = 416 + 288 + 320 + 288 + 288 + 288 = 1888 elements
+    assert t["hbm_bytes_unfused"] == 1888 * 4
+    # fused: BN + ReLU are one kernel: BN's output has no other consumer, so it never
+    # reaches HBM: 416 + 288 (conv) + 320 (BN's operands) + 288 (ReLU's output) = 1312
+    assert t["hbm_bytes_fused"] == 1312 * 4
+    assert t["fusion_reduction"] == pytest.approx(1 - 1312 / 1888)
+    assert t["fused_kernels"] == 2 and t["kernels"] == 3
+    # FLOPs: conv 2*27*288 = 15552; BN eval 4N + 2C = 4*288 + 2*8 = 1168; relu 288
+    assert t["flops"] == 15552 + 1168 + 288 == 17008
+    # A100: 19.5 TFLOPS fp32 for both classes, 2039 GB/s
+    assert t["compute_sol_ms"] == pytest.approx(17008 / 19.5e12 * 1e3)
+    assert t["memory_sol_ms"] == pytest.approx(1312 * 4 / A100_BW * 1e3)
+    assert t["arithmetic_intensity"] == pytest.approx(17008 / (1312 * 4))
+    assert t["bottleneck"] == "memory"
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = torch.relu(x)
+        g = torch.sigmoid(h)
+        return self.fc(g) + h  # h is read again by the add, after the linear
+
+
+class Chain(Residual):
+    def forward(self, x):
+        return self.fc(torch.sigmoid(torch.relu(x)))
+
+
+def test_residual_fusion_follows_real_consumers():
+    x = torch.randn(4, 16)  # 64 elements; fc: W 256, b 16
+    t = torchscan.roofline(Chain(), x, gpu="h100-sxm")["totals"]
+    # relu (64 -> 64), sigmoid (64 -> 64), addmm (64 + 256 + 16 -> 64): unfused 128 + 128 + 400 = 656
+    assert t["hbm_bytes_unfused"] == 656 * 4
+    # relu + sigmoid fused: reads x, writes sigmoid's output (the addmm reads it): 128 + 400 = 528
+    assert t["hbm_bytes_fused"] == 528 * 4
+    t = torchscan.roofline(Residual(), x, gpu="h100-sxm")["totals"]
+    # + add (reads addmm's 64 and h's 64, writes 64): unfused 656 + 192 = 848
+    assert t["hbm_bytes_unfused"] == 848 * 4
+    # relu + sigmoid fused, but h has a consumer outside the group (the add, which cannot join
+    # it: its other operand comes from the addmm that runs after the group), so h is written:
+    # group 64 + 64 (g) + 64 (h) = 192, addmm 400, add 192 -> 784 (a declaration-order
+    # chain that dropped h would give 720)
+    assert t["hbm_bytes_fused"] == 784 * 4
+    assert t["fused_kernels"] == 3
+
+
+def test_meta_7b_llama_forward():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                   num_attention_heads=32, num_key_value_heads=32, vocab_size=32000)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.zeros(1, 128, dtype=torch.long, device="meta")
+    r = torchscan.roofline(model, {"input_ids": ids}, gpu="h100-sxm", precision="bf16")
+    t = r["totals"]
+    assert t["parameters"] == 6738415616  # Llama-2-7B
+    # Every weight matrix is read once per use: at least the non-embedding weights in bf16,
+    # the lm_head included (6738415616 - 32000*4096 embedding rows, 64 norm vectors).
+    weights = 6738415616 - 32000 * 4096
+    assert t["hbm_bytes_fused"] > 2 * weights
+    # FLOPs: 2 per weight per token for the products (128 tokens), plus attention.
+    assert 2 * 128 * (weights - 65 * 4096) <= t["flops"] < 1.1 * 2 * 128 * weights
+    assert t["flops_status"] == "complete"
+    assert t["bottleneck"] in ("compute", "memory")
+    assert any(l["path"] == "model.layers.31.mlp" for l in r["layers"])
+
+
+def test_svg_and_cli(tmp_path):
+    r = torchscan.roofline(mlp(), torch.randn(1, 512), gpu="l4")
+    root = ET.fromstring(r.to_svg())
+    assert root.tag.endswith("svg")
+    circles = [e for e in root.iter() if e.tag.endswith("circle")]
+    assert len(circles) == 4  # three layers and the model
+    ET.fromstring(roofline_svg(r, points="operators"))
+    out, plot = tmp_path / "r.json", tmp_path / "r.svg"
+    subprocess.run([sys.executable, "-m", "torchscan", "roofline", "torchscan.examples:small_cnn", "--input-shape",
+                    "3,32,32", "--gpu", "rtx-4090", "--plot", str(plot), "--output", str(out)], check=True,
+                   capture_output=True)
+    ET.parse(plot)
+    saved = json.loads(out.read_text())
+    assert saved["schema_version"] == 1 and saved["context"]["gpu"]["key"] == "rtx-4090"
+
+
+def test_gpu_table_and_custom_specs():
+    gpus = torchscan.list_gpus()
+    for name in ("h100-sxm", "h100-pcie", "h200", "b200", "a100-40gb", "a100-80gb", "l40s", "l40", "l4", "t4",
+                 "a10g", "rtx-4090", "rtx-4080", "rtx-3090", "rtx-3080", "v100", "mi300x", "mi325x", "mi350x",
+                 "mi355x"):
+        spec = gpu_spec(name)
+        assert spec["memory_bandwidth"] > 0 and spec["vector"]["fp32"] > 0 and spec["source"]
+    assert len(gpus) == 20
+    custom = {"name": "toy", "memory_bandwidth": 1000, "vector": {"fp32": 10}, "tensor": {"bf16": 100}}
+    t = torchscan.roofline(mlp(), torch.randn(1, 512), gpu=custom)["totals"]
+    assert t["memory_sol_ms"] == pytest.approx(663552 / 1e12 * 1e3)
+    assert t["compute_sol_ms"] == pytest.approx(327936 / 10e12 * 1e3)
+    with pytest.raises(ValueError, match="unknown gpu"):
+        torchscan.roofline(mlp(), torch.randn(1, 512), gpu="h900")
+    with pytest.raises(ValueError, match="precision"):
+        torchscan.roofline(mlp(), torch.randn(1, 512), precision="fp64")
+
+
+def test_compare_kernelbench():
+    r = torchscan.roofline(mlp(), torch.randn(1, 512))
+    c = torchscan.compare_kernelbench(0.02, 0.01, r)
+    sol = r["totals"]["sol_ms"]
+    assert c["ref_fraction_of_sol"] == pytest.approx(sol / 0.02)
+    assert c["gen_fraction_of_sol"] == pytest.approx(sol / 0.01)
+    assert c["speedup"] == 2.0
