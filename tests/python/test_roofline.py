@@ -193,3 +193,27 @@ def test_compare_kernelbench():
     assert c["ref_fraction_of_sol"] == pytest.approx(sol / 0.02)
     assert c["gen_fraction_of_sol"] == pytest.approx(sol / 0.01)
     assert c["speedup"] == 2.0
+
+
+class ReluSum(nn.Module):
+    def forward(self, x):
+        return torch.relu(x).sum(-1)
+
+
+def test_reduction_epilogue_estimate_is_separate():
+    t = torchscan.roofline(ReluSum(), torch.randn(4, 16), gpu="h100-sxm")["totals"]
+    # relu: 64 -> 64; sum over the last dim: 64 -> 4. Unfused 64 + 64 + 64 + 4 = 196 elements.
+    assert t["hbm_bytes_unfused"] == 196 * 4
+    # Pointwise fusion alone: relu is a chain of one (its consumer is a reduction): 196.
+    assert t["hbm_bytes_fused"] == 196 * 4
+    # With reduction epilogues/prologues: relu + sum in one kernel: reads x 64, writes 4.
+    assert t["hbm_bytes_fused_reductions"] == 68 * 4
+
+
+def test_readme_example():
+    model = nn.Sequential(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 128))
+    report = torchscan.roofline(model, torch.randn(1, 512), gpu="h100-sxm", precision="fp32")
+    assert report["totals"]["flops"] == 327936
+    assert report["totals"]["hbm_bytes_unfused"] == 663552
+    assert report["totals"]["bottleneck"] == "memory"
+    assert "Bottleneck : MEMORY BOUND" in report.render()
