@@ -14,9 +14,11 @@ module applies a GPU's peaks and bandwidth to those numbers:
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Sequence
 
@@ -55,21 +57,42 @@ def gpu_spec(gpu) -> dict:
         if key not in gpus:
             raise ValueError(f"torchscan.roofline: unknown gpu {gpu!r}; known: {', '.join(list_gpus())} "
                              "(or pass a mapping with memory_bandwidth, vector and tensor peaks)")
-        spec = dict(gpus[key])
+        spec = copy.deepcopy(gpus[key])  # the cached table stays as read
         spec["key"] = key
         return spec
     if isinstance(gpu, Mapping):
         spec = {"name": "custom", "vector": {}, "tensor": {}, "source": "caller", "uncertain": []}
-        spec.update(dict(gpu))
-        bw = spec.get("memory_bandwidth")
-        if not isinstance(bw, (int, float)) or isinstance(bw, bool) or not bw > 0:
-            raise ValueError("torchscan.roofline: a custom gpu needs memory_bandwidth > 0 (GB/s)")
-        vec = spec.get("vector") or {}
-        if not isinstance(vec.get("fp32"), (int, float)) or not vec["fp32"] > 0:
+        spec.update(copy.deepcopy(dict(gpu)))
+        if not _positive(spec.get("memory_bandwidth")):
+            raise ValueError("torchscan.roofline: a custom gpu needs memory_bandwidth > 0 (GB/s), got "
+                             f"{spec.get('memory_bandwidth')!r}")
+        for group in ("vector", "tensor"):
+            peaks = spec.get(group) or {}
+            if not isinstance(peaks, Mapping):
+                raise ValueError(f"torchscan.roofline: a custom gpu's {group} must map precisions to TFLOPS, "
+                                 f"got {type(peaks).__name__}")
+            for name, value in peaks.items():
+                if name not in PRECISIONS or not _positive(value):
+                    raise ValueError(f"torchscan.roofline: a custom gpu's {group}.{name} must be a precision "
+                                     f"({', '.join(PRECISIONS)}) with a peak > 0 (TFLOPS), got {value!r}")
+            spec[group] = dict(peaks)
+        if "fp32" not in spec["vector"]:
             raise ValueError("torchscan.roofline: a custom gpu needs vector.fp32 > 0 (TFLOPS)")
         spec["key"] = spec.get("key", spec["name"])
         return spec
     raise TypeError(f"torchscan.roofline: gpu must be a name or a mapping, got {type(gpu).__name__}")
+
+
+def _positive(value) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value > 0)
+
+
+def _bound(compute: float, memory: float) -> str:
+    """The larger SoL time names the bound; a call that computes and moves nothing has none."""
+    if compute == 0 and memory == 0:
+        return "none"
+    return "compute" if compute >= memory else "memory"
 
 
 def _peaks(spec: dict, precision: str) -> tuple:
@@ -135,17 +158,20 @@ def _row(flops: int, read: int, written: int, fused: int, matrix_flops: int, pea
         "arithmetic_intensity": flops / moved if moved else None,
         "compute_sol_ms": compute * 1e3,
         "memory_sol_ms": memory * 1e3,
-        "bound": "compute" if compute >= memory else "memory",
+        "bound": _bound(compute, memory),
     }
 
 
 def _scan(workload_or_module, inputs):
     """Runs the workload once in a scan with module scopes; (traffic json, module or None)."""
+    from torch.utils._pytree import tree_flatten
+
+    from torchscan._modules import ForwardHooks
     from torchscan.flops import FlopScan
 
     scan = FlopScan(scope="forward")
     session = scan._session
-    handles = []
+    hooks = None
     module = workload_or_module if isinstance(workload_or_module, nn.Module) else None
     if module is None and not callable(workload_or_module):
         raise TypeError("torchscan.roofline: pass an nn.Module (with inputs) or a zero-argument callable, "
@@ -163,16 +189,18 @@ def _scan(workload_or_module, inputs):
             names.setdefault(m, name or module.__class__.__name__)
         stack = []
 
-        def pre(mod, _args):
+        def pre(mod, _args, _kwargs):
             stack.append(session.push_module_scope(names.get(mod, "")))
 
-        def post(mod, _args, output):
-            flat = output if isinstance(output, (tuple, list)) else (output,)
-            session.pop_module_scope(stack.pop(), False, [t._cdata for t in flat if isinstance(t, torch.Tensor)])
+        # Called also when the forward raises (always_call): a submodule whose
+        # exception its parent catches leaves its scope, so later calls are not
+        # attributed to it.
+        def post(mod, _args, _kwargs, output):
+            failed = sys.exc_info()[0] is not None
+            flat, _ = tree_flatten(output)
+            session.pop_module_scope(stack.pop(), failed, [t._cdata for t in flat if isinstance(t, torch.Tensor)])
 
-        for m in names:
-            handles.append(m.register_forward_pre_hook(pre))
-            handles.append(m.register_forward_hook(post))
+        hooks = ForwardHooks(pre, post)
 
         def run():
             with torch.no_grad():
@@ -180,11 +208,14 @@ def _scan(workload_or_module, inputs):
     else:
         run = workload_or_module
     try:
+        if hooks is not None:
+            for m in names:
+                hooks.add(m)
         with scan:
             run()
     finally:
-        for h in handles:
-            h.remove()
+        if hooks is not None:
+            hooks.remove()
     return json.loads(session.traffic()), module
 
 
@@ -206,6 +237,15 @@ _ASSUMPTIONS = [
     "normalizations fusible too.",
     "Batch norm in inference is pointwise (per-channel scale and shift).",
     "Memory SoL uses the fused (pointwise) bytes; bandwidth is the datasheet peak; no cache modelling.",
+    "SoL = max(compute SoL, memory SoL): compute and memory traffic overlap perfectly; kernel launch overhead, "
+    "latency and occupancy are not modelled. Peaks are dense datasheet figures (no structured sparsity).",
+    "Per-operator and per-layer rows: intensity, memory SoL and bound use the row's unfused bytes (each kernel on "
+    "its own, as eager runs it); the row's hbm_bytes_fused is its share of the fused estimate (a group's boundary "
+    "reads charged to the kernel that reads them, its boundary writes to the kernel that writes them). The totals' "
+    "intensity, memory SoL and bottleneck use the fused bytes.",
+    "A Python scalar operand that PyTorch wraps into a 0-dim tensor (x * 2) is read as one element.",
+    "Known limitation: a workload output that is also read inside its own fused group (h returned and consumed by "
+    "the next pointwise call) is not charged as written: the fused estimate can be low by that tensor.",
     "Compute SoL: matmul/conv/attention FLOPs at the tensor-core peak of the precision, all other FLOPs at the "
     "non-tensor-core peak; FLOPs are the operator view's (torchscan_flops_v1) and do not depend on precision.",
     "Precision sets the bytes of every floating tensor; integer and boolean tensors keep their recorded size.",
@@ -284,7 +324,7 @@ def roofline(workload_or_module, inputs=None, *, gpu="h100-sxm", precision: str 
         "memory_sol_unfused_ms": unfused / bw * 1e3,
         "memory_sol_fused_reductions_ms": fused_r / bw * 1e3,
         "sol_ms": sol_s * 1e3,
-        "bottleneck": "compute" if compute_s >= memory_s else "memory",
+        "bottleneck": _bound(compute_s, memory_s),
         "kernels": len(kernels),
         "fused_kernels": traffic["groups"],
         "fused_kernels_reductions": traffic["groups_reductions"],
@@ -306,6 +346,10 @@ def roofline(workload_or_module, inputs=None, *, gpu="h100-sxm", precision: str 
     operators.sort(key=lambda r: -max(r["compute_sol_ms"], r["memory_sol_ms"]))
 
     scopes = traffic["scopes"]
+    types = {}
+    if module is not None:
+        for name, m in module.named_modules():
+            types.setdefault(name or module.__class__.__name__, type(m).__name__)
     members = [[] for _ in scopes]
     for k in kernels:
         s = k["scope"]
@@ -318,7 +362,8 @@ def roofline(workload_or_module, inputs=None, *, gpu="h100-sxm", precision: str 
         while p >= 0:
             depth, p = depth + 1, scopes[p]["parent"]
         f, m, r, w, fu, _ = totals_of(members[i])
-        row = {"path": sc["path"], "call_index": sc["call_index"], "depth": depth, "kernels": len(members[i])}
+        row = {"path": sc["path"], "module_type": types.get(sc["path"]), "call_index": sc["call_index"],
+               "depth": depth, "kernels": len(members[i])}
         row.update(_row(f, r, w, fu, m, peaks, bw))
         layers.append(row)
 
@@ -360,15 +405,17 @@ def render_roofline(report: Mapping) -> str:
         f"  ... with reductions   : {t['hbm_bytes_fused_reductions']:,} B",
         f"  Fusion reduction      : {100 * t['fusion_reduction']:.1f} %",
         "",
-        f"  Arithmetic intensity  : {t['arithmetic_intensity'] or 0:.1f} FLOPs/Byte",
+        "  Arithmetic intensity  : " + (f"{t['arithmetic_intensity']:.3g} FLOPs/Byte"
+                                          if t["arithmetic_intensity"] is not None else "n/a (no bytes moved)"),
         f"  Ridge point ({c['precision']:>4})    : {t['ridge_point']:.1f} FLOPs/Byte",
         "",
-        f"  Compute SoL : {t['compute_sol_ms']:.6f} ms",
-        f"  Memory  SoL : {t['memory_sol_ms']:.6f} ms",
-        f"  *** Bottleneck : {t['bottleneck'].upper()} BOUND ***",
+        f"  Compute SoL : {t['compute_sol_ms']:.4g} ms",
+        f"  Memory  SoL : {t['memory_sol_ms']:.4g} ms",
+        f"  *** Bottleneck : {t['bottleneck'].upper()} BOUND ***" if t["bottleneck"] != "none"
+        else "  *** Bottleneck : none (no FLOPs, no bytes) ***",
     ]
     if "achieved_fraction_of_sol" in t:
-        lines.append(f"  Achieved: {100 * t['achieved_fraction_of_sol']:.1f} % of SoL ({t['actual_ms']} ms measured)")
+        lines.append(f"  Achieved : {100 * t['achieved_fraction_of_sol']:.1f} % of SoL ({t['actual_ms']} ms measured)")
     lines.append(bar)
     return "\n".join(lines)
 
@@ -393,15 +440,23 @@ def roofline_svg(report: Mapping, *, points: str = "layers", width: int = 720, h
             if nxt is None or nxt["depth"] <= r["depth"]:
                 leaf.append(r)
         rows = leaf
-    pts = []
+    pts = []  # (label, intensity, FLOP/s, kind, bound)
     for r in rows:
         i = r.get("arithmetic_intensity")
         if not i or r["flops"] <= 0:
             continue
         sol = max(r["compute_sol_ms"], r["memory_sol_ms"]) / 1e3
-        pts.append((r.get("path") or r.get("operator"), i, r["flops"] / sol if sol else peak_m, False))
+        label = r.get("path") or r.get("operator")
+        if r.get("module_type") and r["module_type"] != label:
+            label = f"{label} ({r['module_type']})"
+        if r.get("call_index"):
+            label += f" #{r['call_index']}"
+        pts.append((label, i, r["flops"] / sol if sol else peak_m, "row", r["bound"]))
     if t.get("arithmetic_intensity") and t["sol_ms"] > 0:
-        pts.append(("model", t["arithmetic_intensity"], t["flops"] / (t["sol_ms"] / 1e3), True))
+        pts.append(("model", t["arithmetic_intensity"], t["flops"] / (t["sol_ms"] / 1e3), "model", t["bottleneck"]))
+        if t.get("actual_ms"):
+            pts.append(("model, measured", t["arithmetic_intensity"], t["flops"] / (t["actual_ms"] / 1e3), "measured",
+                        f"{100 * t['achieved_fraction_of_sol']:.3g} % of SoL"))
     ridge = peak_m / bw
     xs = [p[1] for p in pts] + [ridge, peak_v / bw]
     lo_x = 10 ** math.floor(math.log10(min(xs)) - 0.5)
@@ -440,7 +495,10 @@ def roofline_svg(report: Mapping, *, points: str = "layers", width: int = 720, h
     out.append(f'<text x="{ml + pw / 2}" y="{height - 10}" text-anchor="middle">arithmetic intensity (FLOPs/byte)</text>')
     out.append(f'<text x="15" y="{mt + ph / 2}" text-anchor="middle" transform="rotate(-90 15 {mt + ph / 2})">'
                'attainable FLOP/s</text>')
-    for peak, colour, label in ((peak_m, "#c0392b", "matmul peak"), (peak_v, "#e67e22", "vector peak")):
+    roofs = [(peak_v, "#e67e22", "vector peak"), (peak_m, "#c0392b", "matmul/conv peak")]  # shared slope red
+    if peak_v == peak_m:  # one roof (fp32 with no fp32 matrix path): one line, one label
+        roofs = [(peak_m, "#c0392b", "matmul/conv = vector peak")]
+    for peak, colour, label in roofs:
         ridge_x = peak / bw
         pts_line = [(lo_x, bw * lo_x), (ridge_x, peak), (hi_x, peak)]
         d = " ".join(f"{X(a):.1f},{Y(b):.1f}" for a, b in pts_line if lo_x <= a <= hi_x)
@@ -449,14 +507,31 @@ def roofline_svg(report: Mapping, *, points: str = "layers", width: int = 720, h
                    f'{label} {peak / 1e12:.4g} TFLOP/s</text>')
     out.append(f'<line x1="{X(ridge):.1f}" y1="{mt}" x2="{X(ridge):.1f}" y2="{mt + ph}" stroke="#c0392b" '
                'stroke-dasharray="4,3"/>')
-    out.append(f'<text x="{X(ridge) + 4:.1f}" y="{mt + 12}" fill="#c0392b">ridge {ridge:.3g}</text>')
-    for name, i, perf, model in pts:
-        colour = "#2c3e50" if model else "#2980b9"
-        r = 6 if model else 4
-        out.append(f'<circle cx="{X(i):.1f}" cy="{Y(perf):.1f}" r="{r}" fill="{colour}">'
-                   f'<title>{escape(str(name))}: {i:.3g} FLOPs/B, {perf / 1e12:.3g} TFLOP/s</title></circle>')
-        if model:
-            out.append(f'<text x="{X(i) + 8:.1f}" y="{Y(perf) + 4:.1f}" font-weight="bold">model</text>')
+    right = X(ridge) + 130 > ml + pw  # the label would leave the plot: written left of the line
+    anchor = ' text-anchor="end"' if right else ""
+    out.append(f'<text x="{X(ridge) + (-4 if right else 4):.1f}" y="{mt + 12}" fill="#c0392b"{anchor}>'
+               f'ridge {ridge:.3g} FLOPs/B</text>')
+    style = {"row": ("#2980b9", 4, "#2980b9"), "model": ("#2c3e50", 6, "#2c3e50"), "measured": ("none", 6, "#27ae60")}
+    # The model's (larger) points first, so the layer points drawn over them stay visible.
+    for name, i, perf, kind, bound in sorted(pts, key=lambda p: p[3] == "row"):
+        fill, r, stroke = style[kind]
+        out.append(f'<circle cx="{X(i):.1f}" cy="{Y(perf):.1f}" r="{r}" fill="{fill}" stroke="{stroke}" '
+                   f'stroke-width="2"><title>{escape(str(name))}: {i:.3g} FLOPs/B, {perf / 1e12:.3g} TFLOP/s, '
+                   f'{escape(str(bound))}</title></circle>')
+    # Legend (top left: above the memory slope nothing is attainable, so no point sits there).
+    which = "leaf layer calls" if points == "layers" else "operators"
+    legend = [(None, f"{which}: eager (unfused) bytes; model: fused bytes", None)]
+    legend += [(kind, f"{name}: {i:.3g} FLOPs/B, {bound}" + ("" if kind == "measured" else "-bound"), None)
+               for name, i, perf, kind, bound in (pts if len(pts) <= 12 else [p for p in pts if p[3] != "row"])]
+    if len(pts) > 12:
+        legend.insert(1, ("row", f"{sum(1 for p in pts if p[3] == 'row')} {which}", None))
+    for n, (kind, text, _) in enumerate(legend):
+        y = mt + 16 + 15 * n
+        if kind is not None:
+            fill, r, stroke = style[kind]
+            out.append(f'<circle cx="{ml + 12}" cy="{y - 4}" r="{min(r, 5)}" fill="{fill}" stroke="{stroke}" '
+                       'stroke-width="2"/>')
+        out.append(f'<text x="{ml + 22 if kind is not None else ml + 6}" y="{y}">{escape(text)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -466,6 +541,10 @@ def compare_kernelbench(ref_ms: float, gen_ms: float, report: Mapping) -> dict:
     for name, v in (("ref_ms", ref_ms), ("gen_ms", gen_ms)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
             raise ValueError(f"torchscan.compare_kernelbench: {name} must be a positive number of ms, got {v!r}")
+    if not isinstance(report, Mapping) or not isinstance(report.get("totals"), Mapping) \
+            or "sol_ms" not in report["totals"]:
+        raise TypeError("torchscan.compare_kernelbench: report must be a RooflineReport (torchscan.roofline(...)), "
+                        f"got {type(report).__name__}")
     sol = report["totals"]["sol_ms"]
     return {"sol_ms": sol, "ref_ms": float(ref_ms), "gen_ms": float(gen_ms),
             "ref_fraction_of_sol": sol / ref_ms, "gen_fraction_of_sol": sol / gen_ms, "speedup": ref_ms / gen_ms}
