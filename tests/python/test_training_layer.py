@@ -101,6 +101,7 @@ def test_adaptive_avg_pool_gradients(torchscan):
     ((1, 2, 5), "nearest", "aten.upsample_nearest1d_backward", 20),
     ((1, 2, 5, 5), "nearest", "aten.upsample_nearest2d_backward", 200),
     ((1, 2, 4, 4, 4), "nearest", "aten.upsample_nearest3d_backward", 1024),
+    ((1, 2, 5), "nearest-exact", "aten._upsample_nearest_exact1d_backward", 20),
     ((1, 2, 5, 5), "nearest-exact", "aten._upsample_nearest_exact2d_backward", 200),
     ((1, 2, 4, 4, 4), "nearest-exact", "aten._upsample_nearest_exact3d_backward", 1024),
     # K neighbours, a multiply and an add each: 2K per output gradient.
@@ -194,6 +195,24 @@ def test_embedding_bag_per_sample_weights_and_sparse_gradients(torchscan):
     assert not named, named
 
 
+@pytest.mark.parametrize("mode,expected", [
+    (0, 6 * 3),            # sum: one axpy of D = 3 with scale 1 per lookup, L = 6: 18 adds
+    (1, 6 * (2 * 3 + 1)),  # mean: 1 / bag_size + D multiplies + D adds per lookup: 42
+])
+def test_embedding_bag_dense_backward_called_directly(torchscan, mode, expected):
+    # The kernel _embedding_bag_backward calls for a dense gradient, on its own.
+    # Bags [1, 2] and [1, 0, 4, 9] (offset2bag, bag sizes 2 and 4); grad ones (2 bags, D = 3).
+    offset2bag, bag_size = torch.tensor([0, 0, 1, 1, 1, 1]), torch.tensor([2, 4])
+    max_indices = torch.zeros(2, 3, dtype=torch.long)  # read by mode 2 (max) only
+    grad = torch.ones(2, 3)
+    args = (grad, FLAT, offset2bag, bag_size, max_indices, 10, False, mode, None, -1)
+    report = torchscan.measure_flops(lambda: aten._embedding_bag_dense_backward(*args))
+    assert report["total"] == {**report["total"], "status": "complete", "value": expected}
+    assert report["by_operator"] == {"aten._embedding_bag_dense_backward": expected}
+    # Row 1 is looked up once in each bag: sum 1 + 1 = 2, mean 1/2 + 1/4 = 0.75.
+    assert aten._embedding_bag_dense_backward(*args)[1, 0].item() == (2.0 if mode == 0 else 0.75)
+
+
 # --- distances -------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("p,per_coordinate,per_pair", [
@@ -255,6 +274,26 @@ def test_padding_gradients_add_each_output_gradient_once(torchscan, mode):
     kernel = {"reflect": "aten.reflection_pad", "replicate": "aten.replication_pad"}[mode]
     assert _count(torchscan, F.pad(_x(1, 2, 3, 3), (1, 1, 1, 1), mode=mode), kernel + "2d_backward") == 50
     assert _count(torchscan, F.pad(_x(1, 2, 4), (2, 1), mode=mode), kernel + "1d_backward") == 14
+    # 3-d: (1,2,2,3,3) padded by 1 on all six sides -> (1,2,4,5,5): 2*4*5*5 = 200.
+    assert _count(torchscan, F.pad(_x(1, 2, 2, 3, 3), (1,) * 6, mode=mode), kernel + "3d_backward") == 200
+
+
+@pytest.mark.parametrize("op,grad_shape,self_shape,padding,outputs", [
+    # outputs = the kernel's count, one add per output gradient:
+    # 1-d (1,2,4) by (2,1) -> (1,2,7): 14; 3-d (1,2,2,3,3) by 1 on six sides -> (1,2,4,5,5): 200.
+    (aten.reflection_pad1d_backward.default, (1, 2, 7), (1, 2, 4), [2, 1], 14),
+    (aten.reflection_pad3d_backward.default, (1, 2, 4, 5, 5), (1, 2, 2, 3, 3), [1] * 6, 200),
+])
+def test_reflection_pad_1d_3d_backward_decompositions_are_masked_gathers(torchscan, op, grad_shape, self_shape,
+                                                                         padding, outputs):
+    # The same gather as the 2-d decomposition below (row: "partial, never equal").
+    g, x = torch.ones(grad_shape), torch.randn(self_shape)
+    assert _count(torchscan, F.pad(x.clone().requires_grad_(), padding, mode="reflect"),
+                  "aten." + op.name().split("::")[1].split(".")[0]) == outputs
+    report = torchscan.measure_flops(lambda: decomposition_table[op](g, x, padding))
+    assert report["total"]["status"] == "partial"
+    assert [d["operator"] for d in report["diagnostics"]] == ["aten._unsafe_masked_index"]
+    assert report["total"]["known_value"] > outputs
 
 
 def test_reflection_pad_backward_decomposition_is_a_masked_gather(torchscan):
