@@ -56,6 +56,11 @@ nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::stri
                   : MetricJson({MetricStatus::kUnavailable, 0, kLayerMetricUnits[m], scope, "not_requested"});
     }
     for (int k = 0; k < 3; ++k) metrics[kFieldNames[k]] = FieldJson(l, k, scope);
+    if (l.memory) {
+      metrics["peak_memory"] = MetricJson({l.memory_status, Count(l.peak_memory), "bytes", scope, "allocator_reports"});
+      metrics["allocated_bytes"] =
+          MetricJson({l.memory_status, Count(l.allocated_bytes), "bytes", scope, "allocator_reports"});
+    }
     out.push_back({{"path", l.path},
                    {"call_index", l.call_index},
                    {"parent", l.parent >= 0 ? nlohmann::json(l.parent) : nlohmann::json()},

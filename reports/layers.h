@@ -44,6 +44,12 @@ struct LayerTally {
     kUnknown,        // spatial positions the data flow could not follow
   };
   FieldState field_state = FieldState::kUnseen;
+  // Allocator memory of the call, its children included (scans that
+  // attribute memory: torchscan_dispatch/memory_view.h says what each means).
+  bool memory = false;
+  MetricStatus memory_status = MetricStatus::kUnavailable;
+  int64_t peak_memory = 0;
+  int64_t allocated_bytes = 0;
   std::vector<FieldAxis> field_axes;
   std::string field_reason;
 };

@@ -102,6 +102,23 @@ std::string LayerMetric(const json& metrics, const char* name) {
   return m ? MetricText(*m) : "-";
 }
 
+// Bytes in binary units ("64.00KiB"); ">= " marks a partial value.
+std::string BytesText(const json* m) {
+  if (!m || !m->is_object()) return "-";
+  const std::string status = String(*m, "status");
+  const json* v = Find(*m, status == "complete" ? "value" : "known_value");
+  if (status == "unavailable" || !v || !v->is_number()) return "n/a";
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double b = NumberAsDouble(*v);
+  int unit = 0;
+  while (b >= 1024 && unit < 5) {
+    b /= 1024;
+    ++unit;
+  }
+  const std::string text = unit == 0 ? absl::StrFormat("%.0fB", b) : absl::StrFormat("%.2f%s", b, kUnits[unit]);
+  return status == "partial" ? ">= " + text : text;
+}
+
 // Indentation stops growing here, so a corrupt depth cannot make a huge line.
 constexpr uint64_t kMaxIndent = 32;
 
@@ -109,6 +126,13 @@ std::string RenderAnalysis(const json& r, int max_depth, bool receptive_field) {
   std::vector<std::vector<std::string>> rows = {
       {"Layer", "Type", "Output shape", "Params", "FLOPs", "MACs", "DMAs"}};
   if (receptive_field) rows[0].insert(rows[0].end(), {"RF", "Stride", "Padding"});
+  // Memory columns when the crawl attributed memory (crawl_module(memory=True)).
+  bool memory = false;
+  for (const auto& l : r["layers"]) {
+    const json* m = Find(l, "metrics");
+    memory = memory || (m && Find(*m, "peak_memory"));
+  }
+  if (memory) rows[0].insert(rows[0].end(), {"Peak mem", "Kept"});
   for (const auto& l : r["layers"]) {
     const json* d = Find(l, "depth");
     const uint64_t depth = d && d->is_number_unsigned() ? d->get<uint64_t>() : 0;
@@ -130,6 +154,9 @@ std::string RenderAnalysis(const json& r, int max_depth, bool receptive_field) {
                                              FieldText(Find(m, "effective_stride")),
                                              FieldText(Find(m, "effective_padding"))});
     }
+    if (memory) {
+      rows.back().insert(rows.back().end(), {BytesText(Find(m, "peak_memory")), BytesText(Find(m, "allocated_bytes"))});
+    }
   }
   const json& t = r["totals"];
   auto count = [&](const char* k) {
@@ -148,6 +175,11 @@ std::string RenderAnalysis(const json& r, int max_depth, bool receptive_field) {
   absl::StrAppend(&out, "Module view (TorchScan conventions): ", metric("module_flops"), " FLOPs, ", metric("macs"),
                   " MACs, ", metric("dmas"), " DMAs\n");
   absl::StrAppend(&out, "Operator view (PyTorch dispatch): ", metric("operator_flops"), " FLOPs\n");
+  if (memory || Find(t, "peak_memory")) {
+    absl::StrAppend(&out, "Memory (allocator reports): peak ", BytesText(Find(t, "peak_memory")),
+                    " (Peak mem: most bytes allocated inside a layer call alive at once; "
+                    "Kept: still alive when it returned)\n");
+  }
   const json* diagnostics = Find(r, "diagnostics");
   const size_t n = diagnostics && diagnostics->is_array() ? diagnostics->size() : 0;
   absl::StrAppend(&out, "Diagnostics: ", n,

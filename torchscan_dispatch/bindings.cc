@@ -59,8 +59,9 @@ struct ScriptSession : torch::CustomClassHolder {
   // Python pushes its own module scopes (hooks), so TorchScript scopes stay
   // off: a scripted submodule is one layer call, as its hooks see it (named
   // fields: a positional `false` here once landed on join_on_first_call).
-  explicit ScriptSession(std::string scope)
-      : session(ScanOptions{.scope = std::move(scope), .threads = Threads::kCurrent, .torchscript_scopes = false}) {}
+  ScriptSession(std::string scope, bool memory)
+      : session(ScanOptions{.scope = std::move(scope), .threads = Threads::kCurrent, .torchscript_scopes = false,
+                            .memory = memory}) {}
   ~ScriptSession() override {
     if (handle == 0) return;
     Handles& h = TheHandles();
@@ -152,7 +153,7 @@ TORCH_LIBRARY(torchscan, m) {
   m.def("compiled_region(str backend) -> ()");
   m.impl("compiled_region", c10::DispatchKey::CompositeExplicitAutograd, [](std::string) {});
   m.class_<ScriptSession>("Session")
-      .def(torch::init<std::string>())
+      .def(torch::init<std::string, bool>())
       .def("defer_formula", [](const Self& s, std::string op) { Raise(s->session.DeferOperatorFormula(op)); })
       .def("start", [](const Self& s) { Raise(s->session.Start()); })
       .def("stop", [](const Self& s) { Raise(s->session.Stop()); })
@@ -178,6 +179,16 @@ TORCH_LIBRARY(torchscan, m) {
            })
       .def("layers", [](const Self& s) { return Value(s->session.LayersJson()); })
       .def("layer_rows", [](const Self& s) { return FlatLayerRows(Value(s->session.LayerRows())); })
+      // Per layer row (LayerRows order): memory status (MetricStatus), peak_memory, allocated_bytes.
+      .def("memory_rows",
+           [](const Self& s) {
+             std::vector<int64_t> out;
+             for (const LayerRow& row : Value(s->session.LayerRows())) {
+               out.insert(out.end(), {static_cast<int64_t>(row.memory_status), row.peak_memory, row.allocated_bytes});
+             }
+             return out;
+           })
+      .def("memory_report", [](const Self& s) { return Value(s->session.MemoryReportJson()); })
       // For the C entry points below (torchscan_push_module_scope, ...).
       .def("native_handle", [](const Self& s) { return s->Handle(); })
       .def("module_report", [](const Self& s) { return Value(s->session.ModuleReportJson()); })

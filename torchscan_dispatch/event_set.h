@@ -37,6 +37,7 @@ struct EventSet {
   LabelTree label_sets;
   std::vector<std::string> requests;  // ids, by Event::request
   int64_t in_flight = 0;              // calls left out because they were still running
+  const MemoryLog* memory = nullptr;  // the recorder's allocator log (borrowed sets only)
 
  private:
   BlockLog<Event> owned_;

@@ -1,5 +1,7 @@
 #include "torchscan_dispatch/scan_state.h"
 
+#include <c10/util/ThreadLocalDebugInfo.h>
+
 #include <algorithm>
 
 #include "torchscan_dispatch/recorder.h"
@@ -20,6 +22,11 @@ int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         absl::Span<const c10::IValue> args) {
   if (C10_UNLIKELY(torchscript_scopes) && open_ < 0) SyncTorchScriptScopes();
   if (C10_UNLIKELY(control_flow_stop_)) control_flow_stop_ = false;  // the stop was caught
+  // A profiler started inside the scan takes the allocator reports while it runs.
+  if (C10_UNLIKELY(memory_.observer != nullptr) &&
+      c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != memory_.observer) {
+    memory_.shadowed = true;
+  }
   const int32_t index = static_cast<int32_t>(events_.size());
   Event& e = events_.Emplace(op, keys, open_);
   e.request = request_;
@@ -115,6 +122,7 @@ int32_t Recorder::PushScope(std::string path) {
   const int32_t id = static_cast<int32_t>(scopes_.size());
   const int32_t call_index = calls_per_path_[path]++;
   scopes_.push_back({std::move(path), call_index, scope_, false, request_, static_cast<int64_t>(events_.size())});
+  scopes_.back().begin_memory = static_cast<int64_t>(memory_.size());
   scope_ = id;
   return id;
 }
@@ -127,8 +135,10 @@ bool Recorder::PopScope(int32_t id, bool failed, std::vector<uintptr_t> outputs)
   for (int32_t s = scope_; s != id; s = scopes_[s].parent) {
     scopes_[s].failed = true;
     scopes_[s].end_event = static_cast<int64_t>(events_.size());
+    scopes_[s].end_memory = static_cast<int64_t>(memory_.size());
   }
   scopes_[id].end_event = static_cast<int64_t>(events_.size());
+  scopes_[id].end_memory = static_cast<int64_t>(memory_.size());
   scopes_[id].outputs = std::move(outputs);
   scopes_[id].failed = scopes_[id].failed || failed;
   scope_ = scopes_[id].parent;

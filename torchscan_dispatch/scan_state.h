@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "formulas/op_call.h"
 #include "torchscan_dispatch/arena.h"
+#include "torchscan_dispatch/memory.h"
 
 namespace torchscan {
 
@@ -126,6 +127,8 @@ class Recorder {
     int32_t request = -1;             // request open when it opened
     int64_t begin_event = 0;          // calls recorded when it opened
     int64_t end_event = -1;           // calls recorded when it closed (-1: open)
+    int64_t begin_memory = 0;         // allocator reports logged when it opened
+    int64_t end_memory = -1;          // ... when it closed (-1: open)
     std::vector<uintptr_t> outputs;   // identities of its output tensors
   };
   int32_t PushScope(std::string path);
@@ -145,6 +148,11 @@ class Recorder {
   bool BeginRequest(std::string id);  // false when a request is already open
   bool EndRequest();                  // false when none is open
   const std::vector<Request>& requests() const { return requests_; }
+
+  // Allocator reports of this scan (ScanOptions::memory; memory.h).
+  MemoryLog& memory() { return memory_; }
+  const MemoryLog& memory() const { return memory_; }
+  int32_t open_call() const { return open_; }  // innermost call running (-1: none)
 
   // Calls [0, SettledPrefix()) are finished trees outside any module call or
   // request still running: what a snapshot taken now may report.
@@ -167,6 +175,7 @@ class Recorder {
   BlockLog<Event> events_;
   Arena arena_;
   int32_t open_ = -1;  // innermost call still running
+  MemoryLog memory_;
   bool control_flow_stop_ = false;  // unwinding after ControlFlowStop()
   int32_t labels_ = 0;
   int32_t scope_ = -1;

@@ -25,6 +25,8 @@
 #include "torchscan_dispatch/all_threads.h"
 #include "torchscan_dispatch/event_set.h"
 #include "torchscan_dispatch/fallback.h"
+#include "torchscan_dispatch/memory.h"
+#include "torchscan_dispatch/memory_view.h"
 #include "torchscan_dispatch/module_view.h"
 #include "torchscan_dispatch/op_catalog.h"
 #include "torchscan_dispatch/receptive_field.h"
@@ -74,6 +76,7 @@ struct Session::State {
   int64_t unattributed_at_start = 0;
   int64_t unattributed = 0;
   OpCatalog catalog;
+  MemoryAttribution memory;  // ScanOptions::memory
   Planned calls;  // every call of the scan, after Stop
 
   TallyContext Context() const { return {TORCHSCAN_BUILT_TORCH_VERSION, options.scope, unattributed}; }
@@ -231,6 +234,11 @@ absl::Status Session::Start() {
   if (s.phase == Phase::kStopped) {
     return absl::FailedPreconditionError("torchscan: a Session scans once; create a new Session for another scan");
   }
+  if (s.options.memory && s.options.threads == Threads::kAll) {
+    return absl::InvalidArgumentError(
+        "torchscan: memory attribution covers scans of the current thread; use ScanOptions::threads = "
+        "Threads::kCurrent with ScanOptions::memory = true");
+  }
   if (auto st = EnsureFallbackInstalled(); !st.ok()) return st;
   s.thread = std::this_thread::get_id();
   if (s.options.threads == Threads::kAll) {
@@ -255,6 +263,7 @@ absl::Status Session::Start() {
     (void)StopCurrentThreadScan(s);
   };
   ThreadTopRecorder() = &s.recorder;
+  if (s.options.memory) s.memory.Start(s.recorder);
   c10::impl::tls_set_dispatch_key_included(kModeKey, true);
   s.phase = Phase::kActive;
   return absl::OkStatus();
@@ -301,6 +310,7 @@ absl::Status StopCurrentThreadScan(Session::State& s) {
     TORCH_WARN("torchscan: ", orphans, " scan(s) started inside this one were never stopped; "
                "they were stopped with it and report the calls made until now");
   }
+  s.memory.Stop(s.recorder);
   ThreadTopRecorder() = s.recorder.outer;
   s.recorder.outer = nullptr;
   s.recorder.stop_orphaned = nullptr;
@@ -494,6 +504,15 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p) {
     queries[i] = {scopes[i].end_event < 0 ? size : scopes[i].end_event, scopes[i].outputs};
   }
   const auto fields = ComputeFields(set.events(), p.ModulePlan(s.catalog), s.catalog, queries);
+  if (set.memory != nullptr && set.memory->enabled) {
+    const MemoryResult memory = ComputeMemory(set.events(), scopes, *set.memory, s.catalog);
+    for (size_t i = 0; i < scopes.size(); ++i) {
+      layers[i].memory = true;
+      layers[i].memory_status = memory.scopes[i].status;
+      layers[i].peak_memory = memory.scopes[i].peak;
+      layers[i].allocated_bytes = memory.scopes[i].allocated;
+    }
+  }
   for (size_t i = 0; i < scopes.size(); ++i) {
     if (!fields[i]) continue;  // kUnseen
     using S = reports::LayerTally::FieldState;
@@ -519,6 +538,10 @@ LayerRow RowOf(reports::LayerTally& l) {
   row.parent = l.parent;
   row.depth = l.depth;
   row.failed = l.failed;
+  row.memory = l.memory;
+  row.memory_status = l.memory_status;
+  row.peak_memory = l.peak_memory;
+  row.allocated_bytes = l.allocated_bytes;
   for (int m = 0; m < 4; ++m) {
     MetricStatus status = l.failed        ? MetricStatus::kUnavailable
                           : l.complete[m] ? MetricStatus::kComplete
@@ -590,6 +613,28 @@ absl::StatusOr<std::string> Session::TrafficJson(const ReportFilter& filter) {
     const TrafficResult t = ComputeTraffic(p.set->events(), p.Plan(s.catalog, s.overrides), s.catalog, s.overrides);
     return torchscan::TrafficJson(p.set->events(), p.set->scopes, t, s.catalog);
   });
+}
+
+// The memory report of the whole scan (ScanOptions::memory).
+static absl::StatusOr<nlohmann::json> MemoryPart(Session::State& s, Planned& p) {
+  if (!s.options.memory) {
+    return absl::FailedPreconditionError("torchscan: this scan did not attribute memory; start it with "
+                                         "ScanOptions::memory = true");
+  }
+  if (p.set->memory == nullptr) {
+    return absl::InvalidArgumentError("torchscan: the memory report covers the whole scan; ask for it without a filter");
+  }
+  return MemoryJson(ComputeMemory(p.set->events(), p.set->scopes, *p.set->memory, s.catalog), s.options.scope);
+}
+
+absl::StatusOr<std::string> Session::MemoryReportJson() {
+  State& s = *state_;
+  if (s.phase != Phase::kStopped) {
+    return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
+  }
+  absl::StatusOr<nlohmann::json> j = MemoryPart(s, s.Calls());
+  if (!j.ok()) return j.status();
+  return reports::DumpJson(*j);
 }
 
 absl::StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {
@@ -675,6 +720,7 @@ absl::StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) 
                   {"in_flight_calls", p.set->in_flight},
                   {"unattributed_calls", s.unattributed}};
   j["operator_flops"] = op_view ? FlopJson(s, p) : nlohmann::json();
+  if (s.options.memory && p.set->memory != nullptr) j["memory"] = *MemoryPart(s, p);
   j["module_report"] = module_view ? ModuleJson(s, p) : nlohmann::json();
   j["layers"] = LayersOf(s, p, {op_view, module_view, module_view, module_view});
   // Per thread and per request: each one's own calls, valued alone.

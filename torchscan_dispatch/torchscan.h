@@ -68,6 +68,13 @@ struct ScanOptions {
   // Structure mode: no views; the layers (module calls, receptive fields)
   // stay.
   bool structure = false;
+  // Memory attribution (Threads::kCurrent scans): the allocator's reports of
+  // every block allocated and freed during the scan, tied to the module call
+  // and operator running. Layers gain peak_memory and allocated_bytes, and
+  // MemoryReportJson the scan's peak and the bytes per operator. It takes the
+  // thread's allocator-reporting slot, the one torch.profiler uses: with a
+  // profiler already running, the figures are unavailable (and say why).
+  bool memory = false;
 };
 
 // Which calls a report covers; empty sets mean all. Requests and threads
@@ -93,6 +100,13 @@ struct LayerRow {
   int32_t parent = -1;  // index of the enclosing row, -1 for none
   int32_t depth = 0;
   bool failed = false;  // the forward raised: every value is unavailable
+  // ScanOptions::memory: bytes, the call's children included. peak_memory:
+  // the most bytes allocated inside the call alive at one time;
+  // allocated_bytes: allocated inside the call and alive when it returned.
+  bool memory = false;
+  MetricStatus memory_status = MetricStatus::kUnavailable;
+  int64_t peak_memory = 0;
+  int64_t allocated_bytes = 0;
   // operator_flops, module_flops, macs, dmas (LayersJson's order). `known`
   // is the value when complete, a lower bound when partial, 0 when
   // unavailable.
@@ -171,6 +185,10 @@ class Session {
   // kernel of the operator view's plan, FLOPs, bytes read and written, and
   // the fused estimates' groups (torchscan_dispatch/traffic.h) as JSON text.
   absl::StatusOr<std::string> TrafficJson(const ReportFilter& filter = {});
+  // ScanOptions::memory, after Stop(): {"kind": "torchscan_memory_report",
+  // "totals": {"peak_memory", "allocated_bytes", "total_allocated_bytes"},
+  // "by_operator", "diagnostics", "meaning"} for the whole scan.
+  absl::StatusOr<std::string> MemoryReportJson();
   // Everything in one JSON document: {"kind": "torchscan_scan_report",
   // "context", "operator_flops" (FlopReport), "module_report", "layers",
   // "threads": [{"thread", "name", "calls", "totals"}], "requests": [...]}.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import json
 import math
 import operator
 import platform
@@ -192,9 +193,11 @@ def _native_scopes():
 def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, args: Optional[Sequence] = None,
                  kwargs: Optional[Mapping[str, Any]] = None, mode: str = "full", strict: bool = False,
                  dtype: Optional[torch.dtype] = None, device: Optional[torch.device] = None,
-                 custom_mapping: Optional[Mapping[Any, Callable]] = None) -> dict:
+                 custom_mapping: Optional[Mapping[Any, Callable]] = None, memory: bool = False) -> dict:
     """One forward in eval mode with gradients disabled; returns the schema-v1
-    AnalysisReport. Generated inputs (input_shape: a tuple of positive ints
+    AnalysisReport. memory: also attribute the allocator's blocks to the
+    layer calls (metrics peak_memory and allocated_bytes, totals
+    peak_memory, the report's "memory" section). Generated inputs (input_shape: a tuple of positive ints
     per input, without the batch dimension) add a batch dimension of one;
     args (a tuple or list; a single tensor is taken as the one positional
     argument) and kwargs (a mapping) are forwarded unchanged. Every module's
@@ -208,7 +211,7 @@ def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, a
     gc.disable()
     try:
         return _crawl_module(module, input_shape, args=args, kwargs=kwargs, mode=mode, strict=strict, dtype=dtype,
-                             device=device, custom_mapping=custom_mapping)
+                             device=device, custom_mapping=custom_mapping, memory=memory)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -257,9 +260,11 @@ def _eval(module: nn.Module, modules: list) -> None:
             m.training = False
 
 
-def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, device, custom_mapping) -> dict:
+def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, device, custom_mapping, memory) -> dict:
     if not isinstance(module, nn.Module):
         raise TypeError(f"torchscan.crawl_module: module must be a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(memory, bool):
+        raise TypeError(f"torchscan.crawl_module: memory must be True or False, got {type(memory).__name__}")
     if mode not in ("full", "structure"):
         raise ValueError(f"torchscan.crawl_module: mode must be 'full' or 'structure', got {mode!r}")
     if (input_shape is None) == (args is None and kwargs is None):
@@ -284,7 +289,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     # Paths go to the C++ session and into JSON: valid UTF-8 only.
     names = {m: safe_text(n) for n, m in named}
     training = {m: m.training for m in modules}
-    scan = FlopScan(custom_mapping, scope="forward")
+    scan = FlopScan(custom_mapping, scope="forward", memory=memory)
     session = scan._session
     open_scopes: list = []
     # Per layer call, in scope order: [module, inputs metadata, output
@@ -389,7 +394,25 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             if m.training is not flag:  # nn.Module.__setattr__ is slow; most flags are unchanged
                 m.training = flag
 
-    return _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training)
+    return _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
+                         memory)
+
+
+_MEMORY_STATUS = ("complete", "partial", "unavailable")  # MetricStatus order
+
+
+def _memory_metrics(session, layers: list) -> dict:
+    """Adds peak_memory and allocated_bytes to every layer (Session::LayerRows
+    order, as the layers) and returns the scan's memory report."""
+    values = session.memory_rows()
+    for i, layer in enumerate(layers):
+        status = _MEMORY_STATUS[values[3 * i]]
+        for name, v in (("peak_memory", values[3 * i + 1]), ("allocated_bytes", values[3 * i + 2])):
+            known = None if status == "unavailable" else v
+            layer["metrics"][name] = {"status": status, "value": known if status == "complete" else None,
+                                      "known_value": known, "unit": "bytes", "scope": "forward",
+                                      "method": "allocator_reports"}
+    return json.loads(session.memory_report())
 
 
 def _number(v: float):
@@ -488,7 +511,8 @@ def _layer_rows(session, scope: str, metrics: bool) -> list:
     return rows
 
 
-def _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training) -> dict:
+def _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
+                  memory) -> dict:
     import torchscan
 
     full = mode == "full"
@@ -526,6 +550,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
             "output": output, **mod_stats, "metrics": metrics,
         })
 
+    memory_report = _memory_metrics(scan._session, layers) if memory else None
     unique_params = {id(p): p for m in modules for p in m._parameters.values() if p is not None}.values()
     unique_buffers = {id(b): b for m in modules for b in m._buffers.values() if b is not None}.values()
     parameters = trainable = parameter_bytes = 0
@@ -575,8 +600,13 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
         "operator_flops": flop_report,
         "diagnostics": diagnostics,
     }
+    if memory_report is not None:
+        totals["peak_memory"] = memory_report["totals"]["peak_memory"]
+        report["memory"] = memory_report
+        diagnostics += memory_report["diagnostics"]
     if strict:
-        incomplete = [n for n in _COMPUTE + ("operator_flops",) if full and totals[n]["status"] != "complete"]
+        checked = (_COMPUTE + ("operator_flops",) if full else ()) + (("peak_memory",) if memory else ())
+        incomplete = [n for n in checked if totals[n]["status"] != "complete"]
         if incomplete:
             raise RuntimeError(f"torchscan.crawl_module(strict=True): {', '.join(incomplete)} incomplete; "
                                f"diagnostics: {[d['code'] + ':' + str(d.get('operator', d.get('path'))) for d in diagnostics]}")

@@ -76,9 +76,11 @@ class FlopScan:
     """
 
     def __init__(self, custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False,
-                 scope: str = "workload"):
+                 scope: str = "workload", memory: bool = False):
         if not isinstance(modules, bool):
             raise TypeError(f"torchscan: modules must be True or False, got {type(modules).__name__}")
+        if not isinstance(memory, bool):
+            raise TypeError(f"torchscan: memory must be True or False, got {type(memory).__name__}")
         self._formulas = {}
         if custom_mapping is not None and not isinstance(custom_mapping, _MappingABC):
             raise TypeError("torchscan: custom_mapping must be a dict {torch.ops.aten.<op>: formula}, "
@@ -87,7 +89,7 @@ class FlopScan:
             if not callable(fn):
                 raise TypeError(f"torchscan: custom_mapping[{key}] must be callable, got {type(fn).__name__}")
             self._formulas[_op_name(key)] = fn
-        self._session = Session(scope)
+        self._session = Session(scope, memory)
         for name in self._formulas:
             self._session.defer_formula(name)
         self._report = None
@@ -139,6 +141,17 @@ class FlopScan:
         if self._session.active():
             raise RuntimeError("torchscan: the report is available once the scan has stopped")
         return json.loads(self._session.module_report())
+
+    def memory_report(self) -> dict:
+        """Allocator memory of the scan (scan(memory=True)), once it has
+        stopped: totals peak_memory, allocated_bytes (alive when it stopped)
+        and total_allocated_bytes, in bytes, and by_operator: the blocks
+        allocated while each top-level operator call ran (the operator the
+        program called), split into those that outlived the call
+        (allocated_bytes) and those freed before it returned (temporary_bytes)."""
+        if self._session.active():
+            raise RuntimeError("torchscan: the report is available once the scan has stopped")
+        return json.loads(self._session.memory_report())
 
     def _resolve_caller_formulas(self) -> None:
         import math
@@ -193,9 +206,11 @@ class FlopScan:
         return self._formulas[name[:-1]]  # in-place variant shares the formula
 
 
-def scan(custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False) -> FlopScan:
-    """Scan the calling thread for the duration of a `with` block."""
-    return FlopScan(custom_mapping, modules=modules)
+def scan(custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False,
+         memory: bool = False) -> FlopScan:
+    """Scan the calling thread for the duration of a `with` block. memory:
+    also record the allocator's reports (FlopScan.memory_report)."""
+    return FlopScan(custom_mapping, modules=modules, memory=memory)
 
 
 def measure_flops(workload: Callable[[], Any], *, custom_mapping: Optional[Mapping[Any, Callable]] = None,
