@@ -367,8 +367,15 @@ def bench_crawl(ts, models, repeats: int, warmup: int) -> Dict[str, Any]:
             with torch.no_grad():
                 ts.measure_flops(lambda: model(x))
 
+        def scan_memory():
+            with torch.no_grad(), ts.scan(memory=True) as s:
+                model(x)
+            s.report(), s.memory_report()
+
+        # Memory attribution's cost: the same two analyses with it on.
         fns = {UNSCANNED: plain, "crawl_module": lambda: ts.crawl_module(model, args=(x,)),
-               "measure_flops": measure, FCM: fcm}
+               "crawl_module_memory": lambda: ts.crawl_module(model, args=(x,), memory=True),
+               "measure_flops": measure, "scan_memory": scan_memory, FCM: fcm}
         samples: Dict[str, List[int]] = {arm: [] for arm in fns}
         for arm, fn in fns.items():
             for _ in range(warmup):
@@ -576,7 +583,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"{res['aten_ops_seen_by_torch_dispatch_mode']} ATen ops "
                   "(as seen by a TorchDispatchMode)")
             for arm in arms.names:
-                line = f"      {arm:<18} {res['median_ms'][arm]:10.3f} ms"
+                line = f"      {arm:<20} {res["median_ms"][arm]:10.3f} ms"
                 if arm != UNSCANNED:
                     line += (f"   ratio {_fmt_ratio(res['ratio_vs_unscanned'][arm])}"
                              f" (paired {_fmt_ratio(res['ratio_vs_unscanned_paired_median'][arm])},"
@@ -597,7 +604,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for name, res in cr.items():
             print(f"    {name} ({res['modules']} modules): plain forward {res['median_ms'][UNSCANNED]:.2f} ms")
             for arm, ratio in res["ratio_vs_unscanned"].items():
-                print(f"      {arm:<18} {res['median_ms'][arm]:10.3f} ms   ratio {_fmt_ratio(ratio)}")
+                print(f"      {arm:<20} {res["median_ms"][arm]:10.3f} ms   ratio {_fmt_ratio(ratio)}")
         print()
 
     # ---- c. example server under the attach launcher ------------------------ #

@@ -619,7 +619,7 @@ absl::StatusOr<std::string> Session::TrafficJson(const ReportFilter& filter) {
 static absl::StatusOr<nlohmann::json> MemoryPart(Session::State& s, Planned& p) {
   if (!s.options.memory) {
     return absl::FailedPreconditionError("torchscan: this scan did not attribute memory; start it with "
-                                         "ScanOptions::memory = true");
+                                         "memory=True (Python) or ScanOptions::memory = true (C++)");
   }
   if (p.set->memory == nullptr) {
     return absl::InvalidArgumentError("torchscan: the memory report covers the whole scan; ask for it without a filter");

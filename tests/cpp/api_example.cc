@@ -45,6 +45,23 @@ std::string ServeScanned(int requests, const at::Tensor& w) {
 }
 // --- README server example ends ---
 
+// --- README memory example begins ---
+// Memory of one request, scanned on the thread that serves it.
+std::string RequestMemory(const at::Tensor& x, const at::Tensor& w, std::string* layers) {
+  torchscan::ScanOptions options;
+  options.memory = true;  // the allocator's blocks, per module call and operator
+  torchscan::Session session(options);
+  at::Tensor y;
+  {
+    torchscan::ScanGuard scan(session);
+    torchscan::ModuleScope layer(session, "layer");
+    y = at::relu(at::matmul(x, w));
+  }
+  *layers = session.LayersJson().value();     // peak_memory, allocated_bytes per call
+  return session.MemoryReportJson().value();  // the scan's peak, bytes per operator
+}
+// --- README memory example ends ---
+
 TEST(ApiExample, CountsTheMatmulAndTheRelu) {
   const auto report = nlohmann::json::parse(CountFlops(at::ones({8, 16}), at::ones({16, 4})));
   // (8x16)@(16x4): 32 outputs x 16 terms x 2 = 1024; relu: one selection per
@@ -62,4 +79,18 @@ TEST(ApiExample, ServesRequestsOnAllThreads) {
   EXPECT_EQ(report["operator_flops"]["total"]["value"], 3 * 1056);
   ASSERT_EQ(report["requests"].size(), 3u);
   for (const auto& q : report["requests"]) EXPECT_EQ(q["totals"]["operator_flops"]["value"], 1056);
+}
+
+TEST(ApiExample, MeasuresOneRequestsMemory) {
+  std::string layers_json;
+  const auto report = nlohmann::json::parse(RequestMemory(at::ones({8, 16}), at::ones({16, 4}), &layers_json));
+  // matmul's (8x4) float result: 128 bytes; relu's: 128 more, while the
+  // matmul result is still alive (it dies at the end of the expression).
+  EXPECT_EQ(report["totals"]["peak_memory"]["value"], 256);
+  EXPECT_EQ(report["totals"]["allocated_bytes"]["value"], 128);  // y
+  EXPECT_EQ(report["by_operator"]["aten.matmul"]["allocated_bytes"], 128);
+  EXPECT_EQ(report["by_operator"]["aten.relu"]["allocated_bytes"], 128);
+  const auto layers = nlohmann::json::parse(layers_json);
+  EXPECT_EQ(layers[0]["metrics"]["peak_memory"]["value"], 256);
+  EXPECT_EQ(layers[0]["metrics"]["allocated_bytes"]["value"], 128);  // y outlives the layer call
 }

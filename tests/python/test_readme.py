@@ -27,4 +27,5 @@ def test_cpp_examples_are_the_tested_ones():
         return source.split(f"// --- README {name}begins ---\n")[1].split(f"// --- README {name}ends ---")[0]
 
     blocks = [b.strip() for b in _blocks("cpp")]
-    assert blocks == [example("example ").strip(), example("server example ").strip()]
+    assert blocks == [example("example ").strip(), example("server example ").strip(),
+                      example("memory example ").strip()]
