@@ -3,8 +3,8 @@
     python3 tools/demo.py [--json PATH]
 
 Crawls one eval forward of torchscan.examples.small_cnn() on a (1, 3, 32, 32)
-input, prints the per-layer summary (module view: FLOPs, MACs, DMAs; both FLOP
-views in the footer), then the operator-view FlopReport (FLOPs per operator,
+input, prints the per-layer summary (module view: FLOPs, MACs, DMAs; the
+memory each layer call adds; both FLOP views in the footer), then the operator-view FlopReport (FLOPs per operator,
 the zero-cost operators, every diagnostic).
 """
 
@@ -42,7 +42,8 @@ def main() -> None:
     torch.manual_seed(0)
     model = small_cnn().eval()
     x = torch.randn(1, 3, 32, 32)
-    analysis = torchscan.summary(model, args=(x,))  # per-layer table, both views
+    # Per-layer table: both views, and the memory each layer call adds.
+    analysis = torchscan.summary(model, args=(x,), memory=True)
     print()
     report = analysis["operator_flops"]
     print_report(report)
