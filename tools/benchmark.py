@@ -583,7 +583,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"{res['aten_ops_seen_by_torch_dispatch_mode']} ATen ops "
                   "(as seen by a TorchDispatchMode)")
             for arm in arms.names:
-                line = f"      {arm:<20} {res["median_ms"][arm]:10.3f} ms"
+                line = f"      {arm:<20} {res['median_ms'][arm]:10.3f} ms"
                 if arm != UNSCANNED:
                     line += (f"   ratio {_fmt_ratio(res['ratio_vs_unscanned'][arm])}"
                              f" (paired {_fmt_ratio(res['ratio_vs_unscanned_paired_median'][arm])},"
@@ -604,7 +604,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for name, res in cr.items():
             print(f"    {name} ({res['modules']} modules): plain forward {res['median_ms'][UNSCANNED]:.2f} ms")
             for arm, ratio in res["ratio_vs_unscanned"].items():
-                print(f"      {arm:<20} {res["median_ms"][arm]:10.3f} ms   ratio {_fmt_ratio(ratio)}")
+                print(f"      {arm:<20} {res['median_ms'][arm]:10.3f} ms   ratio {_fmt_ratio(ratio)}")
         print()
 
     # ---- c. example server under the attach launcher ------------------------ #
