@@ -169,7 +169,8 @@ std::vector<int32_t> Group(const std::vector<KernelTraffic>& ks, const Flow& flo
 // Each kernel's share of its group's traffic: operands from outside the
 // group (each distinct operand once per group, charged to its first reader)
 // and results some kernel outside the group reads, or nobody reads (the
-// workload's outputs).
+// workload's outputs; ChargeProgramOutputs adds the outputs a kernel of their
+// own group also reads).
 void FusedShares(std::vector<KernelTraffic>& ks, const Flow& flow, const std::vector<int32_t>& group,
                  Bytes KernelTraffic::*read, Bytes KernelTraffic::*written) {
   absl::flat_hash_set<std::pair<int32_t, uintptr_t>> seen;  // (group, operand identity)
@@ -189,7 +190,25 @@ void FusedShares(std::vector<KernelTraffic>& ks, const Flow& flow, const std::ve
   }
 }
 
+// A result no kernel outside its group reads: the fused estimate keeps it
+// on chip unless it leaves the program.
+bool ReadOnlyInside(const Version& v, const std::vector<KernelTraffic>& ks, int32_t KernelTraffic::*group) {
+  const int32_t g = ks[v.kernel].*group;
+  return !v.consumers.empty() &&
+         std::all_of(v.consumers.begin(), v.consumers.end(), [&](int32_t c) { return ks[c].*group == g; });
+}
+
 }  // namespace
+
+// What ChargeProgramOutputs needs of the pass: the data flow and where each
+// tensor identity stood when the last call was recorded.
+struct TrafficFlow {
+  Flow flow;
+  absl::flat_hash_map<uintptr_t, uintptr_t> base;    // a view -> the tensor whose memory it shows
+  absl::flat_hash_map<uintptr_t, int32_t> latest;    // a tensor (base) -> its latest version
+  absl::flat_hash_map<uintptr_t, int64_t> bound_at;  // an identity -> the call that last made it a new tensor
+  int64_t events = 0;
+};
 
 const char* KernelClassName(KernelClass c) {
   switch (c) {
@@ -227,9 +246,12 @@ TrafficResult ComputeTraffic(const BlockLog<Event>& events, const OperatorPlan& 
                              const Overrides& overrides) {
   TrafficResult result;
   auto& ks = result.kernels;
-  Flow flow;
-  absl::flat_hash_map<uintptr_t, uintptr_t> base;       // a view -> the tensor whose memory it shows
-  absl::flat_hash_map<uintptr_t, int32_t> latest;       // a tensor (base) -> its latest version
+  auto state = std::make_shared<TrafficFlow>();
+  state->events = static_cast<int64_t>(events.size());
+  Flow& flow = state->flow;
+  auto& base = state->base;
+  auto& latest = state->latest;
+  auto& bound_at = state->bound_at;
   auto root = [&](uintptr_t id) {
     auto it = base.find(id);
     return it == base.end() ? id : it->second;
@@ -255,13 +277,17 @@ TrafficResult ComputeTraffic(const BlockLog<Event>& events, const OperatorPlan& 
         });
         if (source != 0) {
           ForEachTensor(call.outputs, [&](size_t, const TensorMeta& t) {
-            if (t.identity != source) base[t.identity] = source;
+            if (t.identity != source) {
+              base[t.identity] = source;
+              bound_at[t.identity] = static_cast<int64_t>(i);
+            }
           });
         }
       } else {
         ForEachTensor(call.outputs, [&](size_t, const TensorMeta& t) {
           base.erase(t.identity);
           latest.erase(t.identity);
+          bound_at[t.identity] = static_cast<int64_t>(i);
         });
       }
       continue;
@@ -332,7 +358,10 @@ TrafficResult ComputeTraffic(const BlockLog<Event>& events, const OperatorPlan& 
       const Bytes b = TensorBytes(t);
       k.written.Add(b);
       const uintptr_t r = in_place ? root(t.identity) : t.identity;
-      if (!in_place) base.erase(t.identity);  // a new tensor (its address may be reused)
+      if (!in_place) {  // a new tensor (its address may be reused)
+        base.erase(t.identity);
+        bound_at[t.identity] = static_cast<int64_t>(i);
+      }
       const int32_t version = static_cast<int32_t>(flow.versions.size());
       flow.versions.push_back({kid, {}});
       latest[r] = version;
@@ -352,7 +381,48 @@ TrafficResult ComputeTraffic(const BlockLog<Event>& events, const OperatorPlan& 
   }
   FusedShares(ks, flow, groups, &KernelTraffic::fused_read, &KernelTraffic::fused_written);
   FusedShares(ks, flow, groups_r, &KernelTraffic::fused_r_read, &KernelTraffic::fused_r_written);
+  result.flow = std::move(state);
   return result;
+}
+
+void ChargeProgramOutputs(TrafficResult& traffic, const std::vector<Recorder::Scope>& scopes) {
+  if (traffic.outputs_charged || traffic.flow == nullptr) return;
+  traffic.outputs_charged = true;
+  const TrafficFlow& f = *traffic.flow;
+  auto& ks = traffic.kernels;
+  std::vector<int32_t> leaving;  // versions, in the order found
+  absl::flat_hash_set<int32_t> found;
+  for (const Recorder::Scope& s : scopes) {
+    if (s.parent != -1) continue;
+    traffic.outputs_known = true;
+    const int64_t end = s.end_event < 0 ? f.events : s.end_event;
+    for (const uintptr_t id : s.outputs) {
+      // The identity was made a new tensor after the scope closed: it no
+      // longer names the output.
+      auto bound = f.bound_at.find(id);
+      if (bound != f.bound_at.end() && bound->second >= end) continue;
+      auto b = f.base.find(id);
+      auto l = f.latest.find(b == f.base.end() ? id : b->second);
+      if (l == f.latest.end()) continue;  // made outside the scan (an input, a parameter)
+      const Version& v = f.flow.versions[l->second];
+      if (ks[v.kernel].event >= end) continue;  // written again after the scope
+      if (std::any_of(v.consumers.begin(), v.consumers.end(), [&](int32_t c) { return ks[c].event >= end; })) {
+        continue;  // read after the scope: an intermediate of the surrounding workload
+      }
+      if (found.insert(l->second).second) leaving.push_back(l->second);
+    }
+  }
+  traffic.output_tensors = static_cast<int64_t>(leaving.size());
+  for (const int32_t version : leaving) {
+    const Version& v = f.flow.versions[version];
+    Bytes bytes;
+    for (const auto& [out, b] : f.flow.outputs[v.kernel]) {
+      if (out == version) bytes = b;
+    }
+    // Written already when nobody or a kernel outside the group reads it.
+    if (ReadOnlyInside(v, ks, &KernelTraffic::group)) ks[v.kernel].fused_written.Add(bytes);
+    if (ReadOnlyInside(v, ks, &KernelTraffic::group_reductions)) ks[v.kernel].fused_r_written.Add(bytes);
+  }
 }
 
 namespace {
@@ -376,7 +446,13 @@ const char* StatusName(MetricStatus s) {
 }  // namespace
 
 nlohmann::json TrafficJson(const BlockLog<Event>& events, const std::vector<Recorder::Scope>& scopes,
-                           const TrafficResult& traffic, OpCatalog& catalog) {
+                           const TrafficResult& given, OpCatalog& catalog) {
+  TrafficResult charged;
+  if (!given.outputs_charged) {
+    charged = given;
+    ChargeProgramOutputs(charged, scopes);
+  }
+  const TrafficResult& traffic = given.outputs_charged ? given : charged;
   nlohmann::json j;
   j["bytes_fields"] = {"float_elements", "other_bytes", "recorded_bytes"};
   nlohmann::json ks = nlohmann::json::array();
@@ -400,6 +476,10 @@ nlohmann::json TrafficJson(const BlockLog<Event>& events, const std::vector<Reco
   j["kernels"] = std::move(ks);
   j["groups"] = traffic.groups;
   j["groups_reductions"] = traffic.groups_reductions;
+  // Whether the program's outputs were known (a top-level module scope) and
+  // how many tensor versions leave it: written by the fused estimates.
+  j["outputs_known"] = traffic.outputs_known;
+  j["output_tensors"] = traffic.output_tensors;
   nlohmann::json sc = nlohmann::json::array();
   for (const auto& s : scopes) sc.push_back({{"path", s.path}, {"call_index", s.call_index}, {"parent", s.parent}});
   j["scopes"] = std::move(sc);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -59,16 +60,37 @@ struct KernelTraffic {
   Bytes fused_r_read, fused_r_written;        // ... of its group with reduction epilogues
 };
 
+struct TrafficFlow;  // the recorded data flow the fused estimates rest on (traffic.cc)
+
 struct TrafficResult {
   std::vector<KernelTraffic> kernels;
   int64_t groups = 0, groups_reductions = 0;
+  // Program outputs (ChargeProgramOutputs): whether any top-level module
+  // scope was seen, and how many tensor versions were found leaving the
+  // program through one.
+  bool outputs_known = false, outputs_charged = false;
+  int64_t output_tensors = 0;
+  std::shared_ptr<const TrafficFlow> flow;
 };
 
+// Without scopes the program's outputs are unknown: a result is written to
+// HBM by the fused estimates when nobody reads it or a kernel outside its
+// group does.
 TrafficResult ComputeTraffic(const BlockLog<Event>& events, const OperatorPlan& plan, OpCatalog& catalog,
                              const Overrides& overrides);
 
+// Charges the tensors that leave the analysed program as written by both
+// fused estimates, also when a kernel of their own group reads them (a module
+// returning h and sigmoid(h)): the outputs of every top-level module scope
+// (parent -1), the version each output identity held when its scope closed,
+// unless a call recorded after that scope reads it (then it is an
+// intermediate of the surrounding workload, whose own outputs are unknown).
+// Once per result; a no-op with no top-level scope.
+void ChargeProgramOutputs(TrafficResult& traffic, const std::vector<Recorder::Scope>& scopes);
+
 // The JSON the Python roofline reads: kernels (with op packet and module
-// scope), scopes, the assumptions the numbers rest on.
+// scope), scopes, the assumptions the numbers rest on. Charges the program
+// outputs of `scopes` first (on a copy) unless `traffic` has them charged.
 nlohmann::json TrafficJson(const BlockLog<Event>& events, const std::vector<Recorder::Scope>& scopes,
                            const TrafficResult& traffic, OpCatalog& catalog);
 

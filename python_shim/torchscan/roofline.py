@@ -219,6 +219,18 @@ def _scan(workload_or_module, inputs):
     return json.loads(session.traffic()), module
 
 
+# Which results leave the program, by whether its outputs were seen (the traffic's outputs_known).
+_OUTPUTS_KNOWN = (
+    "Program outputs: the module's returned tensors (the outputs of its top-level scope, each as it stood when "
+    "the forward returned) are written to HBM once each, also when a kernel of their own fused group reads them "
+    "(h returned and consumed by the next pointwise call); a tensor returned twice or with a view of it is "
+    "written once.")
+_OUTPUTS_UNKNOWN = (
+    "Program outputs: a callable's return value is not seen, so only results nobody reads count as its outputs: "
+    "a returned tensor that is also read inside its own fused group (h returned and consumed by the next "
+    "pointwise call) is not charged as written, and the fused estimate can be low by that tensor. Pass an "
+    "nn.Module with inputs to have its outputs charged.")
+
 _ASSUMPTIONS = [
     "Kernels are the calls the operator view values: a call whose formula owns its subtree is one kernel; a "
     "CompositeImplicitAutograd decomposition's children are its kernels.",
@@ -231,8 +243,8 @@ _ASSUMPTIONS = [
     "Parameters are read by every kernel that uses them (once per use); nothing stays in cache between kernels.",
     "Fused (compiler-style lower bound): pointwise kernels (and casts) joined through producer->consumer edges of "
     "recorded tensor identities form one kernel when every other operand comes from the group or from a kernel "
-    "that ran before the group; only operands from outside the group and results read outside it (or by nobody: "
-    "the workload's outputs) reach HBM. Matmul/conv epilogues are not fused.",
+    "that ran before the group; only operands from outside the group, results read outside it or by nobody, and "
+    "the program's outputs (see below) reach HBM. Matmul/conv epilogues are not fused.",
     "Fused with reduction epilogues (stated separately): the same grouping with reductions, softmax and "
     "normalizations fusible too.",
     "Batch norm in inference is pointwise (per-channel scale and shift).",
@@ -244,8 +256,6 @@ _ASSUMPTIONS = [
     "reads charged to the kernel that reads them, its boundary writes to the kernel that writes them). The totals' "
     "intensity, memory SoL and bottleneck use the fused bytes.",
     "A Python scalar operand that PyTorch wraps into a 0-dim tensor (x * 2) is read as one element.",
-    "Known limitation: a workload output that is also read inside its own fused group (h returned and consumed by "
-    "the next pointwise call) is not charged as written: the fused estimate can be low by that tensor.",
     "Compute SoL: matmul/conv/attention FLOPs at the tensor-core peak of the precision, all other FLOPs at the "
     "non-tensor-core peak; FLOPs are the operator view's (torchscan_flops_v1) and do not depend on precision.",
     "Precision sets the bytes of every floating tensor; integer and boolean tensors keep their recorded size.",
@@ -377,7 +387,8 @@ def roofline(workload_or_module, inputs=None, *, gpu="h100-sxm", precision: str 
         "peak_vector_tflops": vector_peak / 1e12,
         "memory_bandwidth_gbps": spec["memory_bandwidth"],
         "mode": "forward under torch.no_grad()" if module is not None else "the callable as it runs",
-        "assumptions": _ASSUMPTIONS + peak_notes,
+        "assumptions": _ASSUMPTIONS + [_OUTPUTS_KNOWN if traffic.get("outputs_known") else _OUTPUTS_UNKNOWN]
+        + peak_notes,
     }
     return RooflineReport(schema_version=SCHEMA_VERSION, context=context, totals=totals, operators=operators,
                           layers=layers, diagnostics=diagnostics)
