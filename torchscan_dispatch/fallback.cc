@@ -116,6 +116,8 @@ void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
 
 void PauseThreadRecording() { ++tls_paused; }
 
+bool ThreadRecordingPaused() { return tls_paused > 0; }
+
 void ResumeThreadRecording() {
   if (tls_paused > 0) --tls_paused;
 }

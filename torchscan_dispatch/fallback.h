@@ -14,6 +14,7 @@ absl::Status EnsureFallbackInstalled();
 // Dynamo's guards compare it with the state the compiled code will run in.
 void PauseThreadRecording();
 void ResumeThreadRecording();  // no-op when not paused
+bool ThreadRecordingPaused();
 // PyTorch is about to raise its own control-flow exception through this
 // thread's open calls (Recorder::ControlFlowStop), in every scan that sees them.
 void NoteControlFlowStop();

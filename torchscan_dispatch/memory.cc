@@ -7,6 +7,7 @@
 #include <atomic>
 #include <thread>
 
+#include "torchscan_dispatch/fallback.h"
 #include "torchscan_dispatch/scan_state.h"
 
 namespace torchscan {
@@ -48,6 +49,10 @@ class Observer final : public prof::ProfilerStateBase {
       other_threads.fetch_add(1, std::memory_order_relaxed);
       return;
     }
+    // Paused recording (TorchScan's own analysis work, a compile): its
+    // blocks are not the workload's. Frees are always logged, so a block
+    // allocated before stays matched.
+    if (bytes > 0 && ThreadRecordingPaused()) return;
     for (Recorder* r = ThreadTopRecorder(); r != nullptr; r = r->outer) {
       MemoryLog& log = r->memory();
       if (log.enabled && log.unavailable.empty()) log.Record(ptr, bytes, device.type(), r->open_call());

@@ -19,7 +19,8 @@ import torch.nn as nn
 
 from torch.utils._pytree import tree_flatten
 
-from torchscan._library import _library_path
+from torchscan import tokens
+from torchscan._library import Session, _library_path
 from torchscan._modules import ForwardHooks, safe_text
 from torchscan.flops import FlopScan
 from torchscan.metadata import _device_name, _dtype_name, describe
@@ -377,15 +378,43 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     if push is None:  # no C entry points: the session's methods throughout
         pre_hook, post_hook = traced_pre_hook, traced_post_hook
 
+    # Token dependencies of native attention calls, from the masks each call
+    # ran with (torchscan/tokens.py), per module in call order; structure
+    # mode omits them.
+    token_results: Dict[nn.Module, list] = {}
+    token_handles = []
+
+    def token_hook(mod, hook_args, hook_kwargs, output):
+        results = token_results.setdefault(mod, [])
+        if sys.exc_info()[0] is not None:  # always_call: the forward raised
+            results.append(None)
+            return
+        Session.pause_thread_recording()  # the analysis's own tensor work is not the model's
+        try:
+            results.append(tokens.analyse(mod, hook_args, hook_kwargs))
+        except Exception as e:  # noqa: BLE001 - never fails the crawl; said in the report
+            reason = f"the analysis failed ({type(e).__name__}: {e})"
+            results.append(({"status": "unavailable", "scope": "module_call", "method": tokens.METHOD,
+                             "assumptions": list(tokens.ASSUMPTIONS), "reason": reason}, reason))
+        finally:
+            Session.resume_thread_recording()
+
     hooks = ForwardHooks(pre_hook, post_hook)
     try:
         try:
             for m in modules:
                 hooks.add(m)
+            if mode == "full":
+                for m in modules:
+                    if tokens.applies(m):
+                        token_handles.append(m.register_forward_hook(token_hook, with_kwargs=True,
+                                                                     always_call=True))
             _eval(module, modules)
             with torch.no_grad(), scan:
                 module(*call_args, **call_kwargs)
         finally:
+            for h in token_handles:
+                h.remove()
             hooks.remove()
     finally:
         # The flag itself, module by module: train(flag) would also set every
@@ -395,7 +424,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
                 m.training = flag
 
     return _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
-                         memory)
+                         memory, token_results)
 
 
 _MEMORY_STATUS = ("complete", "partial", "unavailable")  # MetricStatus order
@@ -512,7 +541,7 @@ def _layer_rows(session, scope: str, metrics: bool) -> list:
 
 
 def _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
-                  memory) -> dict:
+                  memory, token_results) -> dict:
     import torchscan
 
     full = mode == "full"
@@ -551,6 +580,16 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
         })
 
     memory_report = _memory_metrics(scan._session, layers) if memory else None
+    if token_results:
+        for layer, call in zip(layers, calls):
+            results = token_results.get(call[0])
+            result = results.pop(0) if results else None
+            if result is None:  # not a native attention call, or its forward raised
+                continue
+            layer["token_dependencies"], reason = result
+            tokens.not_applicable_fields(layer["metrics"], "forward")
+            if reason is not None:
+                diagnostics.append(tokens.diagnostic(layer["path"], reason))
     unique_params = {id(p): p for m in modules for p in m._parameters.values() if p is not None}.values()
     unique_buffers = {id(b): b for m in modules for b in m._buffers.values() if b is not None}.values()
     parameters = trainable = parameter_bytes = 0

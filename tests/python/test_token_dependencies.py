@@ -1,0 +1,214 @@
+"""Token dependencies of native attention and Transformer calls
+(crawl_module's layer rows). Each expected relation is derived by hand from
+the mask in the test's comment: output i reads value j when key j is
+visible to query i; through the softmax it also reads query i and the
+visible keys unless only one key is visible; residual adds read position i."""
+import pytest
+import torch
+import torch.nn as nn
+
+import torchscan
+
+L, S, E = 5, 7, 16
+CAUSAL = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)  # True: blocked (key j > query i)
+
+
+def _row(report, path):
+    return next(l for l in report["layers"] if l["path"] == path)
+
+
+def _sources(report, path):
+    deps = _row(report, path)["token_dependencies"]
+    assert deps["status"] == "complete", deps
+    assert deps["method"] == "mask_analysis" and deps["assumptions"]
+    return deps["sources"]
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, batch_first=True):
+        super().__init__()
+        torch.manual_seed(0)
+        self.attn = nn.MultiheadAttention(E, 4, batch_first=batch_first)
+
+    def forward(self, x, mask=None, padding=None):
+        return self.attn(x, x, x, attn_mask=mask, key_padding_mask=padding, need_weights=False)[0]
+
+
+class CrossAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.attn = nn.MultiheadAttention(E, 4, batch_first=True)
+
+    def forward(self, x, memory, mask=None, padding=None):
+        return self.attn(x, memory, memory, attn_mask=mask, key_padding_mask=padding, need_weights=False)[0]
+
+
+# Both MHA paths: the fused kernel and the Python one (fast path switched off).
+@pytest.mark.parametrize("slow_path", [False, True])
+def test_causal_self_attention_is_a_prefix(slow_path):
+    x = torch.randn(2, L, E)
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(not slow_path)
+    try:
+        report = torchscan.crawl_module(SelfAttention(), args=(x, CAUSAL))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(enabled)
+    # Output i sees keys 0..i: value dependency on 0..i, query/key through the
+    # softmax inside that range; the three arguments are one tensor: prefix.
+    assert _sources(report, "attn") == [{"arguments": ["query", "key", "value"], "sequence_axis": 1, "length": L,
+                                         "relation": {"kind": "prefix"}}]
+    assert _row(report, "attn")["token_dependencies"]["output"] == {"sequence_axis": 1, "length": L}
+    ops = report["operator_flops"]["by_operator"]
+    assert ("aten._native_multi_head_attention" in ops) != slow_path  # both paths really ran
+    # Spatial fields do not apply where token relations do.
+    assert _row(report, "attn")["metrics"]["receptive_field"]["method"] == "not_applicable"
+
+
+def test_unmasked_self_attention_sequence_first_is_all():
+    x = torch.randn(L, 2, E)  # (L, N, E): token axis 0
+    report = torchscan.crawl_module(SelfAttention(batch_first=False), args=(x,))
+    # Every query sees every key: all.
+    assert _sources(report, "attn") == [{"arguments": ["query", "key", "value"], "sequence_axis": 0, "length": L,
+                                         "relation": {"kind": "all"}}]
+
+
+def test_padded_key_cross_attention():
+    x, memory = torch.randn(2, L, E), torch.randn(2, S, E)
+    padding = torch.zeros(2, S, dtype=torch.bool)
+    padding[:, 4:] = True  # the last 3 memory positions are padding in both rows
+    report = torchscan.crawl_module(CrossAttention(), args=(x, memory, None, padding))
+    # Every query sees memory 0..3 (4 keys >= 2, so its softmax reads query i):
+    # query same_position; key/value (one tensor) all positions below 4.
+    assert _sources(report, "attn") == [
+        {"arguments": ["query"], "sequence_axis": 1, "length": L, "relation": {"kind": "same_position"}},
+        {"arguments": ["key", "value"], "sequence_axis": 1, "length": S, "relation": {"kind": "all", "limit": 4}},
+    ]
+
+
+def test_one_visible_source_has_no_query_or_key_dependency():
+    # Cross-attention of 3 queries over 3 distinct key and value tensors with a
+    # causal mask: output 0 sees key 0 alone, a softmax over one score is 1, so
+    # output 0 depends on value 0 only; outputs 1, 2 read query i and keys 0..i.
+    class Distinct(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(E, 4, batch_first=True)
+
+        def forward(self, q, k, v):
+            return self.attn(q, k, v, attn_mask=torch.triu(torch.ones(3, 3, dtype=torch.bool), 1),
+                             need_weights=False)[0]
+
+    q, k, v = (torch.randn(1, 3, E) for _ in range(3))
+    assert _sources(torchscan.crawl_module(Distinct(), args=(q, k, v)), "attn") == [
+        {"arguments": ["query"], "sequence_axis": 1, "length": 3,
+         "relation": {"kind": "same_position", "first_position": 1}},
+        {"arguments": ["key"], "sequence_axis": 1, "length": 3, "relation": {"kind": "prefix", "first_position": 1}},
+        {"arguments": ["value"], "sequence_axis": 1, "length": 3, "relation": {"kind": "prefix"}},
+    ]
+
+
+def _encoder():
+    torch.manual_seed(0)
+    return nn.TransformerEncoderLayer(E, 4, 32, dropout=0.0, batch_first=True).eval()
+
+
+def test_encoder_layer():
+    x = torch.randn(2, L, E)
+    # No mask: attention reads every position, the residual and feed-forward
+    # block position i: all.
+    assert _sources(torchscan.crawl_module(_encoder(), args=(x,)), "") == [
+        {"arguments": ["src"], "sequence_axis": 1, "length": L, "relation": {"kind": "all"}}]
+    # Causal (boolean mask, and the same as a float -inf mask with is_causal):
+    # positions 0..i, and the residual's i is among them: prefix.
+    float_causal = torch.zeros(L, L).masked_fill(CAUSAL, float("-inf"))
+    for kwargs in ({"src_mask": CAUSAL}, {"src_mask": float_causal, "is_causal": True}):
+        report = torchscan.crawl_module(_encoder(), args=(x,), kwargs=kwargs)
+        assert _sources(report, "") == [
+            {"arguments": ["src"], "sequence_axis": 1, "length": L, "relation": {"kind": "prefix"}}]
+        assert _sources(report, "self_attn")[0]["relation"] == {"kind": "prefix"}
+
+
+def test_decoder_layer():
+    torch.manual_seed(0)
+    decoder = nn.TransformerDecoderLayer(E, 4, 32, dropout=0.0, batch_first=True).eval()
+    tgt, memory = torch.randn(2, L, E), torch.randn(2, S, E)
+    padding = torch.zeros(2, S, dtype=torch.bool)
+    padding[:, 6:] = True
+    report = torchscan.crawl_module(decoder, args=(tgt, memory),
+                                    kwargs={"tgt_mask": CAUSAL, "memory_key_padding_mask": padding})
+    # tgt: causal self-attention plus residuals: prefix. memory: the cross
+    # block reads keys/values 0..5 for every query: all below 6.
+    assert _sources(report, "") == [
+        {"arguments": ["tgt"], "sequence_axis": 1, "length": L, "relation": {"kind": "prefix"}},
+        {"arguments": ["memory"], "sequence_axis": 1, "length": S, "relation": {"kind": "all", "limit": 6}},
+    ]
+
+
+def test_unsupported_masks_are_unavailable_with_a_diagnostic():
+    x = torch.randn(2, L, E)
+    # A sliding window of 3 (i sees i-2..i) is none of the named relations.
+    window = CAUSAL | torch.tril(torch.ones(L, L, dtype=torch.bool), -3)
+    per_head = torch.zeros(2 * 4, L, L, dtype=torch.bool)
+    per_head[0, 0, 1] = True  # one head of one batch element differs
+    padding = torch.zeros(2, L, dtype=torch.bool)
+    padding[:, 3:] = True  # self-attention padding: padded rows read themselves too
+    cases = [((x, window), "none of the relations"), ((x, per_head), "differs between batch elements or heads")]
+    for args, reason in cases:
+        report = torchscan.crawl_module(SelfAttention(), args=args)
+        deps = _row(report, "attn")["token_dependencies"]
+        assert deps["status"] == "unavailable" and reason in deps["reason"]
+        assert "output" not in deps and "sources" not in deps  # no upper bound passed off as known
+        codes = [(d["code"], d.get("path")) for d in report["diagnostics"]]
+        assert ("token_dependencies_unavailable", "attn") in codes
+    report = torchscan.crawl_module(_encoder(), args=(x,), kwargs={"src_key_padding_mask": padding})
+    assert _row(report, "")["token_dependencies"]["status"] == "unavailable"
+
+
+def test_the_analysis_itself_is_not_counted():
+    x = torch.randn(2, L, E)
+    model = SelfAttention().eval()
+    report = torchscan.crawl_module(model, args=(x, CAUSAL))
+    with torch.no_grad():
+        alone = torchscan.measure_flops(lambda: model(x, CAUSAL))
+    # The mask comparisons made after the call are not among the model's operators.
+    assert report["operator_flops"]["by_operator"] == alone["by_operator"]
+    assert report["totals"]["operator_flops"]["value"] == alone["total"]["value"]
+
+
+def test_compare_reports_compares_relations_structurally():
+    x = torch.randn(2, L, E)
+    window = CAUSAL | torch.tril(torch.ones(L, L, dtype=torch.bool), -3)
+    before = torchscan.crawl_module(SelfAttention(), args=(x, CAUSAL))
+    after = torchscan.crawl_module(SelfAttention(), args=(x, window))
+    diff = torchscan.compare_reports(before, after)
+    changed = {c["path"]: c for c in diff["layers"]["changed"]}
+    assert changed["attn"]["token_dependencies"]["before"]["status"] == "complete"
+    assert changed["attn"]["token_dependencies"]["after"]["status"] == "unavailable"
+    same = torchscan.compare_reports(before, torchscan.crawl_module(SelfAttention(), args=(x, CAUSAL)))
+    assert "attn" not in {c["path"] for c in same["layers"]["changed"]}
+
+
+def test_structure_mode_and_raising_calls_omit_them():
+    x = torch.randn(2, L, E)
+    report = torchscan.crawl_module(SelfAttention(), args=(x, CAUSAL), mode="structure")
+    assert all("token_dependencies" not in l for l in report["layers"])
+
+    class Raising(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(E, 4, batch_first=True)
+            self.after = nn.MultiheadAttention(E, 4, batch_first=True)
+
+        def forward(self, x):
+            try:
+                self.attn(x, x, x[:, :, :3])  # a value of the wrong width: raises inside attn
+            except (RuntimeError, AssertionError):
+                pass
+            return self.after(x, x, x, need_weights=False)[0]
+
+    model = Raising()
+    report = torchscan.crawl_module(model, args=(x,))
+    assert "token_dependencies" not in _row(report, "attn")  # its forward raised
+    assert _sources(report, "after")[0]["relation"] == {"kind": "all"}  # later calls keep their own
+    assert not model.attn._forward_hooks and not model.after._forward_hooks
