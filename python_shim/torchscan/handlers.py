@@ -72,9 +72,13 @@ _ATOMIC_NATIVE = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.Transfor
 
 
 def _callback_name(fn) -> str:
-    module = getattr(fn, "__module__", None) or type(fn).__module__
-    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    return safe_text(f"{module}.{qualname}")
+    """<module>.<qualname> of a function or class; of its class for other
+    callables (a callable object, functools.partial)."""
+    if isinstance(getattr(fn, "__qualname__", None), str):
+        module, qualname = getattr(fn, "__module__", None), fn.__qualname__
+    else:
+        module, qualname = type(fn).__module__, type(fn).__qualname__
+    return safe_text(f"{module or '<unknown>'}.{qualname}")
 
 
 class ModuleHandler:
