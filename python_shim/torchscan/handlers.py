@@ -169,11 +169,11 @@ def _count(v) -> int:
         raise ValueError(f"{v!r} ({type(v).__name__}) is not a count")
     try:
         n = operator.index(v)
-    except TypeError:
+    except Exception:  # noqa: BLE001 -- TypeError, or whatever a foreign type raises
         try:
             f = float(v)
-        except (TypeError, ValueError):
-            raise ValueError(f"{type(v).__name__} {v!r} is not a count") from None
+        except Exception:  # noqa: BLE001 -- e.g. a tensor of several elements
+            raise ValueError(f"{type(v).__name__} {safe_text(repr(v))} is not a count") from None
         if not math.isfinite(f) or not f.is_integer():
             raise ValueError(f"{v!r} is not a whole number") from None
         n = int(f)
@@ -268,15 +268,26 @@ def evaluate(spec: ModuleHandler, mod, args, kwargs, output) -> tuple:
         return _failure(spec, "custom_handler_invalid",
                         f"its handler returned {type(result).__name__}, not a mapping of "
                         f"{', '.join(SUPPORTED_METRICS)}; the requested estimates are unavailable")
-    bad = [k for k in result if k not in SUPPORTED_METRICS]
+    try:
+        items = list(result.items())
+    except Exception as e:  # noqa: BLE001 -- a mapping that cannot be read
+        return _failure(spec, "custom_handler_invalid",
+                        f"its handler's result could not be read ({type(e).__name__}: {safe_text(str(e))})")
+    bad = [k for k, _ in items if not isinstance(k, str) or k not in SUPPORTED_METRICS]
     if bad:
         return _failure(spec, "custom_handler_invalid",
                         f"its handler returned the unsupported metric name {safe_text(repr(bad[0]))} (handlers "
                         f"supply {', '.join(SUPPORTED_METRICS)}); the requested estimates are unavailable")
     entries, notes = {}, []
-    for name, value in result.items():
+    for name, value in items:
         if isinstance(value, _MappingABC):
-            entries[name] = _structured(name, value, spec, notes)
+            try:
+                entries[name] = _structured(name, value, spec, notes)
+            except Exception as e:  # noqa: BLE001 -- a structured result that cannot be read
+                notes.append(("custom_metric_invalid", "error", name,
+                              f"its handler's {name} result could not be read ({type(e).__name__}); "
+                              "the estimate is unavailable"))
+                entries[name] = _Entry("unavailable", None, spec.scope, spec.method)
             continue
         try:
             entries[name] = _Entry("complete", _count(value), spec.scope, spec.method)

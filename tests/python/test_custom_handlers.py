@@ -494,7 +494,7 @@ def test_custom_handler_invalid(result):
 
 
 @pytest.mark.parametrize("bad", [
-    -1, float("nan"), float("inf"), True, 2.5, "12", None, 2**128,
+    -1, float("nan"), float("inf"), True, 2.5, "12", None, 2**128, torch.ones(2), object(),
     {"status": "complete"},                       # no value
     {"status": "partial", "value": 3},            # a partial value is null
     {"status": "partial"},                        # no lower bound
