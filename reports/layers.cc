@@ -47,10 +47,26 @@ nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::stri
   nlohmann::json out = nlohmann::json::array();
   for (const LayerTally& l : layers) {
     nlohmann::json metrics = nlohmann::json::object();
+    nlohmann::json owners = nlohmann::json::object(), ownership = nlohmann::json::object();
     for (int m = 0; m < 4; ++m) {
       const MetricStatus status = l.failed        ? MetricStatus::kUnavailable
                                   : l.complete[m] ? MetricStatus::kComplete
                                                   : MetricStatus::kPartial;
+      if (requested[m] && l.owner[m] >= 0) {  // covered by an ancestor's inclusive estimate: absent
+        const LayerTally& o = layers[static_cast<size_t>(l.owner[m])];
+        owners[kLayerMetricNames[m]] = {{"path", o.path}, {"call_index", o.call_index}};
+        continue;
+      }
+      if (requested[m] && l.custom[m] != LayerTally::Custom::kNone) {
+        const char* kind = l.custom[m] == LayerTally::Custom::kSubtree ? "subtree" : "module_call";
+        ownership[kLayerMetricNames[m]] = kind;
+        metrics[kLayerMetricNames[m]] = MetricJson(
+            {l.custom_unavailable[m] ? MetricStatus::kUnavailable
+             : l.complete[m]         ? MetricStatus::kComplete
+                                     : MetricStatus::kPartial,
+             l.known[m], kLayerMetricUnits[m], kind, l.custom_method[m]});
+        continue;
+      }
       metrics[kLayerMetricNames[m]] =
           requested[m] ? MetricJson({status, l.known[m], kLayerMetricUnits[m], scope, kLayerMetricMethods[m]})
                   : MetricJson({MetricStatus::kUnavailable, 0, kLayerMetricUnits[m], scope, "not_requested"});
@@ -67,6 +83,8 @@ nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::stri
                    {"depth", l.depth},
                    {"failed", l.failed},
                    {"metrics", metrics}});
+    if (!owners.empty()) out.back()["metric_owners"] = owners;
+    if (!ownership.empty()) out.back()["metric_ownership"] = ownership;
   }
   return out;
 }

@@ -52,6 +52,16 @@ struct LayerTally {
   int64_t allocated_bytes = 0;
   std::vector<FieldAxis> field_axes;
   std::string field_reason;
+  // Custom module handlers, per metric (kLayerMetricNames order; never
+  // operator_flops). owner[m] >= 0: covered by the subtree estimate of layer
+  // owner[m], so the metric is left out and named in metric_owners. custom[m]:
+  // supplied by this call's handler (its ownership; known/complete hold its
+  // estimate, custom_unavailable[m] an unavailable one, custom_method[m] its method).
+  enum class Custom : uint8_t { kNone, kModuleCall, kSubtree };
+  std::array<int32_t, 4> owner = {-1, -1, -1, -1};
+  std::array<Custom, 4> custom = {Custom::kNone, Custom::kNone, Custom::kNone, Custom::kNone};
+  std::array<bool, 4> custom_unavailable = {false, false, false, false};
+  std::array<std::string, 4> custom_method;
 };
 
 inline constexpr const char* kFieldNames[3] = {"receptive_field", "effective_stride", "effective_padding"};

@@ -27,6 +27,7 @@
 #include "torchscan_dispatch/fallback.h"
 #include "torchscan_dispatch/memory.h"
 #include "torchscan_dispatch/memory_view.h"
+#include "torchscan_dispatch/module_handlers.h"
 #include "torchscan_dispatch/module_view.h"
 #include "torchscan_dispatch/op_catalog.h"
 #include "torchscan_dispatch/receptive_field.h"
@@ -44,6 +45,7 @@ struct Planned {
   std::unique_ptr<EventSet> set;
   std::optional<OperatorPlan> plan;         // operator view
   std::optional<OperatorPlan> module_plan;  // module view
+  std::optional<HandlerOutcome> handlers;   // module handlers' results (Session::SetModuleHandler)
 
   const OperatorPlan& Plan(OpCatalog& catalog, const Overrides& overrides) {
     if (!plan) plan = PlanOperatorView(set->events(), catalog, overrides);
@@ -52,6 +54,11 @@ struct Planned {
   const OperatorPlan& ModulePlan(OpCatalog& catalog) {
     if (!module_plan) module_plan = PlanModuleView(set->events(), catalog);
     return *module_plan;
+  }
+  const HandlerOutcome& Handlers(const std::map<std::string, RegisteredModuleHandler>& registered,
+                                 OpCatalog& catalog) {
+    if (!handlers) handlers = RunModuleHandlers(registered, *set, catalog);
+    return *handlers;
   }
 };
 
@@ -70,6 +77,7 @@ struct Session::State {
   std::unique_ptr<AllThreadsScan> all;  // Threads::kAll
   std::vector<std::shared_ptr<ThreadLog>> logs;  // kAll, after Stop
   Overrides overrides;
+  std::map<std::string, RegisteredModuleHandler> module_handlers;  // by module path
   std::thread::id thread;
   bool included_before = false;
   bool stopped_by_outer = false;  // an enclosing scan stopped first and stopped this one
@@ -221,6 +229,31 @@ absl::Status Session::DeferOperatorFormula(std::string_view op) {
   }
   if (auto s = CheckOpName(op); !s.ok()) return s;
   state_->overrides.deferred.insert(CanonicalOp(op));
+  return absl::OkStatus();
+}
+
+absl::Status Session::SetModuleHandler(std::string_view path, ModuleHandler handler, ModuleHandlerOptions options) {
+  if (state_->phase != Phase::kIdle) {
+    return absl::FailedPreconditionError("torchscan: set module handlers before Start()");
+  }
+  if (!handler) return absl::InvalidArgumentError("torchscan: the module handler is empty");
+  if (options.name.empty()) {
+    return absl::InvalidArgumentError(
+        "torchscan: a module handler needs a name (ModuleHandlerOptions::name): its results' method is "
+        "custom_module_handler:<name>");
+  }
+  for (const std::string& m : options.metrics) {
+    if (m != "module_flops" && m != "macs" && m != "dmas") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "torchscan: module handler metric \"", m, "\" is not one of module_flops, macs, dmas"));
+    }
+  }
+  const std::string key(path);
+  if (state_->module_handlers.count(key)) {
+    return absl::AlreadyExistsError(absl::StrCat("torchscan: module scope \"", key, "\" already has a handler"));
+  }
+  state_->module_handlers[key] = {absl::StrCat("custom_module_handler:", options.name), std::move(options.metrics),
+                                  options.ownership, std::move(handler)};
   return absl::OkStatus();
 }
 
@@ -479,12 +512,21 @@ nlohmann::json FlopJson(Session::State& s, Planned& p) {
                                                    s.catalog, s.overrides, s.Context()));
 }
 
+std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, bool handlers = true);
+
 nlohmann::json ModuleJson(Session::State& s, Planned& p) {
-  return reports::ModuleReportJson(TallyModuleView(p.set->events(), p.ModulePlan(s.catalog), s.catalog, s.Context()));
+  reports::ModuleTally t = TallyModuleView(p.set->events(), p.ModulePlan(s.catalog), s.catalog, s.Context());
+  if (!s.module_handlers.empty()) {
+    // LayerTallies applies the handlers to the layers; the totals take them from the built-in rows.
+    std::vector<reports::LayerTally> layers = LayerTallies(s, p, /*handlers=*/false);
+    ApplyModuleHandlers(p.Handlers(s.module_handlers, s.catalog), layers, &t);
+  }
+  return reports::ModuleReportJson(t);
 }
 
-// Every layer call's tally: its own calls in both views and its output's field.
-std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p) {
+// Every layer call's tally: its own calls in both views and its output's
+// field; with `handlers`, the module handlers' estimates applied.
+std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, bool handlers) {
   const EventSet& set = *p.set;
   const auto& scopes = set.scopes;
   const int64_t size = static_cast<int64_t>(set.events().size());
@@ -522,6 +564,7 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p) {
     layers[i].field_reason = f.reason;
     for (const AxisField& a : f.axes) layers[i].field_axes.push_back({a.dim, {a.rf, a.jump, a.padding}});
   }
+  if (handlers && !s.module_handlers.empty()) ApplyModuleHandlers(p.Handlers(s.module_handlers, s.catalog), layers);
   return layers;
 }
 
@@ -542,12 +585,21 @@ LayerRow RowOf(reports::LayerTally& l) {
   row.memory_status = l.memory_status;
   row.peak_memory = l.peak_memory;
   row.allocated_bytes = l.allocated_bytes;
+  using Custom = reports::LayerTally::Custom;
+  for (int m = 0; m < 4; ++m) {
+    row.owner[m] = l.owner[m];
+    if (l.custom[m] != Custom::kNone) {
+      row.ownership[m] = l.custom[m] == Custom::kSubtree ? MetricOwnership::kSubtree : MetricOwnership::kModuleCall;
+      row.method[m] = std::move(l.custom_method[m]);
+    }
+  }
   for (int m = 0; m < 4; ++m) {
     MetricStatus status = l.failed        ? MetricStatus::kUnavailable
                           : l.complete[m] ? MetricStatus::kComplete
                                           : MetricStatus::kPartial;
     // A sum past 2^128 - 1 is refused as a value: its last exact sum is a lower bound.
     if (status == MetricStatus::kComplete && !l.known[m].exact()) status = MetricStatus::kPartial;
+    if (l.custom_unavailable[m]) status = MetricStatus::kUnavailable;
     row.status[m] = status;
     row.known[m] = status == MetricStatus::kUnavailable ? Count(0) : Count::FromWide(l.known[m].wide());
   }

@@ -18,6 +18,8 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
 #include <set>
 #include <memory>
 #include <string>
@@ -36,6 +38,67 @@ class Recorder;
 
 // A caller formula: one call's metadata in, FLOPs out (operator view).
 using CallerFormula = std::function<FormulaResult(const OpCall&)>;
+
+// ---- Custom module handlers (Session::SetModuleHandler): the C++ side of
+// crawl_module(custom_modules=...). A handler estimates the module-view
+// metrics of every call of one module scope (ModuleScope, PushModuleScope).
+
+// What a handler's estimate of a metric covers: the work the call's scope
+// did itself (kModuleCall: it replaces that value; the calls inside it keep
+// theirs), or everything that ran inside the call (kSubtree: an inclusive
+// estimate; the rows inside it lose the metric and name this call in
+// metric_owners).
+enum class MetricOwnership { kModuleCall, kSubtree };
+
+struct ModuleMetricEstimate {
+  MetricStatus status = MetricStatus::kComplete;
+  // kComplete: the value; kPartial: a lower bound (known_value); ignored
+  // when kUnavailable. A negative or overflowed Count is invalid.
+  Count value = 0;
+  MetricOwnership ownership = MetricOwnership::kModuleCall;
+  // Optional: the result's method becomes "custom_module_handler:<name>:<method>".
+  std::string method;
+};
+
+// One call's estimates by metric name: "module_flops", "macs", "dmas" (any
+// other name makes the whole estimate invalid). A metric left out keeps the
+// built-in value, unless the handler owns it (ModuleHandlerOptions::metrics).
+struct ModuleEstimate {
+  std::map<std::string, ModuleMetricEstimate> metrics;
+};
+
+// One module call as its handler sees it, after Stop(): its identity and
+// every operator call recorded while it ran (its children's included), in
+// call order, as the formulas see them.
+struct ModuleCall {
+  std::string path;
+  int32_t call_index = 0;
+  int32_t depth = 0;
+  struct Op {
+    std::string name;  // "aten::mm"
+    OpCall call;       // valid while the handler runs
+    bool own = true;   // made by this call itself, not by a module call inside it
+    bool nested = false;  // made inside another operator call listed here (part of its work)
+  };
+  std::vector<Op> ops;
+};
+
+// Throwing a std::exception (c10::Error included) makes the owned metrics
+// unavailable with a custom_handler_error diagnostic; the reports are built.
+using ModuleHandler = std::function<ModuleEstimate(const ModuleCall&)>;
+
+struct ModuleHandlerOptions {
+  // Required: results carry method "custom_module_handler:<name>", e.g.
+  // "my_server.AttentionCost".
+  std::string name;
+  // The metrics the handler owns for every call: an owned metric its
+  // estimate leaves out is unavailable (custom_metric_unavailable), and
+  // exactly these are unavailable when it throws. Empty: the metrics each
+  // estimate names (all three when it throws).
+  std::vector<std::string> metrics;
+  // The ownership of owned metrics the handler could not value.
+  MetricOwnership ownership = MetricOwnership::kModuleCall;
+};
 
 enum class Threads {
   kCurrent,  // the thread that calls Start()
@@ -112,6 +175,15 @@ struct LayerRow {
   // unavailable.
   std::array<MetricStatus, 4> status{};
   std::array<Count, 4> known{};
+  // Custom module handlers (Session::SetModuleHandler), per metric in the
+  // order above (operator_flops never): owner[m] >= 0: the metric is covered
+  // by the subtree estimate of row owner[m] (LayersJson leaves it out and
+  // names the owner in metric_owners; status/known are then meaningless);
+  // ownership[m]: supplied by this call's handler, with result method
+  // method[m].
+  std::array<int32_t, 4> owner = {-1, -1, -1, -1};
+  std::array<std::optional<MetricOwnership>, 4> ownership;
+  std::array<std::string, 4> method;
   // receptive_field, effective_stride, effective_padding of the output.
   struct Field {
     MetricStatus status = MetricStatus::kUnavailable;  // complete or unavailable
@@ -137,6 +209,15 @@ class Session {
   absl::Status SetOperatorFormula(std::string_view op, CallerFormula formula);
   // An override whose values are supplied after Stop() (by the Python shim).
   absl::Status DeferOperatorFormula(std::string_view op);
+  // A module handler for every call of the module scope `path` ("" is the
+  // root) for this scan only; set before Start(), one per path. It runs when
+  // a report that needs it is built (LayersJson, LayerRows,
+  // ModuleReportJson, ScanReportJson), once per call for the unfiltered
+  // reports; a call whose forward raised (failed) runs none. Its estimates
+  // replace the module view's values in the layers and the module view's
+  // totals (by_operator stays the built-in formulas'); its diagnostics are
+  // the module report's. The operator view never changes.
+  absl::Status SetModuleHandler(std::string_view path, ModuleHandler handler, ModuleHandlerOptions options);
 
   absl::Status Start();  // scan the calling thread
   absl::Status Stop();   // same thread; innermost scan first

@@ -5,6 +5,7 @@ import functools as _functools
 from torchscan.crawler import compare_reports, crawl_module, summary
 from torchscan.crawler import render_report as _render_model_report
 from torchscan.flops import FlopScan, measure_flops, scan, tls_mode_included
+from torchscan.handlers import ModuleHandler
 from torchscan.roofline import RooflineReport, compare_kernelbench, list_gpus, render_roofline, roofline
 from torchscan.workload import (compare_benchmarks, measure_latency, measure_peak_memory, measure_workload,
                                 render_benchmark)
@@ -28,6 +29,6 @@ render_report.__doc__ = (_render_model_report.__doc__ or "") + (
     "    renders as text with seconds in ms and bytes in MiB (max_depth and receptive_field do not apply).")
 
 __all__ = ["FlopScan", "compare_benchmarks", "compare_reports", "crawl_module", "measure_flops",
-           "measure_latency", "measure_peak_memory", "measure_workload", "render_benchmark", "render_report",
+           "measure_latency", "measure_peak_memory", "measure_workload", "ModuleHandler", "render_benchmark", "render_report",
            "RooflineReport", "compare_kernelbench", "list_gpus", "render_roofline", "roofline",
            "scan", "summary", "tls_mode_included", "__version__"]

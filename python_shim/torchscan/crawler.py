@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from torch.utils._pytree import tree_flatten
 
+from torchscan import handlers as _handlers
 from torchscan import tokens
 from torchscan._library import Session, _library_path
 from torchscan._modules import ForwardHooks, safe_text
@@ -194,7 +195,8 @@ def _native_scopes():
 def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, args: Optional[Sequence] = None,
                  kwargs: Optional[Mapping[str, Any]] = None, mode: str = "full", strict: bool = False,
                  dtype: Optional[torch.dtype] = None, device: Optional[torch.device] = None,
-                 custom_mapping: Optional[Mapping[Any, Callable]] = None, memory: bool = False) -> dict:
+                 custom_mapping: Optional[Mapping[Any, Callable]] = None, memory: bool = False,
+                 custom_modules: Optional[Mapping[Any, Callable]] = None) -> dict:
     """One forward in eval mode with gradients disabled; returns the schema-v1
     AnalysisReport. memory: also attribute the allocator's blocks to the
     layer calls (metrics peak_memory and allocated_bytes, totals
@@ -203,7 +205,10 @@ def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, a
     args (a tuple or list; a single tensor is taken as the one positional
     argument) and kwargs (a mapping) are forwarded unchanged. Every module's
     training flag is restored afterwards, also when the forward raises or is
-    interrupted."""
+    interrupted. custom_modules: {nn.Module subclass or predicate(module):
+    handler} for this analysis only; handler(module, args, kwargs, output)
+    returns module-view estimates (module_flops, macs, dmas) of each matched
+    call (torchscan.handlers says how)."""
     # Python's cyclic GC paused for the call: the per-layer metadata (a few
     # dicts per layer call, kept until the report is built) otherwise triggers
     # collections that walk the whole heap, measured at about a tenth of a
@@ -212,7 +217,8 @@ def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, a
     gc.disable()
     try:
         return _crawl_module(module, input_shape, args=args, kwargs=kwargs, mode=mode, strict=strict, dtype=dtype,
-                             device=device, custom_mapping=custom_mapping, memory=memory)
+                             device=device, custom_mapping=custom_mapping, memory=memory,
+                             custom_modules=custom_modules)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -261,7 +267,8 @@ def _eval(module: nn.Module, modules: list) -> None:
             m.training = False
 
 
-def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, device, custom_mapping, memory) -> dict:
+def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, device, custom_mapping, memory,
+                  custom_modules=None) -> dict:
     if not isinstance(module, nn.Module):
         raise TypeError(f"torchscan.crawl_module: module must be a torch.nn.Module, got {type(module).__name__}")
     if not isinstance(memory, bool):
@@ -273,6 +280,11 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise TypeError(f"torchscan.crawl_module: dtype must be a torch.dtype such as torch.float32, got {dtype!r}")
     named, modules = _unique_modules(module)
+    # Checked and matched before the model runs; None without handlers (the
+    # hooks below are then exactly those of a crawl without them).
+    handlers = _handlers.prepare(custom_modules, modules)
+    if mode != "full":
+        handlers = None  # structure mode runs no formulas and no handlers
     if input_shape is not None:
         shapes = _input_shapes(input_shape)
         params = [p for m in modules for p in m._parameters.values() if p is not None]
@@ -404,6 +416,8 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
         try:
             for m in modules:
                 hooks.add(m)
+            if handlers is not None:
+                handlers.add_hooks(calls)
             if mode == "full":
                 for m in modules:
                     if tokens.applies(m):
@@ -413,9 +427,13 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             with torch.no_grad(), scan:
                 module(*call_args, **call_kwargs)
         finally:
-            for h in token_handles:
-                h.remove()
-            hooks.remove()
+            try:
+                for h in token_handles:
+                    h.remove()
+                hooks.remove()
+            finally:
+                if handlers is not None:
+                    handlers.remove_hooks()
     finally:
         # The flag itself, module by module: train(flag) would also set every
         # descendant's (quadratic in depth, and not what was there before).
@@ -423,8 +441,15 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             if m.training is not flag:  # nn.Module.__setattr__ is slow; most flags are unchanged
                 m.training = flag
 
-    return _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
-                         memory, token_results)
+    if handlers is None:
+        return _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
+                             memory, token_results)
+    report = _build_report(module, modules, scan, calls, mode, False, source, call_args, call_kwargs, training,
+                           memory, token_results)
+    handlers.apply(report, calls, names)
+    if strict:
+        _handlers.check_strict(report, True, memory)
+    return report
 
 
 _MEMORY_STATUS = ("complete", "partial", "unavailable")  # MetricStatus order

@@ -1,0 +1,493 @@
+"""Per-analysis custom module handlers (crawl_module(custom_modules=...),
+report schema "Custom handler rows").
+
+A handler estimates the module-view metrics of module calls the built-in
+formulas cannot value (a custom block, an einops rearrange, a custom
+kernel) or values differently. It is scoped to one crawl_module / summary
+call: nothing is registered globally.
+
+Matching. custom_modules maps keys to handlers. A key is an nn.Module
+subclass (matches isinstance) or a predicate(module) -> bool. Every module of
+the crawled tree is matched once, before the model runs, against the keys in
+the mapping's order: the first key that matches wins (put specific keys
+before general ones). Predicates run only then, never per call.
+
+The call. After each call of a matched module returns, the handler runs as
+handler(module, args, kwargs, output) with the actual objects of that call:
+the positional arguments as a tuple and the keyword arguments as a dict, as
+the forward received them (an in-place forward has already changed them),
+and the output the forward returned. It runs with the scan's recording
+paused, so its own tensor operations are never counted; gradients are off,
+as for the whole crawl. A call whose forward raised runs no handler (its
+estimates are unavailable, as without one).
+
+The result. A mapping from supported metric names (module_flops, macs,
+dmas: the module view's; receptive fields come from the data flow and are
+not supplied) to either an int (complete) or a structured result
+{"status": "complete" | "partial" | "unavailable", "value" (complete),
+"known_value" (partial: a lower bound), "scope": "module_call" | "subtree",
+"method": str}. Metrics are overridden independently: a metric the result
+omits keeps the built-in value, unless the handler declared it
+(ModuleHandler(metrics=...)), in which case it is unavailable.
+
+Ownership. scope "module_call" (the default) replaces the call's own
+exclusive value (its children keep theirs). scope "subtree" is inclusive:
+the handler owns the metric for everything the call ran; the rows of the
+calls inside it keep their structure, inputs, outputs and parameters but not
+the metric, and name the owner in metric_owners. Ownership follows the
+dynamic calls: a shared child called outside the owner's call counts on its
+own. When owners nest, the outermost owner wins (the inner handler's value
+for that metric is covered). Totals count each retained estimate once;
+parameter totals never change.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import sys
+from collections.abc import Mapping as _MappingABC
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import torch.nn as nn
+
+from torchscan._library import Session
+from torchscan._modules import ForwardHooks, safe_text
+
+__all__ = ["ModuleHandler", "SUPPORTED_METRICS"]
+
+SUPPORTED_METRICS = ("module_flops", "macs", "dmas")
+_UNITS = {"module_flops": "FLOPs", "macs": "MACs", "dmas": "accesses"}
+_SCOPES = ("module_call", "subtree")
+_STATUSES = ("complete", "partial", "unavailable")
+_RESULT_KEYS = ("status", "value", "known_value", "scope", "method")
+_LIMIT = 2**128  # counts TorchScan holds exactly: 0 <= n < 2**128
+
+# Native modules whose built-in (module view) estimate covers work of child
+# modules that their forward never calls: MultiheadAttention reads
+# out_proj's weights directly (both paths), and the Transformer layers' fused
+# fast path runs one operator for the whole layer. These are the "legacy
+# atomic roots" of the schema: a handler matched to such a child opens them.
+_ATOMIC_NATIVE = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+
+
+def _callback_name(fn) -> str:
+    """<module>.<qualname> of a function or class; of its class for other
+    callables (a callable object, functools.partial)."""
+    if isinstance(getattr(fn, "__qualname__", None), str):
+        module, qualname = getattr(fn, "__module__", None), fn.__qualname__
+    else:
+        module, qualname = type(fn).__module__, type(fn).__qualname__
+    return safe_text(f"{module or '<unknown>'}.{qualname}")
+
+
+class ModuleHandler:
+    """A handler with what it supplies declared up front.
+
+    fn(module, args, kwargs, output) -> mapping, as for a plain handler.
+    metrics: the metric names this handler owns for every matched call (None:
+    only those each result names). A declared metric the result omits is
+    unavailable (custom_metric_unavailable) instead of keeping the built-in
+    value, and if fn raises, exactly these are unavailable.
+    scope: the ownership of int values and of structured results without a
+    "scope" ("module_call" or "subtree")."""
+
+    __slots__ = ("fn", "metrics", "scope", "method")
+
+    def __init__(self, fn: Callable, *, metrics: Optional[Tuple[str, ...]] = None, scope: str = "module_call"):
+        if isinstance(fn, ModuleHandler):
+            fn = fn.fn
+        if not callable(fn):
+            raise TypeError(f"torchscan.ModuleHandler: fn must be callable as fn(module, args, kwargs, output), "
+                            f"got {type(fn).__name__}")
+        if metrics is not None:
+            if isinstance(metrics, str):
+                metrics = (metrics,)
+            metrics = tuple(metrics)
+            bad = [m for m in metrics if m not in SUPPORTED_METRICS]
+            if bad or not metrics:
+                raise ValueError(f"torchscan.ModuleHandler: metrics must name some of {', '.join(SUPPORTED_METRICS)}; "
+                                 f"got {bad[0] if bad else 'none'!r}")
+            metrics = tuple(dict.fromkeys(metrics))
+        if scope not in _SCOPES:
+            raise ValueError(f"torchscan.ModuleHandler: scope must be 'module_call' or 'subtree', got {scope!r}")
+        self.fn, self.metrics, self.scope = fn, metrics, scope
+        self.method = "custom_module_handler:" + _callback_name(fn)
+
+    def __repr__(self):
+        return f"ModuleHandler({self.method[len('custom_module_handler:'):]}, metrics={self.metrics}, scope={self.scope!r})"
+
+
+# ---------------------------------------------------------------- set-up
+
+
+def prepare(custom_modules, modules: list) -> Optional["Handlers"]:
+    """custom_modules checked and matched against the crawled tree's modules
+    (before the model runs); None when there is nothing to do."""
+    where = "torchscan.crawl_module"
+    if custom_modules is None:
+        return None
+    if not isinstance(custom_modules, _MappingABC):
+        raise TypeError(f"{where}: custom_modules must be a mapping {{nn.Module subclass or predicate: handler}}, "
+                        f"got {type(custom_modules).__name__}")
+    keys = []
+    for key, handler in custom_modules.items():
+        if isinstance(key, type):
+            if not issubclass(key, nn.Module):
+                raise TypeError(f"{where}: custom_modules key {key.__qualname__} is a class that is not an "
+                                "nn.Module subclass; keys are nn.Module subclasses (matched with isinstance) or "
+                                "predicates predicate(module) -> bool")
+            match = key
+        elif callable(key):
+            match = key
+        else:
+            raise TypeError(f"{where}: custom_modules key {key!r} is neither an nn.Module subclass nor a callable "
+                            "predicate(module) -> bool")
+        if not isinstance(handler, ModuleHandler) and not callable(handler):
+            raise TypeError(f"{where}: custom_modules[{getattr(key, '__qualname__', key)!r}] must be a handler "
+                            f"callable as handler(module, args, kwargs, output) -> mapping (or a "
+                            f"torchscan.ModuleHandler), got {type(handler).__name__}")
+        keys.append((match, handler if isinstance(handler, ModuleHandler) else ModuleHandler(handler)))
+    if not keys:
+        return None
+    matched = {}
+    for m in modules:
+        for match, spec in keys:
+            hit = isinstance(m, match) if isinstance(match, type) else match(m)
+            if hit:
+                matched[m] = spec
+                break
+    return Handlers(matched)
+
+
+# ---------------------------------------------------------------- results
+
+
+def _count(v) -> int:
+    """A metric value as an exact int, or ValueError saying why not."""
+    if isinstance(v, bool) or v is None or isinstance(v, (str, bytes)):
+        raise ValueError(f"{v!r} ({type(v).__name__}) is not a count")
+    try:
+        n = operator.index(v)
+    except Exception:  # noqa: BLE001 -- TypeError, or whatever a foreign type raises
+        try:
+            f = float(v)
+        except Exception:  # noqa: BLE001 -- e.g. a tensor of several elements
+            raise ValueError(f"{type(v).__name__} {safe_text(repr(v))} is not a count") from None
+        if not math.isfinite(f) or not f.is_integer():
+            raise ValueError(f"{v!r} is not a whole number") from None
+        n = int(f)
+    if n < 0:
+        raise ValueError(f"{n} is negative")
+    if n >= _LIMIT:
+        raise ValueError(f"{n} exceeds 2**128 - 1, the largest count TorchScan holds exactly")
+    return n
+
+
+class _Entry:
+    """One supplied metric of one call: a MetricResult and its ownership."""
+
+    __slots__ = ("status", "known", "scope", "method")
+
+    def __init__(self, status, known, scope, method):
+        self.status, self.known, self.scope, self.method = status, known, scope, method
+
+    def metric(self, name: str) -> dict:
+        return {"status": self.status, "value": self.known if self.status == "complete" else None,
+                "known_value": self.known if self.status != "unavailable" else None, "unit": _UNITS[name],
+                "scope": self.scope, "method": self.method}
+
+
+def _structured(name, value, spec, notes) -> _Entry:
+    scope = spec.scope
+    try:
+        unknown = [k for k in value if k not in _RESULT_KEYS]
+        if unknown:
+            raise ValueError(f"unknown field {unknown[0]!r} (a structured result has {', '.join(_RESULT_KEYS)})")
+        s = value.get("scope", scope)
+        if s not in _SCOPES:
+            raise ValueError(f"scope must be 'module_call' or 'subtree', got {s!r}")
+        scope = s
+        method = spec.method
+        if value.get("method") is not None:
+            if not isinstance(value["method"], str) or not value["method"]:
+                raise ValueError(f"method must be a non-empty string, got {value['method']!r}")
+            method = f"{spec.method}:{safe_text(value['method'])}"
+        status = value.get("status", "complete")
+        if status not in _STATUSES:
+            raise ValueError(f"status must be 'complete', 'partial' or 'unavailable', got {status!r}")
+        v, known = value.get("value"), value.get("known_value")
+        if status == "complete":
+            if v is None and known is None:
+                raise ValueError("a complete result needs a value")
+            n = _count(v if v is not None else known)
+            if v is not None and known is not None and _count(known) != n:
+                raise ValueError(f"a complete result's known_value ({known!r}) must equal its value ({v!r})")
+            return _Entry("complete", n, scope, method)
+        if status == "partial":
+            if v is not None:
+                raise ValueError("a partial result has no value: give its lower bound as known_value")
+            if known is None:
+                raise ValueError("a partial result needs known_value, a lower bound")
+            notes.append(("custom_metric_partial", "warning", name,
+                          f"its handler's {name} estimate is partial: {_count(known)} is a lower bound"))
+            return _Entry("partial", _count(known), scope, method)
+        if v is not None or known is not None:
+            raise ValueError("an unavailable result has no value or known_value")
+        notes.append(("custom_metric_unavailable", "warning", name,
+                      f"its handler says its {name} estimate is unavailable"))
+        return _Entry("unavailable", None, scope, method)
+    except ValueError as e:
+        notes.append(("custom_metric_invalid", "error", name,
+                      f"its handler's {name} result is invalid ({e}); the estimate is unavailable"))
+        return _Entry("unavailable", None, scope, spec.method)
+
+
+def _requested(spec) -> tuple:
+    return spec.metrics if spec.metrics is not None else SUPPORTED_METRICS
+
+
+def _failure(spec, code, message) -> tuple:
+    """Every requested metric unavailable, with one diagnostic."""
+    entries = {name: _Entry("unavailable", None, spec.scope, spec.method) for name in _requested(spec)}
+    metric = next(iter(entries)) if len(entries) == 1 else "module_view"
+    return entries, [(code, "error", metric, message)]
+
+
+def evaluate(spec: ModuleHandler, mod, args, kwargs, output) -> tuple:
+    """(entries {metric: _Entry}, notes [(code, severity, metric, message)])
+    of one call. Exceptions that are not Exceptions (KeyboardInterrupt,
+    SystemExit) propagate unchanged."""
+    try:
+        result = spec.fn(mod, args, kwargs, output)
+    except Exception as e:  # noqa: BLE001 -- a handler's failure is a diagnostic, not the crawl's
+        return _failure(spec, "custom_handler_error",
+                        f"its handler {spec.method[len('custom_module_handler:'):]} raised "
+                        f"{type(e).__name__}: {safe_text(str(e))}; the requested estimates are unavailable")
+    if not isinstance(result, _MappingABC):
+        return _failure(spec, "custom_handler_invalid",
+                        f"its handler returned {type(result).__name__}, not a mapping of "
+                        f"{', '.join(SUPPORTED_METRICS)}; the requested estimates are unavailable")
+    try:
+        items = list(result.items())
+    except Exception as e:  # noqa: BLE001 -- a mapping that cannot be read
+        return _failure(spec, "custom_handler_invalid",
+                        f"its handler's result could not be read ({type(e).__name__}: {safe_text(str(e))})")
+    bad = [k for k, _ in items if not isinstance(k, str) or k not in SUPPORTED_METRICS]
+    if bad:
+        return _failure(spec, "custom_handler_invalid",
+                        f"its handler returned the unsupported metric name {safe_text(repr(bad[0]))} (handlers "
+                        f"supply {', '.join(SUPPORTED_METRICS)}); the requested estimates are unavailable")
+    entries, notes = {}, []
+    for name, value in items:
+        if isinstance(value, _MappingABC):
+            try:
+                entries[name] = _structured(name, value, spec, notes)
+            except Exception as e:  # noqa: BLE001 -- a structured result that cannot be read
+                notes.append(("custom_metric_invalid", "error", name,
+                              f"its handler's {name} result could not be read ({type(e).__name__}); "
+                              "the estimate is unavailable"))
+                entries[name] = _Entry("unavailable", None, spec.scope, spec.method)
+            continue
+        try:
+            entries[name] = _Entry("complete", _count(value), spec.scope, spec.method)
+        except ValueError as e:
+            notes.append(("custom_metric_invalid", "error", name,
+                          f"its handler's {name} value is invalid ({e}); the estimate is unavailable"))
+            entries[name] = _Entry("unavailable", None, spec.scope, spec.method)
+    for name in spec.metrics or ():
+        if name not in entries:
+            notes.append(("custom_metric_unavailable", "warning", name,
+                          f"its handler owns {name} but its result omits it; the estimate is unavailable"))
+            entries[name] = _Entry("unavailable", None, spec.scope, spec.method)
+    return entries, notes
+
+
+# ---------------------------------------------------------------- the crawl
+
+
+class Handlers:
+    """The matched handlers of one crawl and the results of its calls."""
+
+    def __init__(self, matched: Dict[nn.Module, ModuleHandler]):
+        self.matched = matched
+        self.results: Dict[int, tuple] = {}  # row index -> evaluate()'s (entries, notes)
+        self._hooks: Optional[ForwardHooks] = None
+
+    def add_hooks(self, calls: list) -> None:
+        """Hooks on the matched modules, added after crawl_module's own: their
+        pre-hook runs after the one that appends the call's entry to `calls`
+        (its index is the call's row) and their post-hook after the one that
+        closes its scope. remove_hooks() takes them out, also after an
+        interrupted add."""
+        stack: list = []
+        results, matched = self.results, self.matched
+        pause, resume = Session.pause_thread_recording, Session.resume_thread_recording
+
+        def pre_hook(mod, hook_args, hook_kwargs):
+            stack.append(len(calls) - 1)
+
+        def post_hook(mod, hook_args, hook_kwargs, output):
+            index = stack.pop()
+            if sys.exc_info()[0] is not None:  # the forward raised: no callback
+                return
+            pause()
+            try:
+                results[index] = evaluate(matched[mod], mod, hook_args, hook_kwargs, output)
+            finally:
+                resume()
+
+        self._hooks = ForwardHooks(pre_hook, post_hook)
+        for m in matched:
+            self._hooks.add(m)
+
+    def remove_hooks(self) -> None:
+        if self._hooks is not None:
+            self._hooks.remove()
+
+    def apply(self, report: dict, calls: list, names: dict) -> None:
+        """Puts the handlers' results into the report's layers and totals:
+        supplied metrics, ownership, covered children, opened atomic roots,
+        diagnostics."""
+        layers = report["layers"]
+        n = len(layers)
+        parents = [-1] * n
+        ends = [n] * n  # one past the last row inside each call
+        open_rows: list = []
+        for i, layer in enumerate(layers):
+            depth = layer["depth"]
+            while open_rows and layers[open_rows[-1]]["depth"] >= depth:
+                ends[open_rows.pop()] = i
+            parents[i] = open_rows[-1] if open_rows else -1
+            open_rows.append(i)
+        native = [{m: layer["metrics"].get(m) for m in SUPPORTED_METRICS} for layer in layers]
+        # (code, path, metric) -> [severity, message, calls]
+        notes: dict = {}
+
+        def note(code, severity, metric, path, message):
+            entry = notes.get((code, path, metric))
+            if entry is None:
+                notes[(code, path, metric)] = [severity, f"{path or '(root)'}: {message}", 1]
+            else:
+                entry[2] += 1
+
+        owner = [dict() for _ in range(n)]  # metric -> owning row, for covered rows
+        changed = set()
+        for i, layer in enumerate(layers):
+            p = parents[i]
+            for m in SUPPORTED_METRICS:
+                if p < 0:
+                    continue
+                if m in owner[p]:
+                    owner[i][m] = owner[p][m]
+                else:
+                    entry = self.results.get(p, ({}, ()))[0].get(m)
+                    if entry is not None and entry.scope == "subtree":
+                        owner[i][m] = p
+            entries, call_notes = self.results.get(i, ({}, ()))
+            path = layer["path"]
+            metrics = layer["metrics"]
+            for m, o in owner[i].items():
+                metrics.pop(m, None)
+                layer.setdefault("metric_owners", {})[m] = {"path": layers[o]["path"],
+                                                            "call_index": layers[o]["call_index"]}
+                changed.add(m)
+            ownership = {}
+            for m, entry in entries.items():
+                if m in owner[i]:
+                    continue  # an enclosing owner covers it: the outermost owner wins
+                metrics[m] = entry.metric(m)
+                ownership[m] = entry.scope
+                changed.add(m)
+            if ownership:
+                layer["metric_ownership"] = ownership
+            for code, severity, metric, message in call_notes:
+                if metric in SUPPORTED_METRICS and metric in owner[i]:
+                    continue  # covered: its value is not used
+                note(code, severity, metric, path, message)
+        # Opened atomic roots (see _ATOMIC_NATIVE).
+        for i, layer in enumerate(layers):
+            mod = calls[i][0]
+            if not isinstance(mod, _ATOMIC_NATIVE) or layer.get("failed"):
+                continue
+            inside = {calls[j][0] for j in range(i + 1, ends[i])}
+            # Matched descendants this call ran none of, whose work is its own:
+            # no module between it and them was called inside it either.
+            missed = [names.get(d, "") for d, between in _descendants(mod)
+                      if d in self.matched and d not in inside and not any(b in inside for b in between)]
+            if not missed:
+                continue
+            supplied = self.results.get(i, ({}, ()))[0]
+            for m in SUPPORTED_METRICS:
+                if m in owner[i] or m in supplied or m not in layer["metrics"]:
+                    continue
+                layer["metrics"][m] = {"status": "unavailable", "value": None, "known_value": None,
+                                       "unit": _UNITS[m], "scope": layer["metrics"][m]["scope"],
+                                       "method": "module_formulas"}
+                changed.add(m)
+                note("expanded_atomic_boundary", "warning", m, layer["path"],
+                     f"a handler is registered for {', '.join(p or '(root)' for p in missed)}, which this "
+                     f"{type(mod).__name__} call covers without calling it (its built-in {m} estimate includes "
+                     "that work); the estimate is opened and its missing work keeps the totals incomplete")
+        if changed:
+            self._totals(report, layers, native, owner, changed)
+        for (code, path, metric), (severity, message, count) in notes.items():
+            d = {"code": code, "severity": severity, "metric": metric, "message": message, "path": path}
+            if count > 1:
+                d["calls"] = count
+            report["diagnostics"].append(d)
+
+    @staticmethod
+    def _totals(report, layers, native, owner, changed) -> None:
+        totals = report["totals"]
+        unattributed = any(d.get("code") == "unattributed_thread_work" for d in report["diagnostics"])
+        for m in SUPPORTED_METRICS:
+            old = totals.get(m)
+            if m not in changed or not isinstance(old, dict) or old["status"] == "unavailable":
+                continue
+            # What the rows' native values do not explain (calls outside every
+            # layer call; none in practice) is kept as it was.
+            rows_known = sum(v["known_value"] or 0 for v in (row[m] for row in native) if v is not None)
+            rows_complete = all(row[m] is not None and row[m]["status"] == "complete" for row in native)
+            outside_known = max(old["known_value"] - rows_known, 0)
+            complete = not unattributed and (old["status"] == "complete" or not rows_complete)
+            known = outside_known
+            for i, layer in enumerate(layers):
+                if m in owner[i]:
+                    continue
+                r = layer["metrics"].get(m)
+                if r is None:
+                    complete = False
+                    continue
+                known += r["known_value"] or 0
+                complete = complete and r["status"] == "complete"
+            status = "complete" if complete else "partial"
+            totals[m] = dict(old, status=status, value=known if complete else None, known_value=known)
+            if complete and old["status"] != "complete":
+                # Every call the module view could not value is covered by a
+                # handler now: its gap diagnostics ("m is a lower bound") no
+                # longer hold.
+                report["diagnostics"] = [d for d in report["diagnostics"]
+                                         if not (d.get("metric") == m and "operator" in d)]
+
+
+def _descendants(mod: nn.Module) -> list:
+    """(descendant, the modules between mod and it) for every module under mod."""
+    out, stack = [], [(c, ()) for c in mod._modules.values()]
+    while stack:
+        m, between = stack.pop()
+        if m is None:
+            continue
+        out.append((m, between))
+        stack.extend((c, between + (m,)) for c in m._modules.values())
+    return out
+
+
+def check_strict(report: dict, full: bool, memory: bool) -> None:
+    """crawl_module(strict=True)'s check, after the handlers' results are in."""
+    totals, diagnostics = report["totals"], report["diagnostics"]
+    checked = (("module_flops", "macs", "dmas", "operator_flops") if full else ()) + (("peak_memory",) if memory else ())
+    incomplete = [name for name in checked if totals[name]["status"] != "complete"]
+    if incomplete:
+        raise RuntimeError(f"torchscan.crawl_module(strict=True): {', '.join(incomplete)} incomplete; "
+                           f"diagnostics: {[d['code'] + ':' + str(d.get('operator', d.get('path'))) for d in diagnostics]}")
