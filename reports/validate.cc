@@ -309,6 +309,51 @@ absl::Status OwnerIdentity(const json& v, const Path& p) {
   return Required(v, p, "call_index", IndexValue);
 }
 
+// token_dependencies (schema: "Token dependencies"): a complete object names
+// its output axis and, per source, one relation the schema defines.
+absl::Status Relation(const json& r, const Path& p) {
+  TS_CHECK_OK(Object(r, p));
+  const json* kind = nullptr;
+  TS_CHECK_OK(Need(r, p, "kind", &kind));
+  if (*kind != "all" && *kind != "same_position" && *kind != "prefix" && *kind != "none") {
+    return Fail(p.Key("kind"), absl::StrCat("expected \"all\", \"same_position\", \"prefix\" or \"none\", got ",
+                                            Got(*kind)));
+  }
+  if (const json* limit = Find(r, "limit")) {
+    if (!IsIndex(*limit) || *limit == 0) return Fail(p.Key("limit"), absl::StrCat("expected a positive integer, got ", Got(*limit)));
+  }
+  return Optional(r, p, "first_position", IndexValue);
+}
+
+absl::Status Axis(const json& a, const Path& p) {
+  TS_CHECK_OK(Object(a, p));
+  TS_CHECK_OK(Required(a, p, "sequence_axis", IndexValue));
+  return Required(a, p, "length", IndexValue);
+}
+
+absl::Status TokenDependencies(const json& deps, const Path& at) {
+  TS_CHECK_OK(Object(deps, at));
+  const json* status = nullptr;
+  TS_CHECK_OK(Need(deps, at, "status", &status));
+  if (*status != "complete" && *status != "unavailable") {
+    return Fail(at.Key("status"), absl::StrCat("expected \"complete\" or \"unavailable\", got ", Got(*status)));
+  }
+  if (*status != "complete") return absl::OkStatus();
+  TS_CHECK_OK(Required(deps, at, "output", Axis));
+  const json* sources = nullptr;
+  TS_CHECK_OK(Need(deps, at, "sources", &sources));
+  const Path sources_path = at.Key("sources");
+  TS_CHECK_OK(Array(*sources, sources_path));
+  for (size_t i = 0; i < sources->size(); ++i) {
+    const json& s = (*sources)[i];
+    const Path sp = sources_path.At(i);
+    TS_CHECK_OK(Axis(s, sp));
+    TS_CHECK_OK(Required(s, sp, "arguments", StringArray));
+    TS_CHECK_OK(Required(s, sp, "relation", Relation));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Layer(const json& l, const Path& p) {
   TS_CHECK_OK(Object(l, p, "a layer call object"));
   TS_CHECK_OK(Required(l, p, "path", String));
@@ -338,15 +383,7 @@ absl::Status Layer(const json& l, const Path& p) {
       }
     }
   }
-  if (const json* deps = Find(l, "token_dependencies")) {
-    const Path at = p.Key("token_dependencies");
-    TS_CHECK_OK(Object(*deps, at));
-    const json* status = nullptr;
-    TS_CHECK_OK(Need(*deps, at, "status", &status));
-    if (*status != "complete" && *status != "unavailable") {
-      return Fail(at.Key("status"), absl::StrCat("expected \"complete\" or \"unavailable\", got ", Got(*status)));
-    }
-  }
+  if (const json* deps = Find(l, "token_dependencies")) TS_CHECK_OK(TokenDependencies(*deps, p.Key("token_dependencies")));
   const json* metrics = nullptr;
   TS_CHECK_OK(Need(l, p, "metrics", &metrics));
   const Path mp = p.Key("metrics");

@@ -16,7 +16,13 @@ void MemoryLog::Record(const void* ptr, int64_t bytes, c10::DeviceType device, i
   const int32_t index = static_cast<int32_t>(entries.size());
   if (bytes >= 0) {
     entries.push_back({bytes, event, -1, device});
-    live[ptr] = index;  // an address handed out again is a new block
+    // An address handed out again while its block looks alive: that block
+    // was freed where no report reached us (a thread without the observer).
+    auto [it, inserted] = live.try_emplace(ptr, index);
+    if (!inserted) {
+      ++unseen_frees;
+      it->second = index;
+    }
     return;
   }
   int32_t from = -1;
@@ -33,9 +39,10 @@ namespace {
 namespace prof = torch::profiler::impl;
 
 // PyTorch reads the PROFILER_STATE slot as a profiler state
-// (prof::profilerEnabled(), the check torch.profiler makes before it starts),
-// so the observer is one, permanently disabled: nothing mistakes it for a
-// running profiler, and torch.profiler can still start on top of it.
+// (prof::profilerEnabled() and others cast what is there to one), so the
+// observer is one, permanently disabled: nothing mistakes it for a running
+// profiler. torch.profiler still refuses to start while it is there ("already
+// enabled on this thread").
 class Observer final : public prof::ProfilerStateBase {
  public:
   Observer() : prof::ProfilerStateBase(prof::ProfilerConfig(prof::ProfilerState::Disabled)) {}

@@ -33,6 +33,7 @@ struct MemoryLog {
   std::string unavailable;         // why attribution could not run (empty: it ran)
   bool shadowed = false;           // another observer (torch.profiler) took the slot for a while
   int64_t other_threads = 0;       // reports from threads the scan does not cover
+  int64_t unseen_frees = 0;        // blocks handed out again whose free was never reported
   const void* observer = nullptr;  // the DebugInfoBase reports come through (shadow check)
   std::vector<MemoryEntry> entries;
   absl::flat_hash_map<const void*, int32_t> live;  // block -> its allocation entry

@@ -81,6 +81,12 @@ MemoryResult ComputeMemory(const BlockLog<Event>& events, const std::vector<Reco
         "memory_observer_shadowed",
         "torch.profiler (or another allocator observer) was started inside the scan and took the allocator "
         "reports while it ran: blocks allocated or freed then were not seen, so no memory figure is known"));
+  } else if (log.unseen_frees > 0) {
+    status = MetricStatus::kUnavailable;
+    m.diagnostics.push_back(Diag(
+        "memory_free_unseen",
+        absl::StrCat(log.unseen_frees, " block(s) allocated during the scan were freed where the allocator reports "
+                                       "to no observer (another thread): when is unknown, so no memory figure is")));
   } else if (auto device = UnreportedDevice(events)) {
     status = MetricStatus::kUnavailable;
     m.diagnostics.push_back(Diag(

@@ -9,6 +9,7 @@ forward and backward. Built on public hooks only.
 
 from __future__ import annotations
 
+import sys
 import weakref
 
 import torch
@@ -219,6 +220,14 @@ def remove_hooks(handles: list) -> None:
         for h in handles:
             h.remove()
         handles.clear()
+
+
+def forward_raised(output) -> bool:
+    """In a forward hook that runs also when the forward raises
+    (always_call): whether it raised. PyTorch then passes output None with
+    the exception being handled; sys.exc_info() alone would also be set by an
+    exception the caller is handling around a forward that returned."""
+    return output is None and sys.exc_info()[0] is not None
 
 
 def safe_text(text: str) -> str:

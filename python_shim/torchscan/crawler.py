@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_flatten
 from torchscan import handlers as _handlers
 from torchscan import tokens
 from torchscan._library import Session, _library_path
-from torchscan._modules import ForwardHooks, safe_text
+from torchscan._modules import ForwardHooks, forward_raised, safe_text
 from torchscan.flops import FlopScan
 from torchscan.metadata import _device_name, _dtype_name, describe
 
@@ -335,7 +335,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     def traced_post_hook(mod, hook_args, hook_kwargs, output):
         scope, index = open_scopes.pop()
         # always_call: `output` is None when the forward raised.
-        failed = sys.exc_info()[0] is not None
+        failed = forward_raised(output)
         # Output identities (TensorImpl addresses) let the data flow find the
         # receptive field of exactly this call's output.
         if type(output) is Tensor:  # the common case, without tree_flatten's cost
@@ -372,7 +372,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
         if is_compiling():
             return traced_post_hook(mod, hook_args, hook_kwargs, output)
         scope, index = open_scopes.pop()
-        failed = sys.exc_info()[0] is not None
+        failed = forward_raised(output)
         if type(output) is Tensor:
             identity = output._cdata
             if pop_1(handle, scope, failed, identity & 0xFFFFFFFF, identity >> 32) < 0:
@@ -398,7 +398,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
 
     def token_hook(mod, hook_args, hook_kwargs, output):
         results = token_results.setdefault(mod, [])
-        if sys.exc_info()[0] is not None:  # always_call: the forward raised
+        if forward_raised(output):
             results.append(None)
             return
         Session.pause_thread_recording()  # the analysis's own tensor work is not the model's

@@ -52,7 +52,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import torch.nn as nn
 
 from torchscan._library import Session
-from torchscan._modules import ForwardHooks, safe_text
+from torchscan._modules import ForwardHooks, forward_raised, safe_text
 
 __all__ = ["ModuleHandler", "SUPPORTED_METRICS"]
 
@@ -329,7 +329,7 @@ class Handlers:
 
         def post_hook(mod, hook_args, hook_kwargs, output):
             index = stack.pop()
-            if sys.exc_info()[0] is not None:  # the forward raised: no callback
+            if forward_raised(output):  # no callback
                 return
             pause()
             try:

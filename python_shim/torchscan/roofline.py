@@ -166,7 +166,7 @@ def _scan(workload_or_module, inputs):
     """Runs the workload once in a scan with module scopes; (traffic json, module or None)."""
     from torch.utils._pytree import tree_flatten
 
-    from torchscan._modules import ForwardHooks
+    from torchscan._modules import ForwardHooks, forward_raised
     from torchscan.flops import FlopScan
 
     scan = FlopScan(scope="forward")
@@ -196,7 +196,7 @@ def _scan(workload_or_module, inputs):
         # exception its parent catches leaves its scope, so later calls are not
         # attributed to it.
         def post(mod, _args, _kwargs, output):
-            failed = sys.exc_info()[0] is not None
+            failed = forward_raised(output)
             flat, _ = tree_flatten(output)
             session.pop_module_scope(stack.pop(), failed, [t._cdata for t in flat if isinstance(t, torch.Tensor)])
 

@@ -17,11 +17,17 @@ boolean matrix D (output positions x source positions) and then named:
 - arguments that are the same tensor (self-attention) are one source, whose
   D is the union of theirs.
 
+Masks: boolean True blocks; a float mask blocks where it is -inf or its
+dtype's most negative value (Hugging Face's convention); is_causal is taken
+when the mask agrees with it (MultiheadAttention applies the one or the
+other depending on its path). Only the native forwards are analysed: a
+subclass that overrides forward is not.
+
 A D is named `none`, `same_position`, `prefix` or `all` (with `limit` and
 `first_position` where they apply); a D that is none of them, a mask that
-differs between batch elements or heads, a query that sees no key, or a
-configuration outside the above (bias_k/bias_v, add_zero_attn, nested
-inputs) gives an unavailable object with a reason. Nothing is an upper
+differs between batch elements or heads, a query that sees no key, masks on
+meta, or a configuration outside the above (bias_k/bias_v, add_zero_attn,
+nested inputs) gives an unavailable object with a reason. Nothing is an upper
 bound. The analysis runs after the call with TorchScan's recording paused,
 so its own tensor operations are never counted.
 """
@@ -49,8 +55,13 @@ class _Unsupported(Exception):
     pass
 
 
+_FORWARDS = {t.forward for t in TYPES}
+
+
 def applies(module: nn.Module) -> bool:
-    return isinstance(module, TYPES)
+    """A native call: one of TYPES whose forward is the native one (a
+    subclass that overrides forward may attend differently)."""
+    return isinstance(module, TYPES) and type(module).forward in _FORWARDS
 
 
 def _bound(module: nn.Module, args: tuple, kwargs: dict) -> dict:
@@ -71,15 +82,20 @@ def _seq_axis(t: torch.Tensor, batch_first: bool) -> int:
 
 
 def _allowed(mask: torch.Tensor, what: str) -> torch.Tensor:
-    """True where a mask lets attention through: a boolean mask blocks True,
-    a float mask is added to the scores (-inf blocks)."""
+    """True where a mask lets attention through: a boolean mask blocks True;
+    a float mask is added to the scores, and blocks where it is -inf or its
+    dtype's most negative value (the convention of Hugging Face models: the
+    softmax weight is then exactly 0). Other finite values let it through."""
+    if mask.device.type == "meta":
+        raise _Unsupported(f"{what} is on meta: its values, which decide the relation, are unknown")
+    mask = mask.detach().cpu()
     if mask.dtype == torch.bool:
         return ~mask
     if not mask.is_floating_point():
         raise _Unsupported(f"{what} has dtype {mask.dtype}; only boolean and floating masks are understood")
     if torch.isnan(mask).any() or (mask == float("inf")).any():
         raise _Unsupported(f"{what} holds NaN or +inf")
-    return mask != float("-inf")
+    return (mask != float("-inf")) & (mask != torch.finfo(mask.dtype).min)
 
 
 def _same_everywhere(allowed: torch.Tensor, what: str) -> torch.Tensor:
@@ -91,14 +107,24 @@ def _same_everywhere(allowed: torch.Tensor, what: str) -> torch.Tensor:
     return flat[0]
 
 
-def _visibility(length: int, source: int, attn_mask, key_padding_mask) -> torch.Tensor:
-    """V[i, j]: key j visible to query i, for every batch element and head."""
+def _visibility(length: int, source: int, attn_mask, key_padding_mask, is_causal: bool = False) -> torch.Tensor:
+    """V[i, j]: key j visible to query i, for every batch element and head.
+    is_causal: key j visible to query i when j <= i. MultiheadAttention
+    takes it as a hint that attn_mask is that mask, and depending on its path
+    applies the one or the other: only a causal attn_mask (or none) is
+    unambiguous."""
     v = torch.ones(length, source, dtype=torch.bool)
+    if is_causal:
+        v = torch.ones(length, source, dtype=torch.bool).tril()
     if attn_mask is not None:
         a = _allowed(attn_mask, "attn_mask")
         if a.shape[-2:] != (length, source):
             raise _Unsupported(f"attn_mask has shape {tuple(attn_mask.shape)}, expected (..., {length}, {source})")
-        v &= _same_everywhere(a, "attn_mask")
+        a = _same_everywhere(a, "attn_mask")
+        if is_causal and not bool((a == v).all()):
+            raise _Unsupported("is_causal is set with an attn_mask that is not causal; PyTorch applies one or the "
+                               "other depending on its path")
+        v &= a
     if key_padding_mask is not None:
         k = _allowed(key_padding_mask, "key_padding_mask")
         if k.shape[-1] != source:
@@ -183,39 +209,43 @@ def _mha(module: nn.MultiheadAttention, call: dict) -> tuple:
     length, source = int(q.shape[axis]), int(k.shape[kaxis])
     if int(v.shape[vaxis]) != source:
         raise _Unsupported("key and value lengths differ")
-    vis = _visibility(length, source, call.get("attn_mask"), call.get("key_padding_mask"))
+    vis = _visibility(length, source, call.get("attn_mask"), call.get("key_padding_mask"),
+                      bool(call.get("is_causal", False)))
     d_q, d_k, d_v = _attention(vis)
     groups = [(["query"], q, d_q, axis), (["key"], k, d_k, kaxis), (["value"], v, d_v, vaxis)]
     return {"sequence_axis": axis, "length": length}, _sources(groups, length)
 
 
-def _self_block(attn: nn.MultiheadAttention, x: torch.Tensor, mask, padding) -> tuple:
+def _self_block(attn: nn.MultiheadAttention, x: torch.Tensor, mask, padding, is_causal: bool) -> tuple:
     """A residual self-attention block on x: D = union of attention's
     query/key/value dependencies and the residual's own position."""
     if attn.bias_k is not None or attn.add_zero_attn:
         raise _Unsupported("bias_k/bias_v and add_zero_attn attend to positions that are no input's")
     axis = _seq_axis(x, attn.batch_first)
     length = int(x.shape[axis])
-    vis = _visibility(length, length, mask, padding)
+    vis = _visibility(length, length, mask, padding, is_causal)
     d_q, d_k, d_v = _attention(vis)
     return axis, length, d_q | d_k | d_v | torch.eye(length, dtype=torch.bool)
 
 
 def _encoder_layer(module: nn.TransformerEncoderLayer, call: dict) -> tuple:
     src = call["src"]
-    axis, length, d = _self_block(module.self_attn, src, call.get("src_mask"), call.get("src_key_padding_mask"))
+    axis, length, d = _self_block(module.self_attn, src, call.get("src_mask"), call.get("src_key_padding_mask"),
+                                  bool(call.get("is_causal", False)))
     return {"sequence_axis": axis, "length": length}, _sources([(["src"], src, d, axis)], length)
 
 
 def _decoder_layer(module: nn.TransformerDecoderLayer, call: dict) -> tuple:
     tgt, memory = call["tgt"], call["memory"]
-    axis, length, d_tgt = _self_block(module.self_attn, tgt, call.get("tgt_mask"), call.get("tgt_key_padding_mask"))
+    axis, length, d_tgt = _self_block(module.self_attn, tgt, call.get("tgt_mask"), call.get("tgt_key_padding_mask"),
+                                      bool(call.get("tgt_is_causal", False)))
     cross = module.multihead_attn
     if cross.bias_k is not None or cross.add_zero_attn:
         raise _Unsupported("bias_k/bias_v and add_zero_attn attend to positions that are no input's")
     maxis = _seq_axis(memory, cross.batch_first)
     source = int(memory.shape[maxis])
-    vis = _visibility(length, source, call.get("memory_mask"), call.get("memory_key_padding_mask"))
+    vis = _visibility(length, source, call.get("memory_mask"), call.get("memory_key_padding_mask"),
+                      bool(call.get("memory_is_causal", False)))
     _, d_key, d_value = _attention(vis)
     # The cross block's query is the self block's output at the same
     # position, which the residual carries anyway: tgt's relation is d_tgt.

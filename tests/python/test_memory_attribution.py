@@ -196,3 +196,20 @@ def test_misuse_is_refused():
         torch.ones(1)
     with pytest.raises(RuntimeError, match=r"memory=True \(Python\)"):
         s.memory_report()
+
+
+def test_blocks_freed_on_another_thread_make_it_unavailable():
+    import threading
+
+    # The allocator reports a free only to an observer on the freeing thread.
+    # Five 4000-byte blocks freed by a plain thread: their frees are never
+    # seen, and the address is handed out again, which shows they were freed.
+    with torchscan.scan(memory=True) as s:
+        for _ in range(5):
+            holder = [torch.ones(1000)]
+            t = threading.Thread(target=holder.clear)
+            t.start()
+            t.join()
+    report = s.memory_report()
+    assert report["totals"]["peak_memory"]["status"] == "unavailable"
+    assert "memory_free_unseen" in [d["code"] for d in report["diagnostics"]]

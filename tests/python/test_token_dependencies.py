@@ -212,3 +212,74 @@ def test_structure_mode_and_raising_calls_omit_them():
     assert "token_dependencies" not in _row(report, "attn")  # its forward raised
     assert _sources(report, "after")[0]["relation"] == {"kind": "all"}  # later calls keep their own
     assert not model.attn._forward_hooks and not model.after._forward_hooks
+
+
+def test_is_causal_follows_what_pytorch_applies():
+    x = torch.randn(2, L, E)
+    # is_causal with a causal mask: unambiguous, key j visible when j <= i: prefix.
+    report = torchscan.crawl_module(_encoder(), args=(x,), kwargs={"src_mask": CAUSAL, "is_causal": True})
+    assert _sources(report, "")[0]["relation"] == {"kind": "prefix"}
+    # is_causal with a mask that lets everything through: MultiheadAttention
+    # applies the causal mask on one path and this mask on the other, so no
+    # single relation is known.
+    mha = nn.MultiheadAttention(E, 4, batch_first=True)
+    report = torchscan.crawl_module(mha, args=(x, x, x), kwargs={"attn_mask": torch.zeros(L, L), "is_causal": True,
+                                                                 "need_weights": False})
+    deps = _row(report, "")["token_dependencies"]
+    assert deps["status"] == "unavailable" and "is_causal" in deps["reason"]
+
+
+def test_most_negative_float_masks_block():
+    # Hugging Face models block with the dtype's most negative value: the
+    # softmax weight is exactly 0 there, as with -inf: prefix.
+    x = torch.randn(2, L, E)
+    hf_causal = torch.zeros(L, L).masked_fill(CAUSAL, torch.finfo(torch.float32).min)
+    assert _sources(torchscan.crawl_module(SelfAttention(), args=(x, hf_causal)), "attn")[0]["relation"] == {
+        "kind": "prefix"}
+
+
+def test_subclasses_that_override_forward_are_not_native():
+    class Overridden(nn.MultiheadAttention):
+        def forward(self, query, key, value, **kwargs):
+            return super().forward(query, key, value, attn_mask=CAUSAL, need_weights=False)
+
+    class Plain(nn.MultiheadAttention):
+        pass
+
+    x = torch.randn(2, L, E)
+    report = torchscan.crawl_module(Overridden(E, 4, batch_first=True), args=(x, x, x))
+    assert "token_dependencies" not in _row(report, "")  # its forward is its own: not analysed
+    report = torchscan.crawl_module(Plain(E, 4, batch_first=True), args=(x, x, x), kwargs={"need_weights": False})
+    assert _sources(report, "")[0]["relation"] == {"kind": "all"}
+
+
+def test_meta_masks_are_unavailable():
+    x = torch.randn(2, L, E, device="meta")
+    model = SelfAttention().to("meta")
+    deps = _row(torchscan.crawl_module(model, args=(x, CAUSAL.to("meta"))), "attn")["token_dependencies"]
+    assert deps["status"] == "unavailable" and "meta" in deps["reason"]
+
+
+def test_a_call_inside_an_exception_handler_is_not_failed():
+    class Handled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(E, 4, batch_first=True)
+
+        def forward(self, x):
+            try:
+                raise ImportError("optional dependency missing")
+            except ImportError:
+                return self.attn(x, x, x, need_weights=False)[0]  # runs while the ImportError is handled
+
+    report = torchscan.crawl_module(Handled(), args=(torch.randn(2, L, E),))
+    assert _row(report, "attn")["output"]["kind"] != "failed"
+    assert _sources(report, "attn")[0]["relation"] == {"kind": "all"}
+    assert "module_forward_error" not in [d["code"] for d in report["diagnostics"]]
+
+
+def test_the_validator_checks_relations():
+    report = torchscan.crawl_module(SelfAttention(), args=(torch.randn(2, L, E), CAUSAL))
+    _row(report, "attn")["token_dependencies"]["sources"][0]["relation"] = {"kind": "bogus"}
+    with pytest.raises(ValueError, match="relation.kind"):
+        torchscan.render_report(report)
