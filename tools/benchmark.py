@@ -54,6 +54,7 @@ ns = time.perf_counter_ns
 UNSCANNED = "unscanned"
 TORCHSCAN = "torchscan"
 FCM = "flop_counter_mode"
+TRACE = "torchscan_trace"  # a scan that also times every call (scan(trace=True)); part a only
 
 
 # --------------------------------------------------------------------------- #
@@ -156,6 +157,8 @@ class Arms:
             return contextlib.nullcontext()
         if arm == TORCHSCAN:
             return self.ts.scan()
+        if arm == TRACE:
+            return self.ts.scan(trace=True)
         if arm == FCM:
             return FlopCounterMode(display=False)
         raise KeyError(arm)
@@ -164,7 +167,7 @@ class Arms:
 def _summarize_flops(arm: str, handle) -> Dict[str, Any]:
     """Build the arm's report once (outside timing) and extract a FLOP total."""
     t0 = ns()
-    if arm == TORCHSCAN:
+    if arm in (TORCHSCAN, TRACE):
         rep = handle.report()
         build_ms = (ns() - t0) / 1e6
         total = rep.get("total", {}) if isinstance(rep, dict) else {}
@@ -214,6 +217,7 @@ def bench_per_op(arms: Arms, n_calls: int, repeats: int) -> Dict[str, Any]:
     b = torch.ones(4)
     add = torch.add
     loop = range(n_calls)
+    names = arms.names + ([TRACE] if arms.ts else [])
 
     def one(arm: str):
         with _gc_paused():
@@ -226,15 +230,15 @@ def bench_per_op(arms: Arms, n_calls: int, repeats: int) -> Dict[str, Any]:
 
     # warm-up (small) and one report per scanned arm, outside timing
     reports: Dict[str, Any] = {}
-    for arm in arms.names:
+    for arm in names:
         with arms.ctx(arm) as h:
             for _ in range(min(n_calls, 2000)):
                 add(a, b)
         if arm != UNSCANNED:
             reports[arm] = _summarize_flops(arm, h)
 
-    samples: Dict[str, List[float]] = {arm: [] for arm in arms.names}
-    orders = _arm_orders(arms.names)
+    samples: Dict[str, List[float]] = {arm: [] for arm in names}
+    orders = _arm_orders(names)
     full_report_done = False
     for r in range(repeats):
         for arm in orders[r % len(orders)]:
@@ -249,7 +253,7 @@ def bench_per_op(arms: Arms, n_calls: int, repeats: int) -> Dict[str, Any]:
     med = {arm: _median(v) for arm, v in samples.items()}
     added: Dict[str, Optional[float]] = {}
     added_paired: Dict[str, Optional[float]] = {}
-    for arm in arms.names:
+    for arm in names:
         if arm == UNSCANNED:
             continue
         added[arm] = med[arm] - med[UNSCANNED]
@@ -524,7 +528,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"median of {op_repeats} repeats")
     per_op = bench_per_op(arms, n_calls, op_repeats)
     result["per_op"] = per_op
-    for arm in arms.names:
+    for arm in per_op["ns_per_call"]:
         line = f"    {arm:<18} {per_op['ns_per_call'][arm]:9.1f} ns/call"
         if arm != UNSCANNED:
             line += (f"   added {per_op['added_ns_per_call'][arm]:9.1f} ns/call"

@@ -59,9 +59,9 @@ struct ScriptSession : torch::CustomClassHolder {
   // Python pushes its own module scopes (hooks), so TorchScript scopes stay
   // off: a scripted submodule is one layer call, as its hooks see it (named
   // fields: a positional `false` here once landed on join_on_first_call).
-  ScriptSession(std::string scope, bool memory)
+  ScriptSession(std::string scope, bool memory, bool timestamps)
       : session(ScanOptions{.scope = std::move(scope), .threads = Threads::kCurrent, .torchscript_scopes = false,
-                            .memory = memory}) {}
+                            .memory = memory, .timestamps = timestamps}) {}
   ~ScriptSession() override {
     if (handle == 0) return;
     Handles& h = TheHandles();
@@ -153,7 +153,7 @@ TORCH_LIBRARY(torchscan, m) {
   m.def("compiled_region(str backend) -> ()");
   m.impl("compiled_region", c10::DispatchKey::CompositeExplicitAutograd, [](std::string) {});
   m.class_<ScriptSession>("Session")
-      .def(torch::init<std::string, bool>())
+      .def(torch::init<std::string, bool, bool>())
       .def("defer_formula", [](const Self& s, std::string op) { Raise(s->session.DeferOperatorFormula(op)); })
       .def("start", [](const Self& s) { Raise(s->session.Start()); })
       .def("stop", [](const Self& s) { Raise(s->session.Stop()); })
@@ -189,6 +189,7 @@ TORCH_LIBRARY(torchscan, m) {
              return out;
            })
       .def("memory_report", [](const Self& s) { return Value(s->session.MemoryReportJson()); })
+      .def("trace", [](const Self& s) { return Value(s->session.TraceJson()); })
       // For the C entry points below (torchscan_push_module_scope, ...).
       .def("native_handle", [](const Self& s) { return s->Handle(); })
       .def("module_report", [](const Self& s) { return Value(s->session.ModuleReportJson()); })

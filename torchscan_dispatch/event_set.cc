@@ -3,7 +3,7 @@
 namespace torchscan {
 
 EventSet::EventSet(const Recorder& r)
-    : scopes(r.scopes()), label_sets(r.label_sets()), memory(&r.memory()), events_(&r.events()) {
+    : scopes(r.scopes()), label_sets(r.label_sets()), memory(&r.memory()), times(&r.call_times()), events_(&r.events()) {
   for (const auto& q : r.requests()) requests.push_back(q.id);
 }
 

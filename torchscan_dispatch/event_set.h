@@ -38,6 +38,7 @@ struct EventSet {
   std::vector<std::string> requests;  // ids, by Event::request
   int64_t in_flight = 0;              // calls left out because they were still running
   const MemoryLog* memory = nullptr;  // the recorder's allocator log (borrowed sets only)
+  const std::vector<int64_t>* times = nullptr;  // its call times (borrowed sets only)
 
  private:
   BlockLog<Event> owned_;

@@ -3,6 +3,7 @@
 #include <c10/util/ThreadLocalDebugInfo.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "torchscan_dispatch/recorder.h"
 
@@ -12,6 +13,13 @@ namespace torchscan {
 static thread_local Recorder* tls_top __attribute__((tls_model("initial-exec"))) = nullptr;
 
 Recorder*& ThreadTopRecorder() { return tls_top; }
+
+namespace {
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
 
 std::atomic<int64_t>& UnattributedCalls() {
   static std::atomic<int64_t> calls{0};
@@ -33,6 +41,7 @@ int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   e.labels = labels_;
   e.scope = scope_;
   e.args = RecordValues(arena_, args);
+  if (C10_UNLIKELY(timestamps)) times_.insert(times_.end(), {NowNs(), -1});
   open_ = index;
   return index;
 }
@@ -123,6 +132,7 @@ int32_t Recorder::PushScope(std::string path) {
   const int32_t call_index = calls_per_path_[path]++;
   scopes_.push_back({std::move(path), call_index, scope_, false, request_, static_cast<int64_t>(events_.size())});
   scopes_.back().begin_memory = static_cast<int64_t>(memory_.size());
+  if (timestamps) scopes_.back().begin_ns = NowNs();
   scope_ = id;
   return id;
 }
@@ -136,9 +146,11 @@ bool Recorder::PopScope(int32_t id, bool failed, std::vector<uintptr_t> outputs)
     scopes_[s].failed = true;
     scopes_[s].end_event = static_cast<int64_t>(events_.size());
     scopes_[s].end_memory = static_cast<int64_t>(memory_.size());
+    if (timestamps) scopes_[s].end_ns = NowNs();
   }
   scopes_[id].end_event = static_cast<int64_t>(events_.size());
   scopes_[id].end_memory = static_cast<int64_t>(memory_.size());
+  if (timestamps) scopes_[id].end_ns = NowNs();
   scopes_[id].outputs = std::move(outputs);
   scopes_[id].failed = scopes_[id].failed || failed;
   scope_ = scopes_[id].parent;
@@ -173,6 +185,7 @@ void Recorder::End(int32_t index, absl::Span<const c10::IValue> outputs) {
   Event& e = events_[index];
   e.outputs = RecordValues(arena_, outputs);
   e.finished = true;
+  if (C10_UNLIKELY(timestamps)) times_[2 * static_cast<size_t>(index) + 1] = NowNs();
   open_ = e.parent;
 }
 
@@ -180,6 +193,7 @@ void Recorder::Abort(int32_t index) {
   Event& e = events_[index];
   e.raised = !control_flow_stop_;  // a control-flow stop finishes it (outputs lost)
   e.finished = true;
+  if (C10_UNLIKELY(timestamps)) times_[2 * static_cast<size_t>(index) + 1] = NowNs();
   open_ = e.parent;
   if (open_ < 0) control_flow_stop_ = false;
 }

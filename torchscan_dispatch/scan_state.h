@@ -129,6 +129,8 @@ class Recorder {
     int64_t end_event = -1;           // calls recorded when it closed (-1: open)
     int64_t begin_memory = 0;         // allocator reports logged when it opened
     int64_t end_memory = -1;          // ... when it closed (-1: open)
+    int64_t begin_ns = 0;             // Recorder::timestamps: when it opened / closed (-1: open)
+    int64_t end_ns = -1;
     std::vector<uintptr_t> outputs;   // identities of its output tensors
   };
   int32_t PushScope(std::string path);
@@ -154,6 +156,12 @@ class Recorder {
   const MemoryLog& memory() const { return memory_; }
   int32_t open_call() const { return open_; }  // innermost call running (-1: none)
 
+  // Per-call start and end times (ScanOptions::timestamps, for traces):
+  // call i started at call_times()[2i] and ended at [2i + 1] (-1: never
+  // finished), steady-clock nanoseconds. Off: no clock is read.
+  bool timestamps = false;
+  const std::vector<int64_t>& call_times() const { return times_; }
+
   // Calls [0, SettledPrefix()) are finished trees outside any module call or
   // request still running: what a snapshot taken now may report.
   size_t SettledPrefix() const;
@@ -175,6 +183,7 @@ class Recorder {
   BlockLog<Event> events_;
   Arena arena_;
   int32_t open_ = -1;  // innermost call still running
+  std::vector<int64_t> times_;
   MemoryLog memory_;
   bool control_flow_stop_ = false;  // unwinding after ControlFlowStop()
   int32_t labels_ = 0;

@@ -34,6 +34,7 @@
 #include "torchscan_dispatch/operator_view.h"
 #include "torchscan_dispatch/scan_state.h"
 #include "torchscan_dispatch/torchscan.h"
+#include "torchscan_dispatch/trace.h"
 #include "torchscan_dispatch/traffic.h"
 
 namespace torchscan {
@@ -267,6 +268,11 @@ absl::Status Session::Start() {
   if (s.phase == Phase::kStopped) {
     return absl::FailedPreconditionError("torchscan: a Session scans once; create a new Session for another scan");
   }
+  if (s.options.timestamps && s.options.threads == Threads::kAll) {
+    return absl::InvalidArgumentError(
+        "torchscan: traces (ScanOptions::timestamps) cover scans of the current thread; use "
+        "ScanOptions::threads = Threads::kCurrent");
+  }
   if (s.options.memory && s.options.threads == Threads::kAll) {
     return absl::InvalidArgumentError(
         "torchscan: memory attribution covers scans of the current thread; use ScanOptions::threads = "
@@ -289,6 +295,7 @@ absl::Status Session::Start() {
   s.unattributed_at_start = UnattributedCalls().load(std::memory_order_relaxed);
   s.recorder.torchscript_scopes = s.options.torchscript_scopes;
   s.recorder.record_owned_children = s.options.record_owned_children;
+  s.recorder.timestamps = s.options.timestamps;
   if (s.options.torchscript_scopes) AcquireTorchScriptCallback();
   s.recorder.outer = ThreadTopRecorder();
   s.recorder.stop_orphaned = [&s] {
@@ -687,6 +694,20 @@ absl::StatusOr<std::string> Session::MemoryReportJson() {
   absl::StatusOr<nlohmann::json> j = MemoryPart(s, s.Calls());
   if (!j.ok()) return j.status();
   return reports::DumpJson(*j);
+}
+
+absl::StatusOr<std::string> Session::TraceJson() {
+  State& s = *state_;
+  if (s.phase != Phase::kStopped) {
+    return absl::FailedPreconditionError("torchscan: the trace is available once the scan has stopped");
+  }
+  if (!s.options.timestamps) {
+    return absl::FailedPreconditionError("torchscan: this scan took no timestamps; start it with trace=True (Python) "
+                                         "or ScanOptions::timestamps = true (C++)");
+  }
+  Planned& p = s.Calls();
+  const TrafficResult t = ComputeTraffic(p.set->events(), p.Plan(s.catalog, s.overrides), s.catalog, s.overrides);
+  return reports::DumpJson(torchscan::TraceJson(p.set->events(), p.set->scopes, *p.set->times, t, s.catalog));
 }
 
 absl::StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {

@@ -138,6 +138,9 @@ struct ScanOptions {
   // thread's allocator-reporting slot, the one torch.profiler uses: with a
   // profiler already running, the figures are unavailable (and say why).
   bool memory = false;
+  // Per-call start and end times (Threads::kCurrent scans), for TraceJson.
+  // Off by default: the clock is read twice per call when on.
+  bool timestamps = false;
 };
 
 // Which calls a report covers; empty sets mean all. Requests and threads
@@ -270,6 +273,11 @@ class Session {
   // "totals": {"peak_memory", "allocated_bytes", "total_allocated_bytes"},
   // "by_operator", "diagnostics", "meaning"} for the whole scan.
   absl::StatusOr<std::string> MemoryReportJson();
+  // ScanOptions::timestamps, after Stop(): the call tree as a Chrome /
+  // Perfetto trace ({"traceEvents": [...]}, the trace-event JSON format):
+  // module and operator calls as nested slices, operator slices with their
+  // shapes and, for counted kernels, FLOPs and bytes.
+  absl::StatusOr<std::string> TraceJson();
   // Everything in one JSON document: {"kind": "torchscan_scan_report",
   // "context", "operator_flops" (FlopReport), "module_report", "layers",
   // "threads": [{"thread", "name", "calls", "totals"}], "requests": [...]}.

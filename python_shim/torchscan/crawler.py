@@ -196,11 +196,13 @@ def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, a
                  kwargs: Optional[Mapping[str, Any]] = None, mode: str = "full", strict: bool = False,
                  dtype: Optional[torch.dtype] = None, device: Optional[torch.device] = None,
                  custom_mapping: Optional[Mapping[Any, Callable]] = None, memory: bool = False,
-                 custom_modules: Optional[Mapping[Any, Callable]] = None) -> dict:
+                 custom_modules: Optional[Mapping[Any, Callable]] = None, trace: bool = False) -> dict:
     """One forward in eval mode with gradients disabled; returns the schema-v1
     AnalysisReport. memory: also attribute the allocator's blocks to the
     layer calls (metrics peak_memory and allocated_bytes, totals
-    peak_memory, the report's "memory" section). Generated inputs (input_shape: a tuple of positive ints
+    peak_memory, the report's "memory" section). trace: also time every
+    module and operator call; the report's "trace" is then a Chrome /
+    Perfetto trace of the forward. Generated inputs (input_shape: a tuple of positive ints
     per input, without the batch dimension) add a batch dimension of one;
     args (a tuple or list; a single tensor is taken as the one positional
     argument) and kwargs (a mapping) are forwarded unchanged. Every module's
@@ -218,7 +220,7 @@ def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, a
     try:
         return _crawl_module(module, input_shape, args=args, kwargs=kwargs, mode=mode, strict=strict, dtype=dtype,
                              device=device, custom_mapping=custom_mapping, memory=memory,
-                             custom_modules=custom_modules)
+                             custom_modules=custom_modules, trace=trace)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -268,11 +270,13 @@ def _eval(module: nn.Module, modules: list) -> None:
 
 
 def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, device, custom_mapping, memory,
-                  custom_modules=None) -> dict:
+                  custom_modules=None, trace=False) -> dict:
     if not isinstance(module, nn.Module):
         raise TypeError(f"torchscan.crawl_module: module must be a torch.nn.Module, got {type(module).__name__}")
     if not isinstance(memory, bool):
         raise TypeError(f"torchscan.crawl_module: memory must be True or False, got {type(memory).__name__}")
+    if not isinstance(trace, bool):
+        raise TypeError(f"torchscan.crawl_module: trace must be True or False, got {type(trace).__name__}")
     if mode not in ("full", "structure"):
         raise ValueError(f"torchscan.crawl_module: mode must be 'full' or 'structure', got {mode!r}")
     if (input_shape is None) == (args is None and kwargs is None):
@@ -302,7 +306,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     # Paths go to the C++ session and into JSON: valid UTF-8 only.
     names = {m: safe_text(n) for n, m in named}
     training = {m: m.training for m in modules}
-    scan = FlopScan(custom_mapping, scope="forward", memory=memory)
+    scan = FlopScan(custom_mapping, scope="forward", memory=memory, trace=trace)
     session = scan._session
     open_scopes: list = []
     # Per layer call, in scope order: [module, inputs metadata, output
@@ -442,13 +446,16 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
                 m.training = flag
 
     if handlers is None:
-        return _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
-                             memory, token_results)
-    report = _build_report(module, modules, scan, calls, mode, False, source, call_args, call_kwargs, training,
-                           memory, token_results)
-    handlers.apply(report, calls, names)
-    if strict:
-        _handlers.check_strict(report, True, memory)
+        report = _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
+                               memory, token_results)
+    else:
+        report = _build_report(module, modules, scan, calls, mode, False, source, call_args, call_kwargs, training,
+                               memory, token_results)
+        handlers.apply(report, calls, names)
+        if strict:
+            _handlers.check_strict(report, True, memory)
+    if trace:
+        report["trace"] = scan.trace()
     return report
 
 

@@ -76,11 +76,13 @@ class FlopScan:
     """
 
     def __init__(self, custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False,
-                 scope: str = "workload", memory: bool = False):
+                 scope: str = "workload", memory: bool = False, trace: bool = False):
         if not isinstance(modules, bool):
             raise TypeError(f"torchscan: modules must be True or False, got {type(modules).__name__}")
         if not isinstance(memory, bool):
             raise TypeError(f"torchscan: memory must be True or False, got {type(memory).__name__}")
+        if not isinstance(trace, bool):
+            raise TypeError(f"torchscan: trace must be True or False, got {type(trace).__name__}")
         self._formulas = {}
         if custom_mapping is not None and not isinstance(custom_mapping, _MappingABC):
             raise TypeError("torchscan: custom_mapping must be a dict {torch.ops.aten.<op>: formula}, "
@@ -89,7 +91,7 @@ class FlopScan:
             if not callable(fn):
                 raise TypeError(f"torchscan: custom_mapping[{key}] must be callable, got {type(fn).__name__}")
             self._formulas[_op_name(key)] = fn
-        self._session = Session(scope, memory)
+        self._session = Session(scope, memory, trace)
         for name in self._formulas:
             self._session.defer_formula(name)
         self._report = None
@@ -153,6 +155,15 @@ class FlopScan:
             raise RuntimeError("torchscan: the report is available once the scan has stopped")
         return json.loads(self._session.memory_report())
 
+    def trace(self) -> dict:
+        """The scan as a Chrome / Perfetto trace (scan(trace=True)), once it
+        has stopped: {"traceEvents": [...]} with module and operator calls as
+        nested slices; json.dump it and open it in ui.perfetto.dev or
+        chrome://tracing."""
+        if self._session.active():
+            raise RuntimeError("torchscan: the trace is available once the scan has stopped")
+        return json.loads(self._session.trace())
+
     def _resolve_caller_formulas(self) -> None:
         import math
         import operator
@@ -207,10 +218,11 @@ class FlopScan:
 
 
 def scan(custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False,
-         memory: bool = False) -> FlopScan:
+         memory: bool = False, trace: bool = False) -> FlopScan:
     """Scan the calling thread for the duration of a `with` block. memory:
-    also record the allocator's reports (FlopScan.memory_report)."""
-    return FlopScan(custom_mapping, modules=modules, memory=memory)
+    also record the allocator's reports (FlopScan.memory_report); trace: also
+    time every call (FlopScan.trace)."""
+    return FlopScan(custom_mapping, modules=modules, memory=memory, trace=trace)
 
 
 def measure_flops(workload: Callable[[], Any], *, custom_mapping: Optional[Mapping[Any, Callable]] = None,
