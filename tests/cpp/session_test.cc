@@ -305,3 +305,47 @@ TEST(Session, MetaTensorsAreCounted) {
 
 }  // namespace
 }  // namespace torchscan
+
+namespace torchscan {
+namespace {
+
+TEST(Trace, NestsCallsWithTheirFlops) {
+  ScanOptions options;
+  options.timestamps = true;
+  Session s(options);
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  {
+    ScanGuard scan(s);
+    ModuleScope layer(s, "layer");
+    at::mm(a, b);
+  }
+  const auto trace = nlohmann::json::parse(s.TraceJson().value());
+  const nlohmann::json *module = nullptr, *mm = nullptr;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    if (e["cat"] == "module") module = &e;
+    if (e["name"] == "aten.mm") mm = &e;
+  }
+  ASSERT_NE(module, nullptr);
+  ASSERT_NE(mm, nullptr);
+  EXPECT_EQ((*module)["name"], "layer");
+  // The mm runs inside the layer's slice; 8 outputs x 3 terms x 2 = 48 FLOPs.
+  EXPECT_LE((*module)["ts"].get<double>(), (*mm)["ts"].get<double>());
+  EXPECT_LE((*mm)["ts"].get<double>() + (*mm)["dur"].get<double>(),
+            (*module)["ts"].get<double>() + (*module)["dur"].get<double>() + 1e-3);
+  EXPECT_EQ((*mm)["args"]["flops"], 48);
+}
+
+TEST(Trace, IsRefusedWhereItDoesNotApply) {
+  Session plain;
+  { ScanGuard scan(plain); }
+  EXPECT_FALSE(plain.TraceJson().ok());  // no timestamps taken
+  ScanOptions all;
+  all.timestamps = true;
+  all.threads = Threads::kAll;
+  Session s(all);
+  EXPECT_EQ(s.Start().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace torchscan
