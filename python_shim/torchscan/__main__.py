@@ -218,6 +218,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     scan.add_argument("--output")
     scan.add_argument("--mode", default="full", choices=("full", "structure"))
     scan.add_argument("--max-depth", type=int)
+    scan.add_argument("--memory", action="store_true", help="also attribute allocator memory to the layer calls")
+    scan.add_argument("--trace", metavar="PATH", help="also write the forward as a Chrome / Perfetto trace (JSON)")
     render = sub.add_parser("render", help="print a saved report")
     render.add_argument("report")
     render.add_argument("--max-depth", type=int)
@@ -251,13 +253,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "scan":
-        if args.output:
-            _check_output("scan", args.output)  # before the model is built or run
+        for path in (args.output, args.trace):
+            if path:
+                _check_output("scan", path)  # before the model is built or run
         model = _factory(args.factory)()
-        report = torchscan.crawl_module(model, args.input_shape, mode=args.mode)
+        report = torchscan.crawl_module(model, args.input_shape, mode=args.mode, memory=args.memory,
+                                        trace=bool(args.trace))
+        trace = report.pop("trace", None)  # its own file: reports stay small
         print(torchscan.render_report(report, args.max_depth))
         if args.output:
             _write_output("scan", args.output, json.dumps(report, indent=1, sort_keys=True))
+        if trace is not None:
+            _write_output("scan", args.trace, json.dumps(trace))
     elif args.command == "roofline":
         _roofline(args)
     elif args.command == "bench":

@@ -90,3 +90,18 @@ def test_a_raising_call_is_marked_and_the_trace_still_nests():
     trace = s.trace()
     _check_format(trace)
     assert any(e["args"].get("raised") for e in _slices(trace, "operator"))
+
+
+def test_command_line_writes_the_trace_beside_the_report(tmp_path, capsys):
+    from torchscan.__main__ import main
+
+    report_path, trace_path = tmp_path / "report.json", tmp_path / "trace.json"
+    assert main(["scan", "torchscan.examples:small_cnn", "--input-shape", "3,32,32", "--memory",
+                 "--trace", str(trace_path), "--output", str(report_path)]) == 0
+    assert "Peak mem" in capsys.readouterr().out
+    report = json.loads(report_path.read_text())
+    assert "trace" not in report and report["totals"]["peak_memory"]["status"] == "complete"
+    trace = json.loads(trace_path.read_text())
+    _check_format(trace)
+    # One module slice per layer call of the report.
+    assert len(_slices(trace, "module")) == len(report["layers"])
