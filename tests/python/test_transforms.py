@@ -156,3 +156,21 @@ def test_a_scan_the_workload_never_closed_ends_with_the_enclosing_scan():
     assert inner.report()["total"]["value"] == 20
     with pytest.raises(RuntimeError, match="already stopped"):
         inner.__exit__(None, None, None)
+
+
+def test_an_exported_program_counts_as_the_eager_model():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 10)).eval()
+    x = torch.randn(2, 3, 8, 8)
+    ep = torch.export.export(model, (x,))
+    with torch.no_grad():
+        exported = torchscan.measure_flops(lambda: ep.module()(x))
+        eager = torchscan.measure_flops(lambda: model(x))
+    assert exported["total"]["status"] == "complete"
+    assert exported["by_operator"] == eager["by_operator"]
+    # By hand: the convolution's 2*8*6*6 = 576 outputs of 27-term dots, 2 FLOPs
+    # a term: 31104; the Linear 2*288*10*2 = 11520; the ReLU 576 selections.
+    assert exported["by_operator"]["aten.convolution"] == 31104
+    assert exported["by_operator"]["aten.addmm"] == 11520
+    assert exported["by_operator"]["aten.relu"] == 576
