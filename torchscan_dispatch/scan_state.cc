@@ -14,11 +14,13 @@ static thread_local Recorder* tls_top __attribute__((tls_model("initial-exec")))
 
 Recorder*& ThreadTopRecorder() { return tls_top; }
 
-namespace {
-int64_t NowNs() {
+int64_t SteadyNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+namespace {
+int64_t NowNs() { return SteadyNowNs(); }
 }  // namespace
 
 std::atomic<int64_t>& UnattributedCalls() {

@@ -161,6 +161,7 @@ class Recorder {
   // finished), steady-clock nanoseconds. Off: no clock is read.
   bool timestamps = false;
   const std::vector<int64_t>& call_times() const { return times_; }
+  int64_t stopped_ns = 0;  // when the scan stopped (timestamps): calls and scopes still open end there
 
   // Calls [0, SettledPrefix()) are finished trees outside any module call or
   // request still running: what a snapshot taken now may report.
@@ -206,6 +207,9 @@ class Recorder {
   std::vector<JitScope> jit_open_;
   std::vector<size_t> jit_frames_;
 };
+
+// The clock call times are read from (steady clock, nanoseconds).
+int64_t SteadyNowNs();
 
 // Innermost active recorder of this thread (nullptr outside scans).
 Recorder*& ThreadTopRecorder();

@@ -351,6 +351,7 @@ absl::Status StopCurrentThreadScan(Session::State& s) {
                "they were stopped with it and report the calls made until now");
   }
   s.memory.Stop(s.recorder);
+  if (s.recorder.timestamps) s.recorder.stopped_ns = SteadyNowNs();
   ThreadTopRecorder() = s.recorder.outer;
   s.recorder.outer = nullptr;
   s.recorder.stop_orphaned = nullptr;
@@ -707,7 +708,8 @@ absl::StatusOr<std::string> Session::TraceJson() {
   }
   Planned& p = s.Calls();
   const TrafficResult t = ComputeTraffic(p.set->events(), p.Plan(s.catalog, s.overrides), s.catalog, s.overrides);
-  return reports::DumpJson(torchscan::TraceJson(p.set->events(), p.set->scopes, *p.set->times, t, s.catalog));
+  return reports::DumpJson(
+      torchscan::TraceJson(p.set->events(), p.set->scopes, *p.set->times, s.recorder.stopped_ns, t, s.catalog));
 }
 
 absl::StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {

@@ -26,7 +26,8 @@ double Micros(int64_t ns, int64_t origin) { return static_cast<double>(ns - orig
 }  // namespace
 
 nlohmann::json TraceJson(const BlockLog<Event>& events, const std::vector<Recorder::Scope>& scopes,
-                         const std::vector<int64_t>& times, const TrafficResult& traffic, OpCatalog& catalog) {
+                         const std::vector<int64_t>& times, int64_t stopped_ns, const TrafficResult& traffic,
+                         OpCatalog& catalog) {
   // Origin: the earliest clock reading, so the trace starts at 0.
   int64_t origin = std::numeric_limits<int64_t>::max(), last = 0;
   for (size_t i = 0; i < events.size() && 2 * i < times.size(); ++i) {
@@ -38,6 +39,7 @@ nlohmann::json TraceJson(const BlockLog<Event>& events, const std::vector<Record
     last = std::max(last, s.end_ns);
   }
   if (origin == std::numeric_limits<int64_t>::max()) origin = 0;
+  last = std::max(last, stopped_ns);
   std::vector<const KernelTraffic*> kernel(events.size(), nullptr);
   for (const KernelTraffic& k : traffic.kernels) {
     if (k.event >= 0 && static_cast<size_t>(k.event) < kernel.size()) kernel[k.event] = &k;
@@ -47,7 +49,7 @@ nlohmann::json TraceJson(const BlockLog<Event>& events, const std::vector<Record
   out.push_back({{"ph", "M"}, {"pid", 1}, {"tid", 1}, {"name", "thread_name"}, {"args", {{"name", "scanned thread"}}}});
   for (const auto& s : scopes) {
     // A call still open when the scan stopped ends with the scan.
-    const int64_t end = s.end_ns >= 0 ? s.end_ns : last;
+    const int64_t end = s.end_ns >= 0 ? s.end_ns : std::max(last, s.begin_ns);
     out.push_back({{"ph", "X"}, {"pid", 1}, {"tid", 1}, {"cat", "module"},
                    {"name", s.path.empty() ? std::string("(root)") : s.path},
                    {"ts", Micros(s.begin_ns, origin)}, {"dur", Micros(end, s.begin_ns)},

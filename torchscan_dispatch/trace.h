@@ -16,8 +16,13 @@
 
 namespace torchscan {
 
-// `times`: Recorder::call_times() of `events` (two per call).
+// `times`: Recorder::call_times() of `events` (two per call); calls and
+// scopes still open end at `stopped_ns` (when the scan stopped). Slices
+// include time TorchScan spent paused inside them (a torch.compile compile,
+// its own analyses); an Inductor graph's run is a marker slice
+// (torchscan.compiled_region), not the span of its kernels.
 nlohmann::json TraceJson(const BlockLog<Event>& events, const std::vector<Recorder::Scope>& scopes,
-                         const std::vector<int64_t>& times, const TrafficResult& traffic, OpCatalog& catalog);
+                         const std::vector<int64_t>& times, int64_t stopped_ns, const TrafficResult& traffic,
+                         OpCatalog& catalog);
 
 }  // namespace torchscan

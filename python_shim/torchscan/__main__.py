@@ -253,6 +253,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "scan":
+        if args.output and args.trace and os.path.realpath(args.output) == os.path.realpath(args.trace):
+            _fail("scan", f"--output and --trace name the same file ({args.output}); give the trace its own file")
         for path in (args.output, args.trace):
             if path:
                 _check_output("scan", path)  # before the model is built or run

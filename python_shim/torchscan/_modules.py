@@ -222,6 +222,29 @@ def remove_hooks(handles: list) -> None:
         handles.clear()
 
 
+class AnalysisPause:
+    """TorchScan's own work inside a crawl (custom handlers, the token
+    analysis): the session's recording pauses, and the crawl's module hooks
+    skip module calls made meanwhile, so a handler that calls a module adds no
+    layer call, trace slice or token row. `depth` is read by the hooks."""
+
+    depth = 0
+
+    def __enter__(self):
+        from torchscan._library import Session
+
+        Session.pause_thread_recording()
+        AnalysisPause.depth += 1
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        from torchscan._library import Session
+
+        AnalysisPause.depth -= 1
+        Session.resume_thread_recording()
+        return False
+
+
 def forward_raised(output) -> bool:
     """In a forward hook that runs also when the forward raises
     (always_call): whether it raised. PyTorch then passes output None with

@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_flatten
 from torchscan import handlers as _handlers
 from torchscan import tokens
 from torchscan._library import Session, _library_path
-from torchscan._modules import ForwardHooks, forward_raised, safe_text
+from torchscan._modules import AnalysisPause, ForwardHooks, forward_raised, safe_text
 from torchscan.flops import FlopScan
 from torchscan.metadata import _device_name, _dtype_name, describe
 
@@ -326,6 +326,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     else:
         push = pop = pop_1 = handle = encoded = None
     is_compiling = torch.compiler.is_compiling
+    paused = AnalysisPause
 
     # When the model is torch.compile'd, Dynamo traces these hooks. While it
     # does, they go through the session's methods, looked up on each call:
@@ -333,10 +334,14 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     # as keys fail its tracking; test_transforms' inductor test). The frame
     # then runs eagerly, on the fast path.
     def traced_pre_hook(mod, hook_args, hook_kwargs):
+        if paused.depth:  # a module called by TorchScan's own analysis, not the model
+            return
         open_scopes.append((session.push_module_scope(names.get(mod, "")), len(calls)))
         calls.append([mod, _described_inputs(hook_args, hook_kwargs), None, None, None])
 
     def traced_post_hook(mod, hook_args, hook_kwargs, output):
+        if paused.depth:  # a module called by TorchScan's own analysis, not the model
+            return
         scope, index = open_scopes.pop()
         # always_call: `output` is None when the forward raised.
         failed = forward_raised(output)
@@ -353,6 +358,8 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     # snapshotted here (_snapshot) and described when the report is built:
     # describe()'s dicts cost more than the module call's other work.
     def pre_hook(mod, hook_args, hook_kwargs):
+        if paused.depth:  # a module called by TorchScan's own analysis, not the model
+            return
         if is_compiling():
             return traced_pre_hook(mod, hook_args, hook_kwargs)
         path, size = encoded.get(mod, _NO_PATH)
@@ -373,6 +380,8 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             calls.append([mod, None, None, snapshots, None])
 
     def post_hook(mod, hook_args, hook_kwargs, output):
+        if paused.depth:  # a module called by TorchScan's own analysis, not the model
+            return
         if is_compiling():
             return traced_post_hook(mod, hook_args, hook_kwargs, output)
         scope, index = open_scopes.pop()
@@ -401,19 +410,19 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     token_handles = []
 
     def token_hook(mod, hook_args, hook_kwargs, output):
+        if paused.depth:
+            return
         results = token_results.setdefault(mod, [])
         if forward_raised(output):
             results.append(None)
             return
-        Session.pause_thread_recording()  # the analysis's own tensor work is not the model's
-        try:
-            results.append(tokens.analyse(mod, hook_args, hook_kwargs))
-        except Exception as e:  # noqa: BLE001 - never fails the crawl; said in the report
-            reason = f"the analysis failed ({type(e).__name__}: {e})"
-            results.append(({"status": "unavailable", "scope": "module_call", "method": tokens.METHOD,
-                             "assumptions": list(tokens.ASSUMPTIONS), "reason": reason}, reason))
-        finally:
-            Session.resume_thread_recording()
+        with AnalysisPause():  # the analysis's own tensor work is not the model's
+            try:
+                results.append(tokens.analyse(mod, hook_args, hook_kwargs))
+            except Exception as e:  # noqa: BLE001 - never fails the crawl; said in the report
+                reason = f"the analysis failed ({type(e).__name__}: {e})"
+                results.append(({"status": "unavailable", "scope": "module_call", "method": tokens.METHOD,
+                                 "assumptions": list(tokens.ASSUMPTIONS), "reason": reason}, reason))
 
     hooks = ForwardHooks(pre_hook, post_hook)
     try:
@@ -456,6 +465,9 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             _handlers.check_strict(report, True, memory)
     if trace:
         report["trace"] = scan.trace()
+        if mode == "structure":  # no FLOPs were requested: the slices say none
+            for e in report["trace"]["traceEvents"]:
+                e.get("args", {}).pop("flops", None)
     return report
 
 

@@ -51,8 +51,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch.nn as nn
 
-from torchscan._library import Session
-from torchscan._modules import ForwardHooks, forward_raised, safe_text
+from torchscan._modules import AnalysisPause, ForwardHooks, forward_raised, safe_text
 
 __all__ = ["ModuleHandler", "SUPPORTED_METRICS"]
 
@@ -322,20 +321,21 @@ class Handlers:
         interrupted add."""
         stack: list = []
         results, matched = self.results, self.matched
-        pause, resume = Session.pause_thread_recording, Session.resume_thread_recording
+        paused = AnalysisPause
 
         def pre_hook(mod, hook_args, hook_kwargs):
+            if paused.depth:  # called by a handler: not a layer call
+                return
             stack.append(len(calls) - 1)
 
         def post_hook(mod, hook_args, hook_kwargs, output):
+            if paused.depth:
+                return
             index = stack.pop()
             if forward_raised(output):  # no callback
                 return
-            pause()
-            try:
+            with AnalysisPause():
                 results[index] = evaluate(matched[mod], mod, hook_args, hook_kwargs, output)
-            finally:
-                resume()
 
         self._hooks = ForwardHooks(pre_hook, post_hook)
         for m in matched:

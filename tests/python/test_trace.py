@@ -105,3 +105,58 @@ def test_command_line_writes_the_trace_beside_the_report(tmp_path, capsys):
     _check_format(trace)
     # One module slice per layer call of the report.
     assert len(_slices(trace, "module")) == len(report["layers"])
+
+
+def test_a_scope_open_at_stop_ends_with_the_scan():
+    import time
+
+    s = torchscan.scan(trace=True)
+    with s:
+        torch.relu(torch.ones(4))
+        s._session.push_module_scope("open")  # never popped
+        time.sleep(0.002)
+    trace = s.trace()
+    _check_format(trace)
+    (open_slice,) = [e for e in _slices(trace, "module") if e["name"] == "open"]
+    assert open_slice["dur"] >= 2000  # at least the 2 ms slept after it opened (microseconds)
+
+
+def test_a_handler_calling_modules_adds_no_layer_slice_or_row():
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.mha = nn.MultiheadAttention(16, 2, batch_first=True)
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, x):
+            y, _ = self.mha(x, x, x, need_weights=False)
+            return self.fc(y)
+
+    model = Model()
+
+    def handler(module, args, kwargs, output):
+        model.fc(output[0])  # TorchScan's caller's own work, not the model's
+        return {"module_flops": 1}
+
+    x = torch.randn(1, 10, 16)
+    report = torchscan.crawl_module(model, args=(x,), memory=True, trace=True,
+                                    custom_modules={nn.MultiheadAttention: handler})
+    plain = torchscan.crawl_module(model, args=(x,))
+    assert [(l["path"], l["call_index"]) for l in report["layers"]] == [("", 0), ("mha", 0), ("fc", 0)]
+    assert [l["metrics"]["module_flops"] for l in report["layers"] if l["path"] == "fc"] == [
+        l["metrics"]["module_flops"] for l in plain["layers"] if l["path"] == "fc"]
+    assert len(_slices(report["trace"], "module")) == 3
+    assert report["operator_flops"]["by_operator"] == plain["operator_flops"]["by_operator"]
+
+
+def test_structure_mode_traces_carry_no_flops(tmp_path):
+    report = torchscan.crawl_module(_mlp(), args=(torch.randn(8, 16),), mode="structure", trace=True)
+    assert all("flops" not in e["args"] for e in _slices(report["trace"]))
+    from torchscan.__main__ import main
+
+    same = tmp_path / "x.json"
+    with pytest.raises(SystemExit):  # one file for both would lose the report
+        main(["scan", "torchscan.examples:small_cnn", "--input-shape", "3,32,32", "--trace", str(same),
+              "--output", str(same)])
+    assert not same.exists()
