@@ -402,6 +402,37 @@ def bench_crawl(ts, models, repeats: int, warmup: int) -> Dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- #
+# e. a 70B-class model on meta
+# --------------------------------------------------------------------------- #
+
+
+def bench_meta_70b(ts) -> Dict[str, Any]:
+    """measure_flops and crawl_module of a Llama-2-70B-shaped transformers
+    config (80 layers, width 8192, 64 heads / 8 KV heads) on meta, 16 tokens:
+    wall time, and the process's peak RSS growth over the model's own."""
+    import resource
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=32000, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                         num_attention_heads=64, num_key_value_heads=8)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    ids = torch.zeros(1, 16, dtype=torch.long, device="meta")
+    out: Dict[str, Any] = {"parameters": sum(p.numel() for p in model.parameters())}
+    for name, fn in (("measure_flops", lambda: ts.measure_flops(lambda: model(input_ids=ids))),
+                     ("crawl_module", lambda: ts.crawl_module(model, kwargs={"input_ids": ids}))):
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = ns()
+        report = fn()
+        seconds = (ns() - t0) / 1e9
+        total = report["total"] if name == "measure_flops" else report["totals"]["operator_flops"]
+        out[name] = {"seconds": seconds, "status": total["status"],
+                     "peak_rss_growth_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024}
+    return out
+
+
+# --------------------------------------------------------------------------- #
 # main
 # --------------------------------------------------------------------------- #
 
@@ -474,6 +505,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--skip-e2e", action="store_true", help="only run the per-op test")
     p.add_argument("--crawl-repeats", type=int, help="crawl_module samples per arm and model (default 15; 3)")
     p.add_argument("--skip-crawl", action="store_true", help="skip the crawl_module test")
+    p.add_argument("--skip-meta", action="store_true", help="skip the 70B-on-meta scan (part e)")
     p.add_argument("--serving-requests", type=int, help="requests per example-server run (default 2000; 200)")
     p.add_argument("--skip-serving", action="store_true", help="skip the example-server test")
     p.add_argument("--no-torchscan", action="store_true", help="skip the torchscan arms")
@@ -609,6 +641,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"    {name} ({res['modules']} modules): plain forward {res['median_ms'][UNSCANNED]:.2f} ms")
             for arm, ratio in res["ratio_vs_unscanned"].items():
                 print(f"      {arm:<20} {res['median_ms'][arm]:10.3f} ms   ratio {_fmt_ratio(ratio)}")
+        print()
+
+    # ---- e. 70B on meta -------------------------------------------------- #
+    if not args.skip_meta and ts is not None:
+        meta = bench_meta_70b(ts)
+        result["meta_70b"] = meta
+        print(f"[e] Llama-70B-shaped config on meta ({meta['parameters']:,} parameters), 16 tokens")
+        for name in ("measure_flops", "crawl_module"):
+            m = meta[name]
+            print(f"    {name:<14} {m['seconds']:6.2f} s   peak RSS +{m['peak_rss_growth_mib']:.0f} MiB   {m['status']}")
         print()
 
     # ---- c. example server under the attach launcher ------------------------ #
