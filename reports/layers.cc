@@ -42,6 +42,10 @@ nlohmann::json FieldJson(const LayerTally& l, int k, const std::string& scope) {
 
 }  // namespace
 
+nlohmann::json MemoryMetricJson(MetricStatus status, int64_t bytes, const std::string& scope) {
+  return MetricJson({status, Count(bytes), "bytes", scope, "allocator_reports"});
+}
+
 nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope,
                           const std::array<bool, 4>& requested) {
   nlohmann::json out = nlohmann::json::array();
@@ -73,9 +77,8 @@ nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::stri
     }
     for (int k = 0; k < 3; ++k) metrics[kFieldNames[k]] = FieldJson(l, k, scope);
     if (l.memory) {
-      metrics["peak_memory"] = MetricJson({l.memory_status, Count(l.peak_memory), "bytes", scope, "allocator_reports"});
-      metrics["allocated_bytes"] =
-          MetricJson({l.memory_status, Count(l.allocated_bytes), "bytes", scope, "allocator_reports"});
+      metrics["peak_memory"] = MemoryMetricJson(l.memory_status, l.peak_memory, scope);
+      metrics["allocated_bytes"] = MemoryMetricJson(l.memory_status, l.allocated_bytes, scope);
     }
     out.push_back({{"path", l.path},
                    {"call_index", l.call_index},

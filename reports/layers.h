@@ -66,6 +66,10 @@ struct LayerTally {
 
 inline constexpr const char* kFieldNames[3] = {"receptive_field", "effective_stride", "effective_padding"};
 
+// A memory figure as a MetricResult (unit bytes, method allocator_reports):
+// layers' peak_memory / allocated_bytes and the memory report's totals.
+nlohmann::json MemoryMetricJson(MetricStatus status, int64_t bytes, const std::string& scope);
+
 // [{"path", "call_index", "parent", "depth", "failed", "metrics": {...}}]
 // requested[m] = false: metric m (kLayerMetricNames order) is unavailable /
 // not_requested (structure mode, or a view left out).

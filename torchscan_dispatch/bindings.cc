@@ -179,15 +179,6 @@ TORCH_LIBRARY(torchscan, m) {
            })
       .def("layers", [](const Self& s) { return Value(s->session.LayersJson()); })
       .def("layer_rows", [](const Self& s) { return FlatLayerRows(Value(s->session.LayerRows())); })
-      // Per layer row (LayerRows order): memory status (MetricStatus), peak_memory, allocated_bytes.
-      .def("memory_rows",
-           [](const Self& s) {
-             std::vector<int64_t> out;
-             for (const LayerRow& row : Value(s->session.LayerRows())) {
-               out.insert(out.end(), {static_cast<int64_t>(row.memory_status), row.peak_memory, row.allocated_bytes});
-             }
-             return out;
-           })
       .def("memory_report", [](const Self& s) { return Value(s->session.MemoryReportJson()); })
       .def("trace", [](const Self& s) { return Value(s->session.TraceJson()); })
       // For the C entry points below (torchscan_push_module_scope, ...).

@@ -126,14 +126,15 @@ MemoryResult ComputeMemory(const BlockLog<Event>& events, const std::vector<Reco
   return m;
 }
 
-nlohmann::json MemoryMetricJson(MetricStatus status, int64_t bytes, const std::string& scope) {
-  return reports::MetricJson({status, Count(bytes), "bytes", scope, "allocator_reports"});
-}
-
 nlohmann::json MemoryJson(const MemoryResult& m, const std::string& scope) {
   nlohmann::json by_operator = nlohmann::json::object();
   for (const auto& [name, op] : m.by_operator) {
     by_operator[name] = {{"blocks", op.blocks}, {"allocated_bytes", op.allocated}, {"temporary_bytes", op.temporary}};
+  }
+  nlohmann::json layers = nlohmann::json::array();
+  for (const MemoryFigures& f : m.scopes) {
+    layers.push_back({{"peak_memory", reports::MemoryMetricJson(f.status, f.peak, scope)},
+                      {"allocated_bytes", reports::MemoryMetricJson(f.status, f.allocated, scope)}});
   }
   nlohmann::json diagnostics = nlohmann::json::array();
   for (const auto& d : m.diagnostics) diagnostics.push_back(reports::DiagnosticJson(d));
@@ -148,11 +149,12 @@ nlohmann::json MemoryJson(const MemoryResult& m, const std::string& scope) {
                             "program called): allocated_bytes outlived that call, temporary_bytes were freed "
                             "before it returned"}}},
           {"totals",
-           {{"peak_memory", MemoryMetricJson(status, m.total.peak, scope)},
-            {"allocated_bytes", MemoryMetricJson(status, m.total.allocated, scope)},
-            {"total_allocated_bytes", MemoryMetricJson(status, m.total_allocated, scope)}}},
+           {{"peak_memory", reports::MemoryMetricJson(status, m.total.peak, scope)},
+            {"allocated_bytes", reports::MemoryMetricJson(status, m.total.allocated, scope)},
+            {"total_allocated_bytes", reports::MemoryMetricJson(status, m.total_allocated, scope)}}},
           {"blocks", m.blocks},
           {"by_operator", by_operator},
+          {"layers", layers},
           {"diagnostics", diagnostics}};
 }
 

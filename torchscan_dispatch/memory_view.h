@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formulas/result.h"
+#include "reports/layers.h"
 #include "reports/metric.h"
 #include "torchscan_dispatch/op_catalog.h"
 #include "torchscan_dispatch/scan_state.h"
@@ -55,10 +56,8 @@ MemoryResult ComputeMemory(const BlockLog<Event>& events, const std::vector<Reco
 // {"kind": "torchscan_memory_report", "schema_version", "meaning", "totals":
 // {"peak_memory", "allocated_bytes", "total_allocated_bytes"} (MetricResults),
 // "blocks", "by_operator": {op: {"blocks", "allocated_bytes", "temporary_bytes"}},
-// "diagnostics"}.
+// "layers": [{"peak_memory", "allocated_bytes"}] (one per module call, in
+// LayerRows order), "diagnostics"}.
 nlohmann::json MemoryJson(const MemoryResult& m, const std::string& scope);
-
-// A module call's figure as a layer metric (MetricResult, unit bytes).
-nlohmann::json MemoryMetricJson(MetricStatus status, int64_t bytes, const std::string& scope);
 
 }  // namespace torchscan

@@ -19,10 +19,6 @@ int64_t SteadyNowNs() {
       .count();
 }
 
-namespace {
-int64_t NowNs() { return SteadyNowNs(); }
-}  // namespace
-
 std::atomic<int64_t>& UnattributedCalls() {
   static std::atomic<int64_t> calls{0};
   return calls;
@@ -43,7 +39,7 @@ int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   e.labels = labels_;
   e.scope = scope_;
   e.args = RecordValues(arena_, args);
-  if (C10_UNLIKELY(timestamps)) times_.insert(times_.end(), {NowNs(), -1});
+  if (C10_UNLIKELY(timestamps)) times_.insert(times_.end(), {SteadyNowNs(), -1});
   open_ = index;
   return index;
 }
@@ -134,7 +130,7 @@ int32_t Recorder::PushScope(std::string path) {
   const int32_t call_index = calls_per_path_[path]++;
   scopes_.push_back({std::move(path), call_index, scope_, false, request_, static_cast<int64_t>(events_.size())});
   scopes_.back().begin_memory = static_cast<int64_t>(memory_.size());
-  if (timestamps) scopes_.back().begin_ns = NowNs();
+  if (timestamps) scopes_.back().begin_ns = SteadyNowNs();
   scope_ = id;
   return id;
 }
@@ -148,11 +144,11 @@ bool Recorder::PopScope(int32_t id, bool failed, std::vector<uintptr_t> outputs)
     scopes_[s].failed = true;
     scopes_[s].end_event = static_cast<int64_t>(events_.size());
     scopes_[s].end_memory = static_cast<int64_t>(memory_.size());
-    if (timestamps) scopes_[s].end_ns = NowNs();
+    if (timestamps) scopes_[s].end_ns = SteadyNowNs();
   }
   scopes_[id].end_event = static_cast<int64_t>(events_.size());
   scopes_[id].end_memory = static_cast<int64_t>(memory_.size());
-  if (timestamps) scopes_[id].end_ns = NowNs();
+  if (timestamps) scopes_[id].end_ns = SteadyNowNs();
   scopes_[id].outputs = std::move(outputs);
   scopes_[id].failed = scopes_[id].failed || failed;
   scope_ = scopes_[id].parent;
@@ -187,7 +183,7 @@ void Recorder::End(int32_t index, absl::Span<const c10::IValue> outputs) {
   Event& e = events_[index];
   e.outputs = RecordValues(arena_, outputs);
   e.finished = true;
-  if (C10_UNLIKELY(timestamps)) times_[2 * static_cast<size_t>(index) + 1] = NowNs();
+  if (C10_UNLIKELY(timestamps)) times_[2 * static_cast<size_t>(index) + 1] = SteadyNowNs();
   open_ = e.parent;
 }
 
@@ -195,7 +191,7 @@ void Recorder::Abort(int32_t index) {
   Event& e = events_[index];
   e.raised = !control_flow_stop_;  // a control-flow stop finishes it (outputs lost)
   e.finished = true;
-  if (C10_UNLIKELY(timestamps)) times_[2 * static_cast<size_t>(index) + 1] = NowNs();
+  if (C10_UNLIKELY(timestamps)) times_[2 * static_cast<size_t>(index) + 1] = SteadyNowNs();
   open_ = e.parent;
   if (open_ < 0) control_flow_stop_ = false;
 }

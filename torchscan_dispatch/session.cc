@@ -47,6 +47,7 @@ struct Planned {
   std::optional<OperatorPlan> plan;         // operator view
   std::optional<OperatorPlan> module_plan;  // module view
   std::optional<HandlerOutcome> handlers;   // module handlers' results (Session::SetModuleHandler)
+  std::optional<MemoryResult> memory;       // ScanOptions::memory, borrowed sets only (EventSet::memory)
 
   const OperatorPlan& Plan(OpCatalog& catalog, const Overrides& overrides) {
     if (!plan) plan = PlanOperatorView(set->events(), catalog, overrides);
@@ -55,6 +56,10 @@ struct Planned {
   const OperatorPlan& ModulePlan(OpCatalog& catalog) {
     if (!module_plan) module_plan = PlanModuleView(set->events(), catalog);
     return *module_plan;
+  }
+  const MemoryResult& Memory(OpCatalog& catalog) {
+    if (!memory) memory = ComputeMemory(set->events(), set->scopes, *set->memory, catalog);
+    return *memory;
   }
   const HandlerOutcome& Handlers(const std::map<std::string, RegisteredModuleHandler>& registered,
                                  OpCatalog& catalog) {
@@ -555,7 +560,7 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, boo
   }
   const auto fields = ComputeFields(set.events(), p.ModulePlan(s.catalog), s.catalog, queries);
   if (set.memory != nullptr && set.memory->enabled) {
-    const MemoryResult memory = ComputeMemory(set.events(), scopes, *set.memory, s.catalog);
+    const MemoryResult& memory = p.Memory(s.catalog);
     for (size_t i = 0; i < scopes.size(); ++i) {
       layers[i].memory = true;
       layers[i].memory_status = memory.scopes[i].status;
@@ -684,7 +689,7 @@ static absl::StatusOr<nlohmann::json> MemoryPart(Session::State& s, Planned& p) 
   if (p.set->memory == nullptr) {
     return absl::InvalidArgumentError("torchscan: the memory report covers the whole scan; ask for it without a filter");
   }
-  return MemoryJson(ComputeMemory(p.set->events(), p.set->scopes, *p.set->memory, s.catalog), s.options.scope);
+  return MemoryJson(p.Memory(s.catalog), s.options.scope);
 }
 
 absl::StatusOr<std::string> Session::MemoryReportJson() {

@@ -271,7 +271,8 @@ class Session {
   absl::StatusOr<std::string> TrafficJson(const ReportFilter& filter = {});
   // ScanOptions::memory, after Stop(): {"kind": "torchscan_memory_report",
   // "totals": {"peak_memory", "allocated_bytes", "total_allocated_bytes"},
-  // "by_operator", "diagnostics", "meaning"} for the whole scan.
+  // "by_operator", "layers" (per module call, LayerRows order), "diagnostics",
+  // "meaning"} for the whole scan.
   absl::StatusOr<std::string> MemoryReportJson();
   // ScanOptions::timestamps, after Stop(): the call tree as a Chrome /
   // Perfetto trace ({"traceEvents": [...]}, the trace-event JSON format):

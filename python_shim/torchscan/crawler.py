@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_flatten
 
 from torchscan import handlers as _handlers
 from torchscan import tokens
-from torchscan._library import Session, _library_path
+from torchscan._library import _library_path
 from torchscan._modules import AnalysisPause, ForwardHooks, forward_raised, safe_text
 from torchscan.flops import FlopScan
 from torchscan.metadata import _device_name, _dtype_name, describe
@@ -417,12 +417,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             results.append(None)
             return
         with AnalysisPause():  # the analysis's own tensor work is not the model's
-            try:
-                results.append(tokens.analyse(mod, hook_args, hook_kwargs))
-            except Exception as e:  # noqa: BLE001 - never fails the crawl; said in the report
-                reason = f"the analysis failed ({type(e).__name__}: {e})"
-                results.append(({"status": "unavailable", "scope": "module_call", "method": tokens.METHOD,
-                                 "assumptions": list(tokens.ASSUMPTIONS), "reason": reason}, reason))
+            results.append(tokens.analyse(mod, hook_args, hook_kwargs))
 
     hooks = ForwardHooks(pre_hook, post_hook)
     try:
@@ -471,21 +466,14 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     return report
 
 
-_MEMORY_STATUS = ("complete", "partial", "unavailable")  # MetricStatus order
-
-
 def _memory_metrics(session, layers: list) -> dict:
-    """Adds peak_memory and allocated_bytes to every layer (Session::LayerRows
-    order, as the layers) and returns the scan's memory report."""
-    values = session.memory_rows()
-    for i, layer in enumerate(layers):
-        status = _MEMORY_STATUS[values[3 * i]]
-        for name, v in (("peak_memory", values[3 * i + 1]), ("allocated_bytes", values[3 * i + 2])):
-            known = None if status == "unavailable" else v
-            layer["metrics"][name] = {"status": status, "value": known if status == "complete" else None,
-                                      "known_value": known, "unit": "bytes", "scope": "forward",
-                                      "method": "allocator_reports"}
-    return json.loads(session.memory_report())
+    """Adds peak_memory and allocated_bytes to every layer (the memory
+    report's per-call figures, in Session::LayerRows order, as the layers)
+    and returns the scan's memory report without them."""
+    report = json.loads(session.memory_report())
+    for layer, figures in zip(layers, report.pop("layers")):
+        layer["metrics"].update(figures)
+    return report
 
 
 def _number(v: float):

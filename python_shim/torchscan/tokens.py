@@ -266,8 +266,12 @@ def analyse(module: nn.Module, args: tuple, kwargs: dict) -> tuple:
             else:
                 output, sources = _decoder_layer(module, call)
     except _Unsupported as e:
-        return {"status": "unavailable", **base, "reason": str(e)}, str(e)
-    return {"status": "complete", **base, "output": output, "sources": sources}, None
+        reason = str(e)
+    except Exception as e:  # noqa: BLE001 - never fails the crawl; said in the report
+        reason = f"the analysis failed ({type(e).__name__}: {e})"
+    else:
+        return {"status": "complete", **base, "output": output, "sources": sources}, None
+    return {"status": "unavailable", **base, "reason": reason}, reason
 
 
 def diagnostic(path: str, reason: str) -> dict:
