@@ -149,9 +149,9 @@ bool PublishLocked(const std::string& path, const std::string& text) {
 // Caller holds attached->write_mu.
 void WriteReportLocked(const char* reason) {
   if (attached->closed || getpid() != attached->pid) return;
-  absl::StatusOr<std::string> text = attached->session->ScanReportJson();
+  StatusOr<std::string> text = attached->session->ScanReportJson();
   if (!text.ok()) {
-    std::fprintf(stderr, "torchscan attach: no report (%s)\n", std::string(text.status().message()).c_str());
+    std::fprintf(stderr, "torchscan attach: no report (%s)\n", text.status().message().c_str());
     return;
   }
   // The report's text is published as the session wrote it (never re-parsed:
@@ -322,8 +322,8 @@ __attribute__((constructor)) void Attach() {
     options.torchscript_scopes = false;
   }
   attached->session = std::make_unique<Session>(options);
-  if (absl::Status st = attached->session->Start(); !st.ok()) {
-    std::fprintf(stderr, "torchscan attach: not attaching: %s\n", std::string(st.message()).c_str());
+  if (Status st = attached->session->Start(); !st.ok()) {
+    std::fprintf(stderr, "torchscan attach: not attaching: %s\n", st.message().c_str());
     ReleaseReportSignal();
     return;
   }
