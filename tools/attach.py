@@ -28,11 +28,8 @@ SIGNALS = ("USR1", "USR2", "HUP", "WINCH")
 
 
 def default_library() -> Path:
-    for candidate in (ROOT / "python_shim/torchscan/_lib/libtorchscan_attach.so",
-                      ROOT / "bazel-bin/torchscan_dispatch/libtorchscan_attach.so"):
-        if candidate.exists():
-            return candidate
-    return candidate
+    # tools/setup.sh installs it beside libtorchscan.so.0, the engine it uses.
+    return ROOT / "python_shim/torchscan/_lib/libtorchscan_attach.so"
 
 
 def torch_libraries(binary: str) -> dict:
@@ -52,7 +49,7 @@ def compatibility_problem(probe: dict) -> str:
     if probe["loaded"] != built:
         return (f"the binary runs torch {probe['loaded']} but this TorchScan library was built against torch "
                 f"{probe['built_against']}; rebuild TorchScan against the binary's torch "
-                "(TORCHSCAN_PYTHON=<python with that torch> bazel build //torchscan_dispatch:libtorchscan_attach.so)")
+                "(TORCHSCAN_PYTHON=<python with that torch> bash tools/setup.sh)")
     if probe["loaded_abi"] != probe["library_abi"]:
         return (f"the binary's LibTorch uses _GLIBCXX_USE_CXX11_ABI={probe['loaded_abi']} but this TorchScan "
                 f"library was built with _GLIBCXX_USE_CXX11_ABI={probe['library_abi']}; rebuild TorchScan "

@@ -42,7 +42,10 @@ bazel build //:torchscan //torchscan_dispatch:libtorchscan_attach.so //tests:lib
 test -f bazel-bin/torchscan_dispatch/libtorchscan.so
 test -f bazel-bin/torchscan_dispatch/libtorchscan_attach.so
 mkdir -p python_shim/torchscan/_lib
-install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan.so python_shim/torchscan/_lib/libtorchscan.so
+# Named by its SONAME: the attach library needs it as libtorchscan.so.0
+# beside itself, and a process that loads both then has one engine.
+rm -f python_shim/torchscan/_lib/libtorchscan.so
+install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan.so python_shim/torchscan/_lib/libtorchscan.so.0
 install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan_attach.so python_shim/torchscan/_lib/libtorchscan_attach.so
 
 # 4. `import torchscan` from anywhere: a .pth file naming the shim folder.

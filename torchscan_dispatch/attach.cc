@@ -34,7 +34,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "absl/strings/str_cat.h"
 
 #include "torchscan_built_against.h"
 #include "torchscan_dispatch/torchscan.h"
@@ -157,7 +156,7 @@ void WriteReportLocked(const char* reason) {
   // The report's text is published as the session wrote it (never re-parsed:
   // nlohmann would turn counts past 2^64 into floats); "attach" goes first.
   const nlohmann::json attach = {{"reason", reason}, {"sequence", ++attached->sequence}, {"pid", getpid()}};
-  PublishLocked(attached->output, absl::StrCat("{\"attach\":", attach.dump(), ",", text->substr(1), "\n"));
+  PublishLocked(attached->output, "{\"attach\":" + attach.dump() + "," + text->substr(1) + "\n");
 }
 
 void WriteReport(const char* reason) {

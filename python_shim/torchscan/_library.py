@@ -11,7 +11,7 @@ def _library_path() -> str:
     explicit = os.environ.get("TORCHSCAN_LIBRARY")
     if explicit:
         return explicit
-    return os.path.join(_HERE, "_lib", "libtorchscan.so")
+    return os.path.join(_HERE, "_lib", "libtorchscan.so.0")
 
 
 def load():
