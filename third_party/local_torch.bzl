@@ -31,8 +31,10 @@ cc_library(
     defines = ["_GLIBCXX_USE_CXX11_ABI={abi}"],
     # Linked by name, not as srcs: the shipped libtorchscan.so then records
     # no build-machine path (Bazel adds a RUNPATH to every srcs library's
-    # directory); whoever loads it has loaded LibTorch already.
-    linkopts = ["-L{root}/lib", "-lc10", "-ltorch_cpu", "-ltorch"],
+    # directory). It needs only the two libraries every LibTorch program
+    # loads (not the libtorch.so stub), so the loader finds them already
+    # loaded, through the program's own search path.
+    linkopts = ["-L{root}/lib", "-lc10", "-ltorch_cpu"],
 )
 
 # Programs run from the build tree (the tests) find LibTorch here.

@@ -93,9 +93,14 @@ def main(argv=None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the binary to run after --, e.g. -- ./server --port 8000")
-    library = (args.library or default_library()).resolve()
+    # Absolute, symlinks kept: a link to a directory without spaces is the
+    # way to attach from one whose real path has them.
+    library = Path(os.path.abspath(args.library or default_library()))
     if not library.exists():
         refuse(f"{library} does not exist; build it with `bash tools/setup.sh` or pass --library")
+    if any(c in str(library) for c in " :\t\n"):
+        refuse(f"{library}: LD_PRELOAD splits paths at spaces and colons and cannot carry this one; "
+               "install TorchScan under a path without them, or pass --library through a symlink that has none")
     binary = shutil.which(command[0]) or command[0]
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
         refuse(f"{command[0]} is not an executable file")

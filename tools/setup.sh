@@ -9,7 +9,9 @@ ROOT=$PWD
 log() { printf '[setup] %s\n' "$*"; }
 
 # 1. Debian packages (Bazel 4.2.3 and the C++ libraries it links).
-APT_PACKAGES=(bazel-bootstrap libabsl-dev nlohmann-json3-dev libgtest-dev g++)
+# cmake, make and pkg-config: the consumer tests build programs against the
+# installed package (tools/install.sh) the way other projects do.
+APT_PACKAGES=(bazel-bootstrap libabsl-dev nlohmann-json3-dev libgtest-dev g++ cmake make pkg-config)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
