@@ -87,9 +87,12 @@ def main(argv=None) -> int:
     parser.add_argument("--output", required=True, help="where the report is written (replaced atomically)")
     parser.add_argument("--signal", choices=SIGNALS, help="also write the report each time this signal arrives")
     parser.add_argument("--library", type=Path, default=None, help="libtorchscan_attach.so to preload")
+    parser.add_argument("--report-on-sigterm", action="store_true",
+                        help="on SIGTERM (a container's stop signal), write the report, then end as SIGTERM does")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- BINARY [ARGS...]")
     args = parser.parse_args(argv)
     held = hold_signal(args.signal) if args.signal else False
+    term_held = hold_signal("TERM") if args.report_on_sigterm else False
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the binary to run after --, e.g. -- ./server --port 8000")
@@ -126,6 +129,10 @@ def main(argv=None) -> int:
         env["TORCHSCAN_ATTACH_SIGNAL"] = args.signal
         if held:
             env["TORCHSCAN_ATTACH_SIGNAL_HELD"] = "1"  # the library unblocks it
+    if args.report_on_sigterm:
+        env["TORCHSCAN_ATTACH_REPORT_ON_TERM"] = "1"
+        if term_held:
+            env["TORCHSCAN_ATTACH_TERM_HELD"] = "1"
     # exec: the binary keeps this process id, so signals sent to it arrive.
     os.execve(binary, [command[0], *command[1:]], env)
     return 1
