@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,46 @@ def hold_signal(name: str) -> bool:
     return signo not in already
 
 
+def check(binary: str, command: list, env: dict) -> None:
+    """Refuses, saying why, unless the library will attach to the binary.
+
+    Nothing here runs the binary's own code: the loader's trace mode
+    (LD_TRACE_LOADED_OBJECTS, as ldd) lists what would load, preload
+    included, without running any initialiser; only then does the probe run
+    the binary, and the library, which loaded in the trace, ends the probe
+    before main().
+    """
+    mode = os.stat(binary).st_mode
+    if mode & (stat.S_ISUID | stat.S_ISGID):
+        refuse(f"{binary} is set-user-ID or set-group-ID: the loader ignores LD_PRELOAD for it")
+    if not torch_libraries(binary):
+        refuse(f"{binary} is not dynamically linked against LibTorch (ldd finds no libc10.so / "
+               "libtorch_cpu.so). A statically linked binary cannot be scanned from outside; for a wrapper "
+               "command (taskset, a shell script), attach the LibTorch binary it runs instead, e.g. "
+               "taskset -c 0 python3 tools/attach.py ... -- ./server")
+    try:
+        trace = subprocess.run([binary, *command[1:]], env={**env, "LD_TRACE_LOADED_OBJECTS": "1"},
+                               capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        refuse(f"the loader's trace of {binary} did not finish in 60 s")
+    missing = [l.strip() for l in trace.stdout.splitlines() if "not found" in l]
+    if "cannot be preloaded" in trace.stderr or missing or trace.returncode != 0:
+        refuse(f"the library could not be loaded into {binary}:\n" + "\n".join([trace.stderr.strip(), *missing]))
+    # Probe: the library reports the torch the binary really loads, then the
+    # process leaves before main().
+    try:
+        probe_run = subprocess.run([binary, *command[1:]], env={**env, "TORCHSCAN_ATTACH_PROBE": "1"},
+                                   capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        refuse(f"the probe run of {binary} did not report in 120 s (it was killed)")
+    lines = [l for l in probe_run.stdout.splitlines() if l.startswith("TORCHSCAN_PROBE ")]
+    if not lines:
+        refuse(f"the library could not be loaded into {binary}:\n{probe_run.stderr.strip()}")
+    problem = compatibility_problem(json.loads(lines[-1].split(" ", 1)[1]))
+    if problem:
+        refuse(problem)
+
+
 def refuse(message: str) -> "NoReturn":
     print(f"torchscan attach: refusing: {message}", file=sys.stderr)
     sys.exit(2)
@@ -107,22 +148,10 @@ def main(argv=None) -> int:
     binary = shutil.which(command[0]) or command[0]
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
         refuse(f"{command[0]} is not an executable file")
-    if not torch_libraries(binary):
-        refuse(f"{binary} is not dynamically linked against LibTorch (ldd finds no libc10.so / "
-               "libtorch_cpu.so); a statically linked or non-LibTorch binary cannot be scanned from outside")
 
     env = dict(os.environ)
     env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
-    # Probe: the library reports the torch the binary really loads, then the
-    # process leaves before main().
-    probe_run = subprocess.run([binary, *command[1:]], env={**env, "TORCHSCAN_ATTACH_PROBE": "1"},
-                               capture_output=True, text=True, timeout=120)
-    lines = [l for l in probe_run.stdout.splitlines() if l.startswith("TORCHSCAN_PROBE ")]
-    if not lines:
-        refuse(f"the library could not be loaded into {binary}:\n{probe_run.stderr.strip()}")
-    problem = compatibility_problem(json.loads(lines[-1].split(" ", 1)[1]))
-    if problem:
-        refuse(problem)
+    check(binary, command, env)
 
     env["TORCHSCAN_ATTACH_OUTPUT"] = str(Path(args.output).resolve())
     if args.signal:

@@ -5,6 +5,8 @@
 // and prints the reports on stdout as JSON lines.
 #include <ATen/ATen.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -12,6 +14,8 @@
 #include <torchscan/torchscan.h>
 
 int main() {
+  // For the launcher's tests: proof that main() ran.
+  if (const char* marker = std::getenv("CONSUMER_MAIN_RAN")) std::ofstream(marker) << "main ran\n";
   const absl::Status mine("the program's own abseil");
   std::cout << "{\"own_abseil\": \"" << mine.ToString() << "\"}\n";
 

@@ -182,3 +182,21 @@ def test_readme_cmake_lines_are_the_consumer_s():
     for line in block.strip().splitlines():
         assert line in consumer, line
     assert "bash tools/install.sh /opt/torchscan" in readme
+
+
+def test_the_launcher_never_runs_main_to_check_a_library_that_cannot_load(make_consumer, tmp_path):
+    # A file the loader cannot preload: ld.so ignores it and runs the
+    # program. Before, the probe then ran the program's main() in full (a
+    # server served, and the launcher waited for it); the loader's trace
+    # mode now finds the problem without running any of the program's code.
+    bogus = tmp_path / "libtorchscan_attach.so"
+    bogus.write_text("not a shared object\n")
+    marker = tmp_path / "main-ran"
+    res = subprocess.run([sys.executable, str(REPO_ROOT / "tools/attach.py"), "--output", str(tmp_path / "r.json"),
+                          "--library", str(bogus), "--", str(make_consumer)],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "CONSUMER_MAIN_RAN": str(marker)})
+    assert res.returncode == 2, res.stderr
+    assert "could not be loaded" in res.stderr and "cannot be preloaded" in res.stderr
+    assert not marker.exists()
+    assert not (tmp_path / "r.json").exists()
