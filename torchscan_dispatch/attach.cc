@@ -392,6 +392,11 @@ __attribute__((constructor)) void Attach() {
   if (const char* ts = std::getenv("TORCHSCAN_ATTACH_TORCHSCRIPT_SCOPES"); ts && std::string(ts) == "0") {
     options.torchscript_scopes = false;
   }
+  // Each top-level TorchScript forward is a request (the server's own
+  // RequestScopes, if it has them, take precedence).
+  if (const char* tr = std::getenv("TORCHSCAN_ATTACH_TORCHSCRIPT_REQUESTS"); !tr || std::string(tr) != "0") {
+    options.torchscript_requests = true;
+  }
   attached->session = std::make_unique<Session>(options);
   if (Status st = attached->session->Start(); !st.ok()) {
     std::fprintf(stderr, "torchscan attach: not attaching: %s\n", st.message().c_str());

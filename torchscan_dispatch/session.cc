@@ -306,7 +306,7 @@ Status Session::Start() {
     s.thread = std::this_thread::get_id();
     if (s.options.threads == Threads::kAll) {
       s.all = std::make_unique<AllThreadsScan>(s.options.torchscript_scopes, s.options.join_on_first_call,
-                                               s.options.record_owned_children);
+                                               s.options.record_owned_children, s.options.torchscript_requests);
       if (auto st = s.all->Start(); !st.ok()) {
         s.all.reset();
         return st;
@@ -318,6 +318,7 @@ Status Session::Start() {
     s.included_before = c10::impl::tls_is_dispatch_key_included(kModeKey);
     s.unattributed_at_start = UnattributedCalls().load(std::memory_order_relaxed);
     s.recorder.torchscript_scopes = s.options.torchscript_scopes;
+    s.recorder.torchscript_requests = s.options.torchscript_requests;
     s.recorder.record_owned_children = s.options.record_owned_children;
     s.recorder.timestamps = s.options.timestamps;
     if (s.options.torchscript_scopes) AcquireTorchScriptCallback();
@@ -586,6 +587,8 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, boo
     layers[i].parent = scopes[i].parent;
     layers[i].depth = scopes[i].parent >= 0 ? layers[scopes[i].parent].depth + 1 : 0;
     layers[i].failed = scopes[i].failed;
+    layers[i].thread = scopes[i].thread;
+    if (scopes[i].request >= 0) layers[i].request = set.requests[scopes[i].request];
   }
   const TallyContext ctx = s.Context();
   TallyOperatorView(set.events(), set.label_sets, p.Plan(s.catalog, s.overrides), s.catalog, s.overrides, ctx, &layers);
@@ -630,6 +633,8 @@ LayerRow RowOf(reports::LayerTally& l) {
   row.parent = l.parent;
   row.depth = l.depth;
   row.failed = l.failed;
+  row.thread = l.thread;
+  row.request = std::move(l.request);
   row.memory = l.memory;
   row.memory_status = l.memory_status;
   row.peak_memory = l.peak_memory;

@@ -117,6 +117,11 @@ struct ScanOptions {
   // Submodule calls of TorchScript models (torch::jit::load) become module
   // scopes named by their module paths ("" is the root, "features.0", ...).
   bool torchscript_scopes = true;
+  // With torchscript_scopes: each top-level TorchScript forward (a function
+  // call made outside any open request) is a request of its own, id
+  // "forward-<n>", n counting them in this process from 1. The attach
+  // library turns this on, so an unmodified server's requests are reported.
+  bool torchscript_requests = false;
   // false: a call that owns its whole subtree in both views (a formula or a
   // zero-cost rule in each, e.g. aten::convolution) runs the calls its kernel
   // makes without the fallback. Reports are the same; those inner calls are
@@ -165,6 +170,10 @@ struct LayerRow {
   int32_t parent = -1;  // index of the enclosing row, -1 for none
   int32_t depth = 0;
   bool failed = false;  // the forward raised: every value is unavailable
+  // Threads::kAll scans: the thread that made the call (ThreadInfo::number;
+  // 0 otherwise). Any scan: the request the call belongs to ("" for none).
+  int64_t thread = 0;
+  std::string request;
   // ScanOptions::memory: bytes, the call's children included. peak_memory:
   // the most bytes allocated inside the call alive at one time;
   // allocated_bytes: allocated inside the call and alive when it returned.
