@@ -477,16 +477,34 @@ def bench_serving(requests: int, workers: int, repeats: int) -> Dict[str, Any]:
                                        "--lean"],
     }
     times: Dict[str, List[float]] = {a: [] for a in arms}
+    walls: Dict[str, List[float]] = {a: [] for a in arms}
+    rss: Dict[str, List[float]] = {a: [] for a in arms}
+    report_s: List[float] = []
     for r in range(repeats + 1):  # the first round warms caches up and is dropped
         for arm in (list(arms) if r % 2 == 0 else list(reversed(arms))):
-            out = subprocess.run(arms[arm], capture_output=True, text=True, check=True).stdout
+            started = time.perf_counter()
+            proc = subprocess.Popen(arms[arm], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            out = proc.stdout.read()
+            # wait4: this child's own peak RSS (the launcher execs the server: same process).
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{arm} failed ({proc.returncode})")
+            wall = time.perf_counter() - started
             seconds = float(out.strip().splitlines()[-1].split()[1])
             if r:
                 times[arm].append(seconds)
+                walls[arm].append(wall)
+                rss[arm].append(usage.ru_maxrss / 1024)  # KiB -> MiB
+                if arm == "attached":
+                    report_s.append(json.loads((tmp / "attached.json").read_text())["attach"]["report_seconds"])
     med = {a: _median(t) for a, t in times.items()}
     report = json.loads((tmp / "attached.json").read_text())
     return {"requests": requests, "workers": workers, "repeats": repeats, "median_s": med,
             "ratio_vs_unattached": {a: med[a] / med["unattached"] for a in arms if a != "unattached"},
+            "median_wall_s": {a: _median(t) for a, t in walls.items()},
+            "median_peak_rss_mib": {a: _median(t) for a, t in rss.items()},
+            "attached_exit_report_s": _median(report_s),
             "attached_report_total": report["operator_flops"]["total"]}
 
 
@@ -660,13 +678,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result["serving"] = sv
         print(f"[c] example C++ server at full load: {sv['requests']} requests of the example CNN "
               f"(1x3x32x32) on {workers} worker threads; median of {sv['repeats']} interleaved runs")
+        print(f"      {'arm':<28} {'serving':>10}     {'ratio':>6}  {'process':>9}  {'peak RSS':>9}")
         for arm, t in sv["median_s"].items():
-            line = f"      {arm:<28} {t * 1000:10.1f} ms"
-            if arm in sv["ratio_vs_unattached"]:
-                line += f"   ratio {_fmt_ratio(sv['ratio_vs_unattached'][arm])}"
-            print(line)
-        print(f"      attached report: {sv['attached_report_total']['status']} "
-              f"{sv['attached_report_total']['value']:,} FLOPs")
+            ratio = _fmt_ratio(sv["ratio_vs_unattached"][arm]) if arm in sv["ratio_vs_unattached"] else ""
+            print(f"      {arm:<28} {t * 1000:7.1f} ms  {ratio:>8}  {sv['median_wall_s'][arm]:7.2f} s  "
+                  f"{sv['median_peak_rss_mib'][arm]:5.0f} MiB")
+        print(f"      attached exit report: built in {sv['attached_exit_report_s']:.2f} s; "
+              f"{sv['attached_report_total']['status']} {sv['attached_report_total']['value']:,} FLOPs")
         print()
 
     elapsed = time.perf_counter() - t_start

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -157,14 +158,18 @@ bool PublishLocked(const std::string& path, const std::string& text) {
 // Caller holds attached->write_mu.
 void WriteReportLocked(const char* reason) {
   if (attached->closed || getpid() != attached->pid) return;
+  const auto started = std::chrono::steady_clock::now();
   StatusOr<std::string> text = attached->session->ScanReportJson();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!text.ok()) {
     std::fprintf(stderr, "torchscan attach: no report (%s)\n", text.status().message().c_str());
     return;
   }
   // The report's text is published as the session wrote it (never re-parsed:
   // nlohmann would turn counts past 2^64 into floats); "attach" goes first.
-  const nlohmann::json attach = {{"reason", reason}, {"sequence", ++attached->sequence}, {"pid", getpid()}};
+  // report_seconds: building the report (what the server waits for at exit).
+  const nlohmann::json attach = {
+      {"reason", reason}, {"sequence", ++attached->sequence}, {"pid", getpid()}, {"report_seconds", seconds}};
   PublishLocked(attached->output, "{\"attach\":" + attach.dump() + "," + text->substr(1) + "\n");
 }
 
