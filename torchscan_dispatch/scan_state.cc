@@ -128,7 +128,13 @@ void Recorder::ExitLabel(std::string_view label) {
 int32_t Recorder::PushScope(std::string path) {
   const int32_t id = static_cast<int32_t>(scopes_.size());
   const int32_t call_index = calls_per_path_[path]++;
-  scopes_.push_back({std::move(path), call_index, scope_, false, request_, static_cast<int64_t>(events_.size())});
+  Scope scope;
+  scope.path = std::move(path);
+  scope.call_index = call_index;
+  scope.parent = scope_;
+  scope.request = request_;
+  scope.begin_event = static_cast<int64_t>(events_.size());
+  scopes_.push_back(std::move(scope));
   scopes_.back().begin_memory = static_cast<int64_t>(memory_.size());
   if (timestamps) scopes_.back().begin_ns = SteadyNowNs();
   scope_ = id;

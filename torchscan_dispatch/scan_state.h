@@ -125,7 +125,6 @@ class Recorder {
     int32_t parent = -1;
     bool failed = false;  // the module's forward raised
     int32_t request = -1;             // request open when it opened
-    int64_t thread = 0;               // thread number (EventSet::Add; 0: not an all-threads set)
     int64_t begin_event = 0;          // calls recorded when it opened
     int64_t end_event = -1;           // calls recorded when it closed (-1: open)
     int64_t begin_memory = 0;         // allocator reports logged when it opened
@@ -133,6 +132,8 @@ class Recorder {
     int64_t begin_ns = 0;             // Recorder::timestamps: when it opened / closed (-1: open)
     int64_t end_ns = -1;
     std::vector<uintptr_t> outputs;   // identities of its output tensors
+    // Last: PushScope initialises the fields above in order.
+    int64_t thread = 0;               // thread number (EventSet::Add; 0: not an all-threads set)
   };
   int32_t PushScope(std::string path);
   // Closes `id` (and any scope opened inside it that was left open);

@@ -199,7 +199,7 @@ def test_attach_report_on_signal_while_requests_are_in_flight(served, tmp_path):
         total = snap["operator_flops"]["total"]
         assert total["status"] == "complete"
         assert total["value"] % per_request == 0
-        assert 20 <= total["value"] // per_request < requests
+        assert 20 <= total["value"] // per_request < requests, (snap["threads"], [(q["request"], q["calls"]) for q in snap["requests"]], snap["context"])
     assert snapshots[0]["operator_flops"]["total"]["value"] <= snapshots[1]["operator_flops"]["total"]["value"]
     final = json.loads(out.read_text())
     assert final["attach"].pop("report_seconds") >= 0
