@@ -341,6 +341,9 @@ class Pass {
 
   // The flow of a tensor argument; nullptr: it holds no input positions.
   const Flow* Get(const TensorMeta& t) {
+    // 0-d tensors hold no token axis; Python scalars wrapped as tensors are
+    // made without a recorded call and may reuse a freed tracked address.
+    if (t.ndim == 0) return nullptr;
     auto it = flows_.find(t.identity);
     if (it != flows_.end()) {
       Flow& f = it->second;
@@ -388,6 +391,29 @@ class Pass {
     flows_.erase(id);
   }
 
+  // Tensors made inside calls [from, to) that the pass does not visit (a
+  // call handled by its rule, a step): their identities may be reused
+  // addresses of tensors it tracked. A call returning its own input (an
+  // alias: contiguous, to) made nothing new.
+  // The calling event's own outputs (`parent`, -1: none) are its rule's.
+  void Forget(int64_t from, int64_t to, const std::string& lost, int64_t parent = -1) {
+    std::unordered_set<uintptr_t> keep;
+    if (parent >= 0) EachTensor(events_[parent].outputs, [&](const TensorMeta& t) { keep.insert(t.identity); });
+    for (int64_t j = from; j < to; ++j) {
+      const Event& e = events_[j];
+      std::unordered_set<uintptr_t> ins = keep;
+      EachTensor(e.args, [&](const TensorMeta& t) { ins.insert(t.identity); });
+      EachTensor(e.outputs, [&](const TensorMeta& t) {
+        if (ins.count(t.identity)) return;
+        if (lost.empty()) {
+          Clear(t.identity);
+        } else {
+          Set(t.identity, Lost(lost));
+        }
+      });
+    }
+  }
+
   // The end of event i's subtree: its descendants follow it, with parents >= i.
   int64_t SubtreeEnd(int64_t i, int64_t end) const {
     int64_t j = i + 1;
@@ -420,11 +446,12 @@ class Pass {
   }
 
   // Adds `f`, whose token dim lands on output dim `dim` of `out`, to `r`.
-  static std::optional<std::string> Add(Flow& r, bool& any, const Flow& f, int64_t dim, const TensorMeta& out,
+  std::optional<std::string> Add(Flow& r, bool& any, const Flow& f, int64_t dim, const TensorMeta& out,
                                         absl::string_view name) {
     if (!f.lost.empty()) return f.lost;
     if (dim < 0 || dim >= out.ndim) return absl::StrCat(name, ": the token axis leaves the result; not followed");
     if (any && r.dim != dim) {
+      products_of_tokens = true;
       return absl::StrCat(name, " combines tensors whose token positions lie on different dims (two token axes, as "
                                 "in attention scores computed with explicit products): not analysed; "
                                 "scaled_dot_product_attention is");
@@ -790,6 +817,7 @@ class Pass {
     const absl::string_view name = N(call.name);
     const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
     if (!tracked || ShapeOnly().count(std::string(base))) {
+      Forget(i + 1, next, "", i);
       EachTensor(call.outputs, [&](const TensorMeta& t) { Clear(t.identity); });
       return next;
     }
@@ -800,6 +828,7 @@ class Pass {
     } else {
       f = Rule(call, base, done);
     }
+    if (f || done) Forget(i + 1, next, "", i);
     if (done) return next;
     if (f) {
       const TensorMeta& out = call.outputs[0].tensor();
@@ -839,6 +868,8 @@ class Pass {
   void Step(const TokenStep& s) {
     const std::string& path = recorder_.scopes()[s.scope].path;
     const std::string who = path.empty() ? "(root)" : path;
+    const auto& sc = recorder_.scopes()[s.scope];
+    Forget(sc.begin_event, sc.end_event, absl::StrCat("a tensor made inside ", who, " other than its primary output"));
     if (!s.reason.empty()) {
       Set(s.output, Lost(absl::StrCat(who, ": ", s.reason)));
       return;
@@ -873,6 +904,11 @@ class Pass {
 
   const Recorder& recorder_;
   const BlockLog<Event>& events_;
+
+ public:
+  bool products_of_tokens = false;  // two token-indexed tensors met in one product (explicit attention)
+
+ private:
   const TokenFlowRequest& req_;
   std::unordered_map<uintptr_t, Flow> flows_;
   std::unordered_map<uintptr_t, TokenInput> seeds_;
@@ -908,6 +944,7 @@ TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope) {
   for (int64_t i = sc.begin_event; i < sc.end_event; ++i) {
     const Event& e = events[i];
     const OpInfo& info = Catalog().Get(e.op);
+    if (info.name == "aten::softmax" || info.name == "aten::_softmax") q.softmax = true;
     if (!IsAttention(info.name)) continue;
     q.attention = true;
     const SdpaArgs at = SdpaOf(info.name);
@@ -928,7 +965,10 @@ TokenFlowResult AnalyseTokenFlow(const Recorder& recorder, const TokenFlowReques
     r.reason = "the module call's recorded calls were not found";
     return r;
   }
-  return Pass(recorder, request).Run();
+  Pass pass(recorder, request);
+  TokenFlowResult r = pass.Run();
+  r.explicit_attention = pass.products_of_tokens;
+  return r;
 }
 
 std::string TokenFlowJson(std::string_view text) {
@@ -944,6 +984,7 @@ std::string TokenFlowJson(std::string_view text) {
     if (!ours) return out.dump();
     const TokenMaskQuery q = FindAttentionMasks(*recorder, scope);
     out["attention"] = q.attention;
+    out["softmax"] = q.softmax;
     for (uintptr_t m : q.masks) out["masks"].push_back(static_cast<uint64_t>(m));
     return out.dump();
   }
@@ -991,7 +1032,10 @@ std::string TokenFlowJson(std::string_view text) {
     req.steps.push_back(std::move(step));
   }
   const TokenFlowResult r = AnalyseTokenFlow(*recorder, req);
-  if (!r.complete) return nlohmann::json{{"status", "unavailable"}, {"reason", r.reason}}.dump();
+  if (!r.complete) {
+    return nlohmann::json{{"status", "unavailable"}, {"reason", r.reason}, {"explicit_attention", r.explicit_attention}}
+        .dump();
+  }
   nlohmann::json out = {{"status", "complete"}, {"output_axis", r.output_axis}, {"output_length", r.output_length}};
   out["sources"] = nlohmann::json::array();
   for (const auto& [source, rel] : r.sources) out["sources"].push_back({{"source", source}, {"relation", RelationJson(rel)}});

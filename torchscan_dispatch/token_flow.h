@@ -96,12 +96,16 @@ struct TokenFlowResult {
   int32_t output_axis = 0;
   int64_t output_length = 0;
   std::map<int32_t, TokenRelation> sources;  // by TokenInput::source; every source
+  // Two token-indexed tensors met in one product (attention written with
+  // explicit products, which the pass does not analyse).
+  bool explicit_attention = false;
 };
 
 // Whether the scope ran an attention operator, and the identities of the
 // attention masks its calls used (the caller reads their values).
 struct TokenMaskQuery {
   bool attention = false;
+  bool softmax = false;  // a softmax ran: attention written with explicit products, perhaps
   std::vector<uintptr_t> masks;
 };
 TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope);

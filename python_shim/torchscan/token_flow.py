@@ -210,8 +210,13 @@ class TokenFlow:
         Session = _session()
         found = json.loads(Session.token_flow(json.dumps({"query": "masks", "scope": scope, "path": path})))
         inside = [st for s, st in self._steps if s > scope]
-        if not found["attention"] and not inside:
-            return None  # no attention inside: token relations do not apply
+        # No attention inside: token relations do not apply, unless a softmax
+        # ran over scores of two token-indexed tensors (attention written
+        # with explicit products, as Hugging Face's eager attention): that
+        # is said to be unavailable below.
+        explicit_only = not found["attention"] and not inside
+        if explicit_only and not found["softmax"]:
+            return None
         base = {"scope": "module_call", "method": METHOD, "assumptions": list(ASSUMPTIONS)}
         out = self._primary(output)
         named = _named_tensors(module, args, kwargs)
@@ -229,6 +234,8 @@ class TokenFlow:
             by_identity[t._cdata] = len(sources)
             sources.append({"arguments": [name], "sequence_axis": axis, "length": int(t.shape[axis]),
                             "identity": t._cdata})
+        if explicit_only and (out is None or out.is_nested):
+            return None
         if out is None:
             reason = "the call returned no tensor"
         elif out.is_nested:
@@ -239,6 +246,8 @@ class TokenFlow:
                                    "length": s["length"]} for k, s in enumerate(sources)],
                        "masks": masks, "steps": inside}
             answer = json.loads(Session.token_flow(json.dumps(request)))
+            if explicit_only and not answer.get("explicit_attention"):
+                return None
             if answer["status"] == "complete":
                 relations = {s["source"]: s["relation"] for s in answer["sources"]}
                 listed = [{"arguments": s["arguments"], "sequence_axis": s["sequence_axis"], "length": s["length"],
