@@ -845,9 +845,11 @@ class Pass {
       Set(out.identity, std::move(*f));
       return next;
     }
-    // No rule: follow its children when it made calls that wrote all its
-    // outputs; otherwise this is where the analysis stops.
-    if (next > i + 1 && !IsAttention(name)) {
+    // No rule: follow its children when they are the whole of its work (it
+    // ran its CompositeImplicitAutograd decomposition) and wrote all its
+    // outputs; a kernel's own work between its calls (sort copies, then
+    // sorts in place) is unseen. Otherwise this is where the analysis stops.
+    if (next > i + 1 && !IsAttention(name) && Catalog().RanDecomposition(e.op, e.keys)) {
       std::unordered_set<uintptr_t> before = written_;
       written_.clear();
       for (int64_t j = i + 1; j < next;) j = Visit(j, next);
