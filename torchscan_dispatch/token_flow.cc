@@ -1,6 +1,7 @@
 #include "torchscan_dispatch/token_flow.h"
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 #include <unordered_map>
 #include <unordered_set>
@@ -158,8 +159,11 @@ struct Flow {
   std::string lost;  // non-empty: not followed, why (naming the operator)
   int32_t dim = 0;   // the dim holding token positions
   int64_t length = 0;
-  std::map<int32_t, TokenRows> deps;  // by source
+  // By source; shared: most calls pass their input's rows on unchanged.
+  std::map<int32_t, std::shared_ptr<const TokenRows>> deps;
 };
+
+std::shared_ptr<const TokenRows> Share(TokenRows r) { return std::make_shared<const TokenRows>(std::move(r)); }
 
 Flow Lost(std::string why) {
   Flow f;
@@ -199,6 +203,16 @@ const std::unordered_set<std::string>& Views() {
   static const auto* names = new std::unordered_set<std::string>{
       "view", "_unsafe_view", "reshape", "_reshape_alias", "view_copy", "reshape_as", "view_as", "flatten",
       "unflatten", "squeeze", "squeeze_", "unsqueeze", "unsqueeze_", "squeeze_copy", "unsqueeze_copy"};
+  return *names;
+}
+
+// Operators whose result may share its input's memory.
+const std::unordered_set<std::string>& ViewOps() {
+  static const auto* names = new std::unordered_set<std::string>{
+      "view", "_unsafe_view", "reshape", "_reshape_alias", "reshape_as", "view_as", "flatten", "unflatten", "squeeze",
+      "unsqueeze", "permute", "transpose", "t", "swapaxes", "movedim", "slice", "narrow", "select", "expand",
+      "expand_as", "broadcast_to", "alias", "detach", "unbind", "split", "split_with_sizes", "chunk", "tensor_split",
+      "diagonal", "as_strided", "unfold", "contiguous", "to", "_to_copy", "view_as_real", "view_as_complex"};
   return *names;
 }
 
@@ -313,7 +327,7 @@ class Pass {
         res.sources[in.source] = TokenRelation{"none"};
         continue;
       }
-      auto named = NameRelation(it->second, in.length);
+      auto named = NameRelation(*it->second, in.length);
       if (!named) {
         res.reason = "the output's dependency on an input is none of the relations the schema names (none, "
                      "same_position, prefix, all), e.g. a sliding window, or key padding next to a residual path";
@@ -335,7 +349,7 @@ class Pass {
     Flow f;
     f.dim = in.axis;
     f.length = in.length;
-    f.deps[in.source] = TokenRows::Same(in.length);
+    f.deps[in.source] = Share(TokenRows::Same(in.length));
     return f;
   }
 
@@ -383,12 +397,53 @@ class Pass {
   }
 
   void Set(uintptr_t id, Flow f) {
-    written_.insert(id);
+    written_[id] = ++generation_;
     flows_[id] = std::move(f);
   }
   void Clear(uintptr_t id) {
-    written_.insert(id);
+    written_[id] = ++generation_;
     flows_.erase(id);
+  }
+
+  uintptr_t Root(uintptr_t id) const {
+    auto it = root_.find(id);
+    return it == root_.end() ? id : it->second;
+  }
+
+  // Views share their base's memory: a call that writes one in place
+  // changes the others, which the pass does not follow value by value, so
+  // they are not followed from here on (their base included).
+  void Aliases(int64_t i) {
+    const Event& e = events_[i];
+    if (e.raised) return;
+    const OpInfo& info = Catalog().Get(e.op);
+    const OpCall call = FormulaCall(info, e.args, e.outputs);
+    const absl::string_view name = N(call.name);
+    const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
+    const bool in_place = (base.size() > 1 && base.back() == '_') || info.overload == "out";
+    if (in_place) {
+      EachTensor(call.outputs, [&](const TensorMeta& t) {
+        const uintptr_t r = Root(t.identity);
+        auto g = group_.find(r);
+        if (g == group_.end()) return;
+        const std::string why = absl::StrCat(name, " wrote in place into a view of this tensor (or its base); "
+                                             "not followed");
+        for (uintptr_t id : g->second) {
+          if (id != t.identity) Set(id, Lost(why));
+        }
+        if (r != t.identity) Set(r, Lost(why));
+      });
+      return;
+    }
+    if (!ViewOps().count(std::string(base))) return;
+    const ArgMeta& x = call.arg(0);
+    if (!x.is_tensor()) return;
+    const uintptr_t r = Root(x.tensor().identity);
+    EachTensor(call.outputs, [&](const TensorMeta& t) {
+      if (t.identity == x.tensor().identity) return;
+      root_[t.identity] = r;
+      group_[r].push_back(t.identity);
+    });
   }
 
   // Tensors made inside calls [from, to) that the pass does not visit (a
@@ -421,26 +476,27 @@ class Pass {
     return j;
   }
 
-  static bool Unite(Flow& into, int32_t source, const TokenRows& rows) {
+  static bool Unite(Flow& into, int32_t source, const std::shared_ptr<const TokenRows>& rows) {
     auto it = into.deps.find(source);
     if (it == into.deps.end()) {
       into.deps[source] = rows;
       return true;
     }
-    auto u = UniteRows(it->second, rows);
+    if (it->second == rows) return true;
+    auto u = UniteRows(*it->second, *rows);
     if (!u) return false;
-    it->second = std::move(*u);
+    if (u->lo != it->second->lo || u->hi != it->second->hi) it->second = Share(std::move(*u));
     return true;
   }
 
   // Rows of `f` for an output token dim of `length` positions: equal, or a
   // single position broadcast to all of them.
-  static std::optional<std::map<int32_t, TokenRows>> Fit(const Flow& f, int64_t length) {
+  static std::optional<std::map<int32_t, std::shared_ptr<const TokenRows>>> Fit(const Flow& f, int64_t length) {
     if (f.length == length) return f.deps;
     if (f.length != 1) return std::nullopt;
-    std::map<int32_t, TokenRows> out;
+    std::map<int32_t, std::shared_ptr<const TokenRows>> out;
     for (const auto& [source, rows] : f.deps) {
-      out[source] = {std::vector<int64_t>(length, rows.lo[0]), std::vector<int64_t>(length, rows.hi[0])};
+      out[source] = Share({std::vector<int64_t>(length, rows->lo[0]), std::vector<int64_t>(length, rows->hi[0])});
     }
     return out;
   }
@@ -543,12 +599,12 @@ class Pass {
       TokenRows picked = TokenRows::None(length);
       for (int64_t k = 0; k < length; ++k) {
         const int64_t j = start + k * step;
-        if (j >= 0 && j < rows.rows()) {
-          picked.lo[k] = rows.lo[j];
-          picked.hi[k] = rows.hi[j];
+        if (j >= 0 && j < rows->rows()) {
+          picked.lo[k] = rows->lo[j];
+          picked.hi[k] = rows->hi[j];
         }
       }
-      rows = std::move(picked);
+      rows = Share(std::move(picked));
     }
     return r;
   }
@@ -622,9 +678,9 @@ class Pass {
     auto through = [&](const Flow* f, const TokenRows& rel) -> bool {
       if (f == nullptr) return true;
       for (const auto& [source, rows] : f->deps) {
-        auto c = ComposeRows(rel, rows, &why);
+        auto c = ComposeRows(rel, *rows, &why);
         if (!c) return false;
-        if (!Unite(r, source, *c)) {
+        if (!Unite(r, source, Share(std::move(*c)))) {
           why = "a dependency that is not one interval of positions";
           return false;
         }
@@ -807,6 +863,12 @@ class Pass {
 
   // Visits event i and what it needs of its subtree; returns the next event.
   int64_t Visit(int64_t i, int64_t end) {
+    const int64_t next = VisitCall(i, end);
+    Aliases(i);
+    return next;
+  }
+
+  int64_t VisitCall(int64_t i, int64_t end) {
     const Event& e = events_[i];
     const int64_t next = SubtreeEnd(i, end);
     if (e.raised) return next;
@@ -850,12 +912,13 @@ class Pass {
     // outputs; a kernel's own work between its calls (sort copies, then
     // sorts in place) is unseen. Otherwise this is where the analysis stops.
     if (next > i + 1 && !IsAttention(name) && Catalog().RanDecomposition(e.op, e.keys)) {
-      std::unordered_set<uintptr_t> before = written_;
-      written_.clear();
+      const int64_t mark = generation_;
       for (int64_t j = i + 1; j < next;) j = Visit(j, next);
       bool produced = true;
-      EachTensor(call.outputs, [&](const TensorMeta& t) { produced = produced && written_.count(t.identity); });
-      written_.insert(before.begin(), before.end());
+      EachTensor(call.outputs, [&](const TensorMeta& t) {
+        auto it = written_.find(t.identity);
+        produced = produced && it != written_.end() && it->second > mark;
+      });
       if (produced) return next;
     }
     const std::string why = absl::StrCat(name, info.overload.empty() ? "" : ".", info.overload,
@@ -894,8 +957,8 @@ class Pass {
       const TokenRows rel = RowsOf(in.relation, s.output_length, in.length);
       for (const auto& [source, rows] : f->deps) {
         std::string why = "a dependency that is not one interval of positions";
-        auto c = ComposeRows(rel, rows, &why);
-        if (!c || !Unite(out, source, *c)) {
+        auto c = ComposeRows(rel, *rows, &why);
+        if (!c || !Unite(out, source, Share(std::move(*c)))) {
           Set(s.output, Lost(absl::StrCat(who, ": ", why)));
           return;
         }
@@ -914,7 +977,10 @@ class Pass {
   const TokenFlowRequest& req_;
   std::unordered_map<uintptr_t, Flow> flows_;
   std::unordered_map<uintptr_t, TokenInput> seeds_;
-  std::unordered_set<uintptr_t> written_;  // made by a call: no longer a seed
+  std::unordered_map<uintptr_t, int64_t> written_;  // made by a call (no longer a seed): when
+  int64_t generation_ = 0;
+  std::unordered_map<uintptr_t, uintptr_t> root_;                // a view -> the tensor it views
+  std::unordered_map<uintptr_t, std::vector<uintptr_t>> group_;  // a base -> its views
 };
 
 TokenRelation RelationFromJson(const nlohmann::json& j) {

@@ -63,6 +63,8 @@ class SelfAttention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
         if self.op == "sort_after":
             y = y.sort(dim=2).values  # reorders token positions
+        if self.op == "write_view":
+            y[:, :, 0] = q[:, :, -1]  # position 0 now holds what position L-1 of q read
         b, _, length, _ = y.shape
         return self.proj(y.transpose(1, 2).contiguous().view(b, length, E))
 
@@ -149,6 +151,10 @@ def test_an_unsupported_operator_on_the_way_is_named():
     # not guess what they do to positions; the result says which operator.
     _unavailable(torchscan.crawl_module(SelfAttention("cumsum_before"), args=(x,)), "", "aten::cumsum")
     _unavailable(torchscan.crawl_module(SelfAttention("sort_after"), args=(x,)), "", "aten::sort")
+    # A write through a view (select + copy_) changes its base, which the pass
+    # does not follow value by value: unavailable, not the stale prefix.
+    _unavailable(torchscan.crawl_module(SelfAttention("write_view"), args=(x,), kwargs={"is_causal": True}), "",
+                 "wrote in place into a view")
 
 
 def test_masks_the_pass_cannot_read_or_name():
