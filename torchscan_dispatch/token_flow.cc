@@ -1016,7 +1016,9 @@ TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope) {
     if (!IsAttention(info.name)) continue;
     q.attention = true;
     const SdpaArgs at = SdpaOf(info.name);
-    if (at.mask < 0) continue;
+    // The kernel SDPA dispatches to gets a mask SDPA derived (a boolean one
+    // made additive): the pass reads the outer call's.
+    if (at.mask < 0 || (e.parent >= 0 && IsAttention(Catalog().Get(events[e.parent].op).name))) continue;
     const OpCall call = FormulaCall(info, e.args, e.outputs);
     const ArgMeta& m = call.arg(at.mask);
     if (m.is_tensor() && m.tensor().defined &&
