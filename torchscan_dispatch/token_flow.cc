@@ -420,7 +420,10 @@ class Pass {
     const OpCall call = FormulaCall(info, e.args, e.outputs);
     const absl::string_view name = N(call.name);
     const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
-    const bool in_place = (base.size() > 1 && base.back() == '_') || info.overload == "out";
+    // In-place calls that change a tensor's metadata, not its values, leave its views alone.
+    const bool metadata = base == "detach_" || base == "requires_grad_" || base == "squeeze_" ||
+                          base == "unsqueeze_" || base == "transpose_" || base == "t_" || base == "as_strided_";
+    const bool in_place = ((base.size() > 1 && base.back() == '_') || info.overload == "out") && !metadata;
     if (in_place) {
       EachTensor(call.outputs, [&](const TensorMeta& t) {
         const uintptr_t r = Root(t.identity);
@@ -720,6 +723,11 @@ class Pass {
     if (IsAttention(name)) {
       return Lost(absl::StrCat(name, " is a fused attention kernel the token-flow pass does not analyse here"));
     }
+    if (base == "embedding" && call.arg(1).is_tensor() && x.is_tensor() && Get(x.tensor()) == nullptr) {
+      // A lookup per index: output position i reads index i.
+      const Flow* ids = Get(call.arg(1).tensor());
+      if (ids != nullptr) return *ids;
+    }
     if (!x.is_tensor()) return std::nullopt;
     const TensorMeta& in = x.tensor();
     const Flow* fp = Get(in);
@@ -806,8 +814,9 @@ class Pass {
       return r;
     }
     if (base == "embedding") {
-      if (Get(in) != nullptr) return Lost(absl::StrCat(name, ": embedding weights computed from the inputs"));
-      return std::nullopt;
+      // embedding(weight, indices): (..., ) -> (..., E); weights computed
+      // from the inputs are not followed.
+      return Lost(absl::StrCat(name, ": embedding weights computed from the inputs; not followed"));
     }
     return std::nullopt;
   }
@@ -843,6 +852,14 @@ class Pass {
     const int64_t dim = Wrap(d, stack ? out.ndim : out.ndim);
     Flow r;
     bool any = false;
+    if (!stack) {
+      bool along = false;
+      for (const TensorMeta& t : list.tensors()) {
+        const Flow* f = t.defined ? Get(t) : nullptr;
+        along = along || (f != nullptr && f->lost.empty() && f->dim == dim);
+      }
+      if (along) return Along(call, out, dim);
+    }
     for (const TensorMeta& t : list.tensors()) {
       if (!t.defined) continue;
       const Flow* f = Get(t);
@@ -851,13 +868,44 @@ class Pass {
       int64_t od = f->dim;
       if (stack) {
         od += f->dim >= dim ? 1 : 0;
-      } else if (f->dim == dim) {
-        return Lost(absl::StrCat(N(call.name), " joins tensors along the token axis; not followed"));
       } else {
         od = f->dim + (out.ndim - t.ndim);
       }
       if (auto err = Add(r, any, *f, od, out, N(call.name))) return Lost(*err);
     }
+    return r;
+  }
+
+  // cat along the token axis (a key/value cache's earlier positions, then
+  // this call's): output positions are the inputs' in order; positions of
+  // an untracked tensor (held from earlier calls) read none of the inputs.
+  Flow Along(const OpCall& call, const TensorMeta& out, int64_t dim) {
+    Flow r;
+    r.dim = static_cast<int32_t>(dim);
+    r.length = out.size(dim);
+    std::map<int32_t, TokenRows> rows;
+    int64_t offset = 0;
+    for (const TensorMeta& t : call.arg(0).tensors()) {
+      if (!t.defined || t.numel() == 0) continue;  // cat skips empty tensors
+      if (t.ndim != out.ndim) return Lost(absl::StrCat(N(call.name), ": unexpected shapes; not followed"));
+      const Flow* f = Get(t);
+      if (f != nullptr) {
+        if (!f->lost.empty()) return *f;
+        if (f->dim != dim) {
+          return Lost(absl::StrCat(N(call.name), " joins token positions with another dim's; not followed"));
+        }
+        for (const auto& [source, d] : f->deps) {
+          auto& into = rows.try_emplace(source, TokenRows::None(r.length)).first->second;
+          for (int64_t k = 0; k < d->rows() && offset + k < r.length; ++k) {
+            into.lo[offset + k] = d->lo[k];
+            into.hi[offset + k] = d->hi[k];
+          }
+        }
+      }
+      offset += t.size(dim);
+    }
+    if (offset != r.length) return Lost(absl::StrCat(N(call.name), ": unexpected shapes; not followed"));
+    for (auto& [source, d] : rows) r.deps[source] = Share(std::move(d));
     return r;
   }
 
