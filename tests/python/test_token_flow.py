@@ -344,3 +344,20 @@ def test_llama_eager_attention_is_unavailable():
     # axes, which the pass does not follow: unavailable, naming the product.
     _unavailable(report, "self_attn", "aten::matmul combines tensors whose token positions lie on different dims")
     _unavailable(report, "", "self_attn: aten::matmul")
+
+
+def test_whole_llama_model_with_its_cache():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=64, num_hidden_layers=2, vocab_size=50,
+                                      attn_implementation="sdpa")
+    torch.manual_seed(0)
+    report = torchscan.crawl_module(transformers.LlamaModel(config).eval(),
+                                    kwargs={"input_ids": torch.randint(0, 50, (1, L))})
+    # Token embeddings are per position; the cache joins its (empty) past
+    # with this call's keys along the token axis, which keeps their
+    # positions; each layer is a prefix (test_llama_sdpa_attention); the
+    # final norm is per position: output i reads input_ids 0..i.
+    assert _sources(report) == [{"arguments": ["input_ids"], "sequence_axis": 1, "length": L,
+                                 "relation": {"kind": "prefix"}}]
+    assert _sources(report, "layers.1")[0]["relation"] == {"kind": "prefix"}
