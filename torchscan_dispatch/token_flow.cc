@@ -758,6 +758,9 @@ class Pass {
     if (base == "slice" || base == "narrow" || base == "slice_copy") {
       const int64_t d = Wrap(call.arg(1).kind == ArgKind::kInt ? call.arg(1).to_int() : 0, in.ndim);
       if (d != f.dim) return f;
+      if (call.arg(2).kind != ArgKind::kInt && !(base != "narrow" && call.arg(2).is_none())) {
+        return Lost(absl::StrCat(name, ": a start given as a tensor; not followed"));
+      }
       int64_t start = call.arg(2).kind == ArgKind::kInt ? call.arg(2).to_int() : 0;
       if (start < 0) start += in.size(d);
       start = std::clamp<int64_t>(start, 0, in.size(d));

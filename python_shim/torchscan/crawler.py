@@ -362,6 +362,8 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     flow = token_flow.TokenFlow() if mode == "full" else None
 
     def tokens_after(mod, scope, index, hook_args, hook_kwargs, output):
+        if is_compiling():  # Dynamo tracing the hooks: no tensors to read
+            return
         with AnalysisPause():
             flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output)
 
