@@ -8,8 +8,9 @@ After each module call, the engine's token-flow pass
 through tensor identities, from its input tensors' token axes to its
 output: per-position operators (projections contracting features,
 elementwise math with broadcasting, norms and softmax over features, views,
-transposes, splits and joins on other dims, eval dropout) keep output i on
-the positions input i read; scaled_dot_product_attention makes output i
+transposes, splits and joins on other dims, eval dropout, token embeddings)
+keep output i on the positions input i read; slices and joins along the
+token axis (a key/value cache) move them; scaled_dot_product_attention makes output i
 read the values of the keys its mask lets through and, through the softmax
 over two or more scores, those keys and query i. Module calls inside whose
 relation is known (native attention layers, see tokens.py, and modules
