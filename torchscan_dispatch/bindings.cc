@@ -22,6 +22,7 @@
 #include "reports/validate.h"
 #include "torchscan_dispatch/coverage_audit.h"
 #include "torchscan_dispatch/fallback.h"
+#include "torchscan_dispatch/token_flow.h"
 #include "torchscan_dispatch/torchscan.h"
 
 namespace torchscan {
@@ -225,6 +226,8 @@ TORCH_LIBRARY(torchscan, m) {
                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
                   })
       .def_static("mode_key_included", []() { return ModeKeyIncluded(); })
+      // Token dependencies of a module call just recorded (torchscan/token_flow.py).
+      .def_static("token_flow", [](std::string request) { return TokenFlowJson(request); })
       .def_static("pause_thread_recording", []() { PauseThreadRecording(); })
       .def_static("resume_thread_recording", []() { ResumeThreadRecording(); })
       .def_static("note_control_flow_stop", []() { NoteControlFlowStop(); })

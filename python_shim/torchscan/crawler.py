@@ -20,7 +20,7 @@ import torch.nn as nn
 from torch.utils._pytree import tree_flatten
 
 from torchscan import handlers as _handlers
-from torchscan import tokens
+from torchscan import token_flow, tokens
 from torchscan._library import _library_path
 from torchscan._modules import AnalysisPause, ForwardHooks, forward_raised, safe_text
 from torchscan.flops import FlopScan
@@ -353,6 +353,19 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             flat, _ = tree_flatten(output)
             session.pop_module_scope(scope, failed, [t._cdata for t in flat if isinstance(t, Tensor)])
         calls[index][2] = {"kind": "failed"} if failed else describe(output)
+        if flow is not None and not failed:
+            tokens_after(mod, scope, index, hook_args, hook_kwargs, output)
+
+    # Token dependencies (tokens.py for native attention layers, token_flow.py
+    # for modules that run attention otherwise), after the scope is popped;
+    # structure mode omits them. Their own tensor work is not the model's.
+    flow = token_flow.TokenFlow() if mode == "full" else None
+
+    def tokens_after(mod, scope, index, hook_args, hook_kwargs, output):
+        if is_compiling():  # Dynamo tracing the hooks: no tensors to read
+            return
+        with AnalysisPause():
+            flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output)
 
     # The fast path. Plain dense tensors (the common inputs and outputs) are
     # snapshotted here (_snapshot) and described when the report is built:
@@ -392,6 +405,8 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
                 session.pop_module_scope(scope, failed, [identity])
             if not failed and not output.is_nested:
                 calls[index][4] = (output.shape, output.dtype, output.device, output.requires_grad)
+                if flow is not None:
+                    tokens_after(mod, scope, index, hook_args, hook_kwargs, output)
                 return
         else:
             flat, _ = tree_flatten(output)
@@ -399,25 +414,11 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             if pop(handle, scope, failed, (ctypes.c_uint64 * len(ids))(*ids), len(ids)) < 0:
                 session.pop_module_scope(scope, failed, ids)
         calls[index][2] = {"kind": "failed"} if failed else describe(output)
+        if flow is not None and not failed:
+            tokens_after(mod, scope, index, hook_args, hook_kwargs, output)
 
     if push is None:  # no C entry points: the session's methods throughout
         pre_hook, post_hook = traced_pre_hook, traced_post_hook
-
-    # Token dependencies of native attention calls, from the masks each call
-    # ran with (torchscan/tokens.py), per module in call order; structure
-    # mode omits them.
-    token_results: Dict[nn.Module, list] = {}
-    token_handles = []
-
-    def token_hook(mod, hook_args, hook_kwargs, output):
-        if paused.depth:
-            return
-        results = token_results.setdefault(mod, [])
-        if forward_raised(output):
-            results.append(None)
-            return
-        with AnalysisPause():  # the analysis's own tensor work is not the model's
-            results.append(tokens.analyse(mod, hook_args, hook_kwargs))
 
     hooks = ForwardHooks(pre_hook, post_hook)
     try:
@@ -426,18 +427,11 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
                 hooks.add(m)
             if handlers is not None:
                 handlers.add_hooks(calls)
-            if mode == "full":
-                for m in modules:
-                    if tokens.applies(m):
-                        token_handles.append(m.register_forward_hook(token_hook, with_kwargs=True,
-                                                                     always_call=True))
             _eval(module, modules)
             with torch.no_grad(), scan:
                 module(*call_args, **call_kwargs)
         finally:
             try:
-                for h in token_handles:
-                    h.remove()
                 hooks.remove()
             finally:
                 if handlers is not None:
@@ -451,10 +445,10 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
 
     if handlers is None:
         report = _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
-                               memory, token_results)
+                               memory, flow.results if flow is not None else {})
     else:
         report = _build_report(module, modules, scan, calls, mode, False, source, call_args, call_kwargs, training,
-                               memory, token_results)
+                               memory, flow.results if flow is not None else {})
         handlers.apply(report, calls, names)
         if strict:
             _handlers.check_strict(report, True, memory)
@@ -613,10 +607,9 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
 
     memory_report = _memory_metrics(scan._session, layers) if memory else None
     if token_results:
-        for layer, call in zip(layers, calls):
-            results = token_results.get(call[0])
-            result = results.pop(0) if results else None
-            if result is None:  # not a native attention call, or its forward raised
+        for index, layer in enumerate(layers):
+            result = token_results.get(index)
+            if result is None:  # ran no attention, or its forward raised
                 continue
             layer["token_dependencies"], reason = result
             tokens.not_applicable_fields(layer["metrics"], "forward")

@@ -20,8 +20,9 @@ boolean matrix D (output positions x source positions) and then named:
 Masks: boolean True blocks; a float mask blocks where it is -inf or its
 dtype's most negative value (Hugging Face's convention); is_causal is taken
 when the mask agrees with it (MultiheadAttention applies the one or the
-other depending on its path). Only the native forwards are analysed: a
-subclass that overrides forward is not.
+other depending on its path). Only the native forwards are analysed here:
+a subclass that overrides forward, and modules built from operators, are
+left to the token-flow pass over the operators they ran (token_flow.py).
 
 A D is named `none`, `same_position`, `prefix` or `all` (with `limit` and
 `first_position` where they apply); a D that is none of them, a mask that

@@ -1,0 +1,267 @@
+"""Token dependencies of module calls built from operators: custom attention
+modules around F.scaled_dot_product_attention, Hugging Face attention
+layers, and Transformer stacks (nn.TransformerEncoder / Decoder /
+Transformer) made of native layers.
+
+After each module call, the engine's token-flow pass
+(torchscan_dispatch/token_flow.cc) follows the operators the call ran,
+through tensor identities, from its input tensors' token axes to its
+output: per-position operators (projections contracting features,
+elementwise math with broadcasting, norms and softmax over features, views,
+transposes, splits and joins on other dims, eval dropout, token embeddings)
+keep output i on the positions input i read; slices and joins along the
+token axis (a key/value cache) move them; scaled_dot_product_attention makes output i
+read the values of the keys its mask lets through and, through the softmax
+over two or more scores, those keys and query i. Module calls inside whose
+relation is known (native attention layers, see tokens.py, and modules
+analysed before) are taken as one step: their relation is composed with the
+dependencies of their inputs. Anything else on the way to the output (an
+operator that reorders or mixes positions, attention written as explicit
+products, a mask whose values are unknown) makes the result unavailable
+with the operator named.
+
+Masks: the engine records no tensor values, so the masks an attention
+operator ran with are read here, from the call's own arguments or the
+module's buffers (recording paused); a mask made inside the module is
+unknown and makes the result unavailable. Each input's token axis is dim -2
+of a floating tensor (batch-first (N, L, E), (N, H, L, D) or unbatched
+(L, E)), dim 1/0 of a module with `batch_first` False/True as it says, and
+the last dim of an integer tensor (token ids). Boolean tensors and
+arguments named like masks are masks, not sources.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+
+import torch
+import torch.nn as nn
+from torch.utils._pytree import tree_flatten
+
+from torchscan import tokens
+
+METHOD = "token_flow"
+ASSUMPTIONS = [
+    "structural dependencies under generic finite parameters (a dependency the masks allow is assumed nonzero)",
+    "masks are the ones this call ran with and are the same for every batch element and head",
+    "dropout inactive (eval mode)",
+    "each input's token axis is dim -2 of a floating tensor ((N, L, E), (N, H, L, D), (L, E)) or the last dim of an "
+    "integer one, unless the module's batch_first says otherwise; 0-d and 1-d floating tensors are per-position "
+    "constants",
+    "the primary output (the first output tensor) only",
+]
+STACKS = (nn.TransformerEncoder, nn.TransformerDecoder, nn.Transformer)
+
+
+def _session():
+    from torchscan._library import Session
+
+    return Session
+
+
+def _batch_first(module: nn.Module):
+    if isinstance(module, STACKS):
+        layers = module.layers if hasattr(module, "layers") else module.encoder.layers
+        return bool(layers[0].self_attn.batch_first) if len(layers) else None
+    flag = getattr(module, "batch_first", None)
+    return flag if isinstance(flag, bool) else None
+
+
+def _named_tensors(module: nn.Module, args: tuple, kwargs: dict) -> list:
+    """[(argument name, tensor)] of the call, names from forward's signature."""
+    try:
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+        params = inspect.signature(module.forward).parameters
+        items = []
+        for name, value in bound.arguments.items():
+            kind = params[name].kind
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                items.extend(value.items())
+            elif kind is inspect.Parameter.VAR_POSITIONAL:
+                items.extend((f"{name}[{i}]", v) for i, v in enumerate(value))
+            else:
+                items.append((name, value))
+    except (TypeError, ValueError):
+        items = [(f"args[{i}]", v) for i, v in enumerate(args)] + list(kwargs.items())
+    out = []
+    for name, value in items:
+        flat, _ = tree_flatten(value)
+        ts = [t for t in flat if isinstance(t, torch.Tensor)]
+        for k, t in enumerate(ts):
+            out.append((name if len(ts) == 1 else f"{name}[{k}]", t))
+    return out
+
+
+def _axis(t: torch.Tensor, batch_first):
+    """The token axis of an input tensor, or None (a mask, a constant)."""
+    if t.is_nested or t.dtype == torch.bool:
+        return None
+    if t.is_floating_point() or t.is_complex():
+        if t.dim() < 2:
+            return None
+        if batch_first is not None and t.dim() == 3:
+            return 1 if batch_first else 0
+        return t.dim() - 2
+    return t.dim() - 1 if t.dim() >= 1 else None
+
+
+def _mask_summary(mask: torch.Tensor) -> dict:
+    """Per query row, the one interval of keys the mask lets through, the
+    same for every batch element and head (tokens.py's reading of masks)."""
+    try:
+        # SDPA's boolean masks let True through (MultiheadAttention's block
+        # it); float masks are added to the scores, as tokens.py reads them.
+        allowed = mask.detach().cpu() if mask.dtype == torch.bool and mask.device.type != "meta" else \
+            tokens._allowed(mask, "it")
+        if allowed.dim() == 0:
+            raise tokens._Unsupported("is 0-d")
+        if allowed.dim() == 1:
+            allowed = allowed.unsqueeze(0)
+        rows = tokens._same_everywhere(allowed, "it")
+    except tokens._Unsupported as e:
+        return {"reason": str(e)}
+    n, s = rows.shape
+    count = rows.sum(dim=1)
+    j = torch.arange(s).expand(n, s)
+    lo = torch.where(rows, j, s).min(dim=1).values
+    hi = torch.where(rows, j, -1).max(dim=1).values
+    gaps = (count > 0) & (hi - lo + 1 != count)
+    if bool(gaps.any()):
+        row = int(gaps.nonzero()[0])
+        return {"reason": f"lets query row {row} see keys that are not one interval of positions"}
+    lo = torch.where(count > 0, lo, 0)
+    return {"rows": n, "cols": s, "lo": lo.tolist(), "hi": hi.tolist()}
+
+
+def _masks(module: nn.Module, named: list, identities: list) -> list:
+    """Summaries of the attention masks the engine found, where this call
+    holds them (an argument, or a buffer of the module or its children)."""
+    if not identities:
+        return []
+    known = {t._cdata: t for _, t in named}
+    wanted = set(identities)
+    for b in module.buffers():
+        if b._cdata in wanted:
+            known.setdefault(b._cdata, b)
+    out = []
+    with torch.no_grad():
+        for identity in identities:
+            mask = known.get(identity)
+            if mask is not None:
+                out.append({"identity": identity, **_mask_summary(mask)})
+    return out
+
+
+def _relation(rel: dict) -> dict:
+    return {k: rel[k] for k in ("kind", "limit", "first_position") if k in rel}
+
+
+class TokenFlow:
+    """Per crawl: the token dependencies of every module call that ran
+    attention, in call order; call after() from the module post-hook, after
+    the call's scope was popped."""
+
+    def __init__(self):
+        self.results: dict = {}  # call index -> (token_dependencies, reason or None)
+        self._steps: list = []   # known module calls not yet taken by an enclosing one: (scope, step)
+
+    def after(self, module: nn.Module, path: str, scope: int, index: int, args: tuple, kwargs: dict,
+              output) -> None:
+        try:
+            if tokens.applies(module):
+                result = tokens.analyse(module, args, kwargs)
+                step = self._native_step(module, scope, args, kwargs, output, result[0])
+            else:
+                answer = self._custom(module, path, scope, args, kwargs, output)
+                if answer is None:
+                    return
+                result, step = answer
+        except Exception as e:  # noqa: BLE001 - never fails the crawl; said in the report
+            reason = f"the analysis failed ({type(e).__name__}: {e})"
+            result = ({"status": "unavailable", "scope": "module_call", "method": METHOD,
+                       "assumptions": list(ASSUMPTIONS), "reason": reason}, reason)
+            step = None
+        self.results[index] = result
+        # The calls inside this one are taken by it from now on.
+        self._steps = [(s, st) for s, st in self._steps if s < scope]
+        if step is not None:
+            self._steps.append((scope, step))
+
+    @staticmethod
+    def _primary(output):
+        flat, _ = tree_flatten(output)
+        return next((t for t in flat if isinstance(t, torch.Tensor)), None)
+
+    def _native_step(self, module, scope, args, kwargs, output, deps) -> dict:
+        out = self._primary(output)
+        if out is None:
+            return None
+        if deps["status"] != "complete":
+            return {"scope": scope, "output": out._cdata, "reason": deps["reason"]}
+        call = tokens._bound(module, args, kwargs)
+        inputs = []
+        for source in deps["sources"]:
+            t = call[source["arguments"][0]]
+            inputs.append({"identity": t._cdata, "axis": source["sequence_axis"], "length": source["length"],
+                           "relation": _relation(source["relation"])})
+        return {"scope": scope, "output": out._cdata, "output_axis": deps["output"]["sequence_axis"],
+                "output_length": deps["output"]["length"], "inputs": inputs}
+
+    def _custom(self, module, path, scope, args, kwargs, output):
+        Session = _session()
+        found = json.loads(Session.token_flow(json.dumps({"query": "masks", "scope": scope, "path": path})))
+        inside = [st for s, st in self._steps if s > scope]
+        # No attention inside: token relations do not apply, unless a softmax
+        # ran over scores of two token-indexed tensors (attention written
+        # with explicit products, as Hugging Face's eager attention): that
+        # is said to be unavailable below.
+        explicit_only = not found["attention"] and not inside
+        if explicit_only and not found["softmax"]:
+            return None
+        base = {"scope": "module_call", "method": METHOD, "assumptions": list(ASSUMPTIONS)}
+        out = self._primary(output)
+        named = _named_tensors(module, args, kwargs)
+        masks = _masks(module, named, found["masks"])
+        mask_ids = {m["identity"] for m in masks}
+        batch_first = _batch_first(module)
+        sources, by_identity = [], {}
+        for name, t in named:
+            axis = _axis(t, batch_first)
+            if axis is None or t._cdata in mask_ids or "mask" in name.lower():
+                continue
+            if t._cdata in by_identity:
+                sources[by_identity[t._cdata]]["arguments"].append(name)
+                continue
+            by_identity[t._cdata] = len(sources)
+            sources.append({"arguments": [name], "sequence_axis": axis, "length": int(t.shape[axis]),
+                            "identity": t._cdata})
+        if explicit_only and (out is None or out.is_nested):
+            return None
+        if out is None:
+            reason = "the call returned no tensor"
+        elif out.is_nested:
+            reason = "the output is a nested tensor: no rectangular token axis"
+        else:
+            request = {"scope": scope, "path": path, "output": out._cdata, "output_sizes": list(out.shape),
+                       "inputs": [{"identity": s["identity"], "source": k, "axis": s["sequence_axis"],
+                                   "length": s["length"]} for k, s in enumerate(sources)],
+                       "masks": masks, "steps": inside}
+            answer = json.loads(Session.token_flow(json.dumps(request)))
+            if explicit_only and not answer.get("explicit_attention"):
+                return None
+            if answer["status"] == "complete":
+                relations = {s["source"]: s["relation"] for s in answer["sources"]}
+                listed = [{"arguments": s["arguments"], "sequence_axis": s["sequence_axis"], "length": s["length"],
+                           "relation": relations[k]} for k, s in enumerate(sources)]
+                deps = {"status": "complete", **base,
+                        "output": {"sequence_axis": answer["output_axis"], "length": answer["output_length"]},
+                        "sources": listed}
+                step = {"scope": scope, "output": out._cdata, "output_axis": answer["output_axis"],
+                        "output_length": answer["output_length"],
+                        "inputs": [{"identity": s["identity"], "axis": s["sequence_axis"], "length": s["length"],
+                                    "relation": relations[k]} for k, s in enumerate(sources)]}
+                return (deps, None), step
+            reason = answer["reason"]
+        deps = {"status": "unavailable", **base, "reason": reason}
+        step = {"scope": scope, "output": out._cdata, "reason": reason} if out is not None else None
+        return (deps, reason), step

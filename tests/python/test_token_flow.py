@@ -1,0 +1,363 @@
+"""Token dependencies of modules built from operators (torchscan/token_flow.py,
+torchscan_dispatch/token_flow.cc): custom attention around
+F.scaled_dot_product_attention, Hugging Face attention, Transformer stacks.
+Each expected relation is derived by hand in the test's comment: output i of
+an attention reads the values of the keys visible to query i and, when two
+or more keys are visible (a softmax over one score is 1), those keys and
+query i; per-position operators (projections over features, residual adds,
+norms over features) keep output i on what input i read; a stack composes
+its layers' relations."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchscan
+
+L, S, E, H = 5, 7, 16, 4
+BLOCKED = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)  # key j > query i
+
+
+def _row(report, path):
+    return next(l for l in report["layers"] if l["path"] == path)
+
+
+def _deps(report, path=""):
+    return _row(report, path)["token_dependencies"]
+
+
+def _sources(report, path=""):
+    deps = _deps(report, path)
+    assert deps["status"] == "complete", deps
+    assert deps["method"] == "token_flow" and deps["assumptions"]
+    return deps["sources"]
+
+
+def _unavailable(report, path, reason):
+    deps = _deps(report, path)
+    assert deps["status"] == "unavailable" and reason in deps["reason"], deps
+    assert "sources" not in deps and "output" not in deps  # no upper bound passed off as known
+    assert ("token_dependencies_unavailable", path) in [(d["code"], d.get("path")) for d in report["diagnostics"]]
+
+
+def _heads(t, n):
+    b, length, _ = t.shape
+    return t.view(b, length, n, -1).transpose(1, 2)
+
+
+class SelfAttention(nn.Module):
+    """nanoGPT's shape: one qkv projection split on features, heads, SDPA,
+    heads merged back, an output projection."""
+
+    def __init__(self, op=None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv, self.proj, self.op = nn.Linear(E, 3 * E), nn.Linear(E, E), op
+
+    def forward(self, x, mask=None, is_causal=False):
+        q, k, v = (_heads(t, H) for t in self.qkv(x).split(E, dim=2))
+        if self.op == "own_mask":  # made here: its values were never recorded
+            mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+        if self.op == "cumsum_before":
+            q = q.cumsum(dim=2)  # over the token axis
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+        if self.op == "sort_after":
+            y = y.sort(dim=2).values  # reorders token positions
+        if self.op == "write_view":
+            y[:, :, 0] = q[:, :, -1]  # position 0 now holds what position L-1 of q read
+        b, _, length, _ = y.shape
+        return self.proj(y.transpose(1, 2).contiguous().view(b, length, E))
+
+
+def test_is_causal_self_attention_is_a_prefix():
+    x = torch.randn(2, L, E)
+    model = SelfAttention().eval()
+    report = torchscan.crawl_module(model, args=(x,), kwargs={"is_causal": True})
+    # is_causal: query i sees keys 0..i. Output 0 reads value 0 only (one
+    # score); output i >= 1 reads values, keys 0..i and query i. q, k, v are
+    # projections of x at their own positions: output i reads x 0..i: prefix.
+    assert _sources(report) == [{"arguments": ["x"], "sequence_axis": 1, "length": L, "relation": {"kind": "prefix"}}]
+    assert _deps(report)["output"] == {"sequence_axis": 1, "length": L}
+    assert "token_dependencies" not in _row(report, "qkv")  # no attention inside: relations do not apply
+    assert _row(report, "")["metrics"]["receptive_field"]["method"] == "not_applicable"
+    # The analysis's own work (mask reads, none here) is not the model's.
+    with torch.no_grad():
+        alone = torchscan.measure_flops(lambda: model(x, is_causal=True))
+    assert report["operator_flops"]["by_operator"] == alone["by_operator"]
+
+
+@pytest.mark.parametrize("blocked", [float("-inf"), torch.finfo(torch.float32).min])
+@pytest.mark.parametrize("shape", [(L, L), (1, 1, L, L)])
+def test_float_additive_causal_masks(blocked, shape):
+    # Added to the scores: -inf and the dtype's most negative value give a
+    # softmax weight of exactly 0 where key j > query i, 0 lets the rest
+    # through: the causal relation of the test above, prefix.
+    mask = torch.zeros(L, L).masked_fill(BLOCKED, blocked).reshape(shape)
+    report = torchscan.crawl_module(SelfAttention(), args=(torch.randn(2, L, E), mask))
+    assert _sources(report) == [{"arguments": ["x"], "sequence_axis": 1, "length": L, "relation": {"kind": "prefix"}}]
+
+
+def test_boolean_key_padding_cross_attention():
+    class Cross(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.kv = nn.Linear(E, E), nn.Linear(E, 2 * E)
+
+        def forward(self, x, memory, keep):
+            k, v = (_heads(t, H) for t in self.kv(memory).chunk(2, dim=-1))
+            return F.scaled_dot_product_attention(_heads(self.q(x), H), k, v, attn_mask=keep)
+
+    keep = torch.ones(2, 1, 1, S, dtype=torch.bool)
+    keep[..., 4:] = False  # SDPA's boolean masks let True through: memory 4..6 are padding in both rows
+    report = torchscan.crawl_module(Cross(), args=(torch.randn(2, L, E), torch.randn(2, S, E), keep))
+    # Every query sees memory 0..3 (four scores): output i reads query i
+    # (x at i: same_position) and keys/values 0..3 (memory: all below 4).
+    # The output is (N, H, L, D): its positions are on dim 2.
+    assert _sources(report) == [
+        {"arguments": ["x"], "sequence_axis": 1, "length": L, "relation": {"kind": "same_position"}},
+        {"arguments": ["memory"], "sequence_axis": 1, "length": S, "relation": {"kind": "all", "limit": 4}},
+    ]
+    assert _deps(report)["output"] == {"sequence_axis": 2, "length": L}
+
+
+class Grouped(nn.Module):
+    """4 query heads over 2 key/value heads: enable_gqa, or the key/value
+    heads repeated as Hugging Face's repeat_kv does (expand + reshape)."""
+
+    def __init__(self, repeat_kv):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(E, E), nn.Linear(E, E // 2), nn.Linear(E, E // 2)
+        self.repeat_kv = repeat_kv
+
+    def forward(self, x):
+        q, k, v = _heads(self.q(x), H), _heads(self.k(x), H // 2), _heads(self.v(x), H // 2)
+        if not self.repeat_kv:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        b, n, length, d = k.shape
+        k, v = (t[:, :, None, :, :].expand(b, n, 2, length, d).reshape(b, n * 2, length, d) for t in (k, v))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("repeat_kv", [False, True])
+def test_grouped_query_attention(repeat_kv):
+    # Heads share keys/values; no position moves: the causal relation, prefix.
+    report = torchscan.crawl_module(Grouped(repeat_kv), args=(torch.randn(2, L, E),))
+    assert _sources(report) == [{"arguments": ["x"], "sequence_axis": 1, "length": L, "relation": {"kind": "prefix"}}]
+
+
+def test_an_unsupported_operator_on_the_way_is_named():
+    x = torch.randn(2, L, E)
+    # A cumulative sum over the token axis, and a sort along it: the pass does
+    # not guess what they do to positions; the result says which operator.
+    _unavailable(torchscan.crawl_module(SelfAttention("cumsum_before"), args=(x,)), "", "aten::cumsum")
+    _unavailable(torchscan.crawl_module(SelfAttention("sort_after"), args=(x,)), "", "aten::sort")
+    # A write through a view (select + copy_) changes its base, which the pass
+    # does not follow value by value: unavailable, not the stale prefix.
+    _unavailable(torchscan.crawl_module(SelfAttention("write_view"), args=(x,), kwargs={"is_causal": True}), "",
+                 "wrote in place into a view")
+
+
+def test_masks_the_pass_cannot_read_or_name():
+    x = torch.randn(2, L, E)
+    per_batch = torch.ones(2, 1, L, L, dtype=torch.bool).tril()
+    per_batch[1, 0, 4, 0] = False  # batch element 1 differs at one entry
+    _unavailable(torchscan.crawl_module(SelfAttention(), args=(x, per_batch)), "", "differs between batch elements")
+    # A window of 2 (i sees i-1, i) is none of the schema's relations.
+    window = torch.ones(L, L, dtype=torch.bool).tril() & torch.ones(L, L, dtype=torch.bool).triu(-1)
+    _unavailable(torchscan.crawl_module(SelfAttention(), args=(x, window)), "", "none of the relations")
+
+    _unavailable(torchscan.crawl_module(SelfAttention("own_mask"), args=(x,)), "", "neither an argument nor a buffer")
+
+    class Outside(nn.Module):  # made by the caller: an argument of the call that attends
+        def __init__(self):
+            super().__init__()
+            self.attn = SelfAttention()
+
+        def forward(self, x):
+            return self.attn(x, torch.ones(L, L, dtype=torch.bool).tril())
+
+    # attn reads it (key j <= query i): prefix, and so its caller.
+    report = torchscan.crawl_module(Outside(), args=(x,))
+    assert _sources(report, "attn")[0]["relation"] == _sources(report)[0]["relation"] == {"kind": "prefix"}
+
+
+def test_a_buffer_mask_is_read():
+    class Buffered(SelfAttention):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("keep", torch.ones(L, L, dtype=torch.bool).tril())
+
+        def forward(self, x):
+            return super().forward(x, self.keep)
+
+    # keep: key j <= query i, the causal relation: prefix.
+    report = torchscan.crawl_module(Buffered(), args=(torch.randn(2, L, E),))
+    assert _sources(report)[0]["relation"] == {"kind": "prefix"}
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.attn, self.mlp = nn.LayerNorm(E), SelfAttention(), nn.Sequential(
+            nn.Linear(E, 2 * E), nn.GELU(), nn.Linear(2 * E, E))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm(x), is_causal=True)
+        return x + self.mlp(x)
+
+
+def test_custom_blocks_compose():
+    x = torch.randn(2, L, E)
+    model = nn.Sequential(Block(), Block()).eval()
+    report = torchscan.crawl_module(model, args=(x,))
+    # A block: causal attention (prefix) plus the residual i (within 0..i),
+    # then a per-position MLP and residual: prefix. Two blocks: output i
+    # reads block 1's outputs 0..i, each reading x 0..its position: prefix.
+    for path in ("0.attn", "0", "1", ""):
+        assert _sources(report, path)[0]["relation"] == {"kind": "prefix"}, path
+
+
+def test_self_attention_padding_next_to_a_residual_is_unavailable():
+    class Padded(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = SelfAttention()
+
+        def forward(self, x, keep):
+            return x + self.attn(x, keep)
+
+    keep = torch.ones(1, 1, 1, L, dtype=torch.bool)
+    keep[..., 3:] = False
+    # Output 4 reads keys/values 0..2 and, through the softmax, query 4 (and
+    # the residual reads position 4): {0, 1, 2, 4} is no interval, so no
+    # named relation, in the attention and in its caller.
+    report = torchscan.crawl_module(Padded(), args=(torch.randn(2, L, E), keep))
+    _unavailable(report, "attn", "interval")
+    _unavailable(report, "", "interval")
+
+
+def _encoder(batch_first=True, layers=2):
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(E, H, 32, dropout=0.0, batch_first=batch_first)
+    return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).eval()
+
+
+def test_transformer_encoder_stack():
+    x = torch.randn(2, L, E)
+    # Each layer with the causal mask is a prefix (test_token_dependencies);
+    # a prefix of prefixes is a prefix.
+    report = torchscan.crawl_module(_encoder(), args=(x,), kwargs={"mask": BLOCKED})
+    assert _sources(report) == [{"arguments": ["src"], "sequence_axis": 1, "length": L,
+                                 "relation": {"kind": "prefix"}}]
+    assert _deps(report, "layers.1")["sources"] == _sources(report)
+    # Sequence first (batch_first=False): positions on dim 0.
+    report = torchscan.crawl_module(_encoder(False), args=(x.transpose(0, 1),), kwargs={"mask": BLOCKED})
+    assert _sources(report) == [{"arguments": ["src"], "sequence_axis": 0, "length": L,
+                                 "relation": {"kind": "prefix"}}]
+    # No mask: every layer reads all positions: all.
+    assert _sources(torchscan.crawl_module(_encoder(), args=(x,)))[0]["relation"] == {"kind": "all"}
+    # Key padding in self-attention makes each layer unavailable (a padded
+    # position reads itself and keys 0..2): so is the stack, naming a layer.
+    padding = torch.zeros(2, L, dtype=torch.bool)
+    padding[:, 3:] = True
+    report = torchscan.crawl_module(_encoder(), args=(x,), kwargs={"src_key_padding_mask": padding})
+    _unavailable(report, "", "layers.")
+
+
+def test_transformer():
+    torch.manual_seed(0)
+    model = nn.Transformer(E, H, 2, 2, 32, dropout=0.0, batch_first=True).eval()
+    src, tgt = torch.randn(2, S, E), torch.randn(2, L, E)
+    report = torchscan.crawl_module(model, args=(src, tgt), kwargs={"tgt_mask": BLOCKED})
+    # Encoder without a mask: every memory position reads all of src. The
+    # decoder's causal self-attention: tgt prefix; its cross-attention sees
+    # all 7 memory positions from every query: all of src.
+    assert _sources(report) == [
+        {"arguments": ["src"], "sequence_axis": 1, "length": S, "relation": {"kind": "all"}},
+        {"arguments": ["tgt"], "sequence_axis": 1, "length": L, "relation": {"kind": "prefix"}},
+    ]
+
+
+def test_sequence_first_custom_modules_need_batch_first():
+    class SeqFirst(nn.Module):
+        def __init__(self, batch_first=None):
+            super().__init__()
+            self.attn = SelfAttention()
+            if batch_first is not None:
+                self.batch_first = batch_first
+
+        def forward(self, x):  # (L, N, E)
+            return self.attn(x.transpose(0, 1), is_causal=True).transpose(0, 1)
+
+    x = torch.randn(L, 2, E)
+    # Taken as (N, L, E) by default, its "positions" reach attn on the batch
+    # dim, where attn's own are on dim 1: unavailable rather than a relation
+    # over the wrong axis.
+    _unavailable(torchscan.crawl_module(SeqFirst(), args=(x,)), "", "the token axis of its input is dim 1")
+    # batch_first=False says dim 0: the causal relation, prefix.
+    report = torchscan.crawl_module(SeqFirst(False), args=(x,))
+    assert _sources(report) == [{"arguments": ["x"], "sequence_axis": 0, "length": L, "relation": {"kind": "prefix"}}]
+
+
+def _llama(impl):
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=64, num_hidden_layers=1, vocab_size=50,
+                                      attn_implementation=impl)
+    torch.manual_seed(0)
+    x = torch.randn(1, L, 32)
+    cos, sin = LlamaRotaryEmbedding(config)(x, torch.arange(L)[None])
+    causal = torch.zeros(L, L).masked_fill(BLOCKED, torch.finfo(torch.float32).min)[None, None]
+    return LlamaDecoderLayer(config, 0).eval(), x, (cos, sin), causal
+
+
+@pytest.mark.parametrize("with_mask", [True, False])
+def test_llama_sdpa_attention(with_mask):
+    layer, x, rotary, causal = _llama("sdpa")
+    kwargs = {"position_embeddings": rotary, "attention_mask": causal if with_mask else None}
+    report = torchscan.crawl_module(layer, args=(x,), kwargs=kwargs)
+    # With the 4-d mask Hugging Face repeats the 2 key/value heads
+    # (repeat_kv); without one it sets is_causal and enable_gqa: both causal.
+    # hidden_states: prefix (output 0 reads value 0, a projection of x 0).
+    # cos/sin rotate q and k at their own positions, not v: output 0 reads
+    # v 0 alone (one score), so none of them; output i >= 1 reads q i and k
+    # 0..i: prefix from position 1. The decoder layer adds residuals (i) and
+    # a per-position MLP: the same relations.
+    expected = [
+        {"arguments": ["hidden_states"], "sequence_axis": 1, "length": L, "relation": {"kind": "prefix"}},
+        {"arguments": ["position_embeddings[0]"], "sequence_axis": 1, "length": L,
+         "relation": {"kind": "prefix", "first_position": 1}},
+        {"arguments": ["position_embeddings[1]"], "sequence_axis": 1, "length": L,
+         "relation": {"kind": "prefix", "first_position": 1}},
+    ]
+    assert _sources(report, "self_attn") == expected
+    assert _sources(report) == expected
+
+
+def test_llama_eager_attention_is_unavailable():
+    layer, x, rotary, causal = _llama("eager")
+    report = torchscan.crawl_module(layer, args=(x,), kwargs={"position_embeddings": rotary,
+                                                              "attention_mask": causal})
+    # Eager attention multiplies q by k^T itself: scores indexed by two token
+    # axes, which the pass does not follow: unavailable, naming the product.
+    _unavailable(report, "self_attn", "aten::matmul combines tensors whose token positions lie on different dims")
+    _unavailable(report, "", "self_attn: aten::matmul")
+
+
+def test_whole_llama_model_with_its_cache():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=64, num_hidden_layers=2, vocab_size=50,
+                                      attn_implementation="sdpa")
+    torch.manual_seed(0)
+    report = torchscan.crawl_module(transformers.LlamaModel(config).eval(),
+                                    kwargs={"input_ids": torch.randint(0, 50, (1, L))})
+    # Token embeddings are per position; the cache joins its (empty) past
+    # with this call's keys along the token axis, which keeps their
+    # positions; each layer is a prefix (test_llama_sdpa_attention); the
+    # final norm is per position: output i reads input_ids 0..i.
+    assert _sources(report) == [{"arguments": ["input_ids"], "sequence_axis": 1, "length": L,
+                                 "relation": {"kind": "prefix"}}]
+    assert _sources(report, "layers.1")[0]["relation"] == {"kind": "prefix"}
