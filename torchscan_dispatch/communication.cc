@@ -53,25 +53,28 @@ GroupInfo InfoOf(const c10d::ProcessGroup& pg) {
   return g;
 }
 
-// The group named `name`: as recorded, else from c10d's registry (where
+// The live group registered as `name` in c10d's registry (where
 // torch.distributed registers every group it creates; a functional
 // collective resolves its group_name there itself).
-std::optional<GroupInfo> FindGroup(const std::string& name) {
-  {
-    std::lock_guard<std::mutex> lock(GroupsMu());
-    auto it = SeenGroups().find(name);
-    if (it != SeenGroups().end()) return it->second;
-  }
+std::optional<GroupInfo> LiveGroup(const std::string& name) {
   try {
     const c10::intrusive_ptr<c10d::ProcessGroup> pg = c10d::resolve_process_group(name);
-    if (!pg) return std::nullopt;
-    GroupInfo g = InfoOf(*pg);
-    std::lock_guard<std::mutex> lock(GroupsMu());
-    SeenGroups()[name] = g;
-    return g;
+    if (pg) return InfoOf(*pg);
   } catch (const c10::Error&) {
-    return std::nullopt;  // not registered, or already destroyed
+    // not registered, or already destroyed
   }
+  return std::nullopt;
+}
+
+// The group named `name`: the live one first (a name can be reused after its
+// group is destroyed), else as the recorder saw it while a call ran (a group
+// the program destroyed before the report was built).
+std::optional<GroupInfo> FindGroup(const std::string& name) {
+  if (auto live = LiveGroup(name)) return live;
+  std::lock_guard<std::mutex> lock(GroupsMu());
+  auto it = SeenGroups().find(name);
+  if (it != SeenGroups().end()) return it->second;
+  return std::nullopt;
 }
 
 const char* ReduceOpName(c10d::ReduceOp::RedOpType op) {
@@ -601,21 +604,23 @@ nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catal
 }
 
 nlohmann::json DistributedContextJson() {
-  std::optional<GroupInfo> world;
-  try {
-    // torch.distributed names its default group "0" (distributed_c10d.py,
-    // _process_group_name with a fresh group count) and registers it.
-    const c10::intrusive_ptr<c10d::ProcessGroup> pg = c10d::resolve_process_group("0");
-    if (pg && pg->getGroupDesc() == "default_pg") world = InfoOf(*pg);
-  } catch (const c10::Error&) {
-  }
-  if (!world) return nullptr;
-  nlohmann::json groups = nlohmann::json::array();
+  // torch.distributed names its default group "0" (distributed_c10d.py,
+  // _process_group_name with a fresh group count) and registers it.
+  std::optional<GroupInfo> world = LiveGroup("0");
+  if (!world || world->description != "default_pg") return nullptr;
+  // c10d's registry cannot be listed: the groups are the default one and
+  // those the scans' collectives used that are still alive.
+  std::map<std::string, GroupInfo> live{{world->name, *world}};
+  std::vector<std::string> seen;
   {
     std::lock_guard<std::mutex> lock(GroupsMu());
-    SeenGroups()[world->name] = *world;
-    for (const auto& [name, g] : SeenGroups()) groups.push_back(GroupJson(g));
+    for (const auto& [name, g] : SeenGroups()) seen.push_back(name);
   }
+  for (const std::string& name : seen) {
+    if (auto g = LiveGroup(name)) live[name] = *g;
+  }
+  nlohmann::json groups = nlohmann::json::array();
+  for (const auto& [name, g] : live) groups.push_back(GroupJson(g));
   return {{"rank", world->rank}, {"world_size", world->size}, {"backend", world->backend},
           {"process_groups", groups}, {"source", "c10d default group (registered as \"0\")"}};
 }
