@@ -431,10 +431,8 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"_c10d_functional::_wrap_tensor_autograd", R::kCommunication},
       {"_c10d_functional_autograd::all_gather_into_tensor", R::kCommunication},
       {"_c10d_functional_autograd::all_to_all_single", R::kCommunication},
-      {"c10d_functional::all_gather_into_tensor", R::kCommunication},
-      {"c10d_functional::all_gather_into_tensor_coalesced", R::kCommunication},
-      {"c10d_functional::wait_tensor", R::kCommunication}, {"c10d_functional::isend", R::kCommunication},
-      {"c10d_functional::irecv", R::kCommunication}, {"_dtensor::shard_dim_alltoall", R::kCommunication},
+      {"_dtensor::shard_dim_alltoall", R::kCommunication},
+      // (The legacy c10d_functional ops decompose into these.)
       // Views whose schema has no alias annotation: a new tensor on the same
       // storage (torch.matmul applies _unsafe_view after bmm).
       {"aten::_unsafe_view", R::kView}, {"aten::unsafe_split", R::kView},
@@ -470,10 +468,6 @@ const Exclusion kExclusions[] = {
     {"_c10d_functional::reduce_scatter_tensor_out", kReductionAcrossProcesses},
     {"_c10d_functional::reduce_scatter_tensor_coalesced", kReductionAcrossProcesses},
     {"_c10d_functional_autograd::reduce_scatter_tensor", kReductionAcrossProcesses},
-    {"c10d_functional::all_reduce", kReductionAcrossProcesses},
-    {"c10d_functional::all_reduce_coalesced", kReductionAcrossProcesses},
-    {"c10d_functional::reduce_scatter_tensor", kReductionAcrossProcesses},
-    {"c10d_functional::reduce_scatter_tensor_coalesced", kReductionAcrossProcesses},
     {"aten::sort", kOrderingGap}, {"aten::topk", kOrderingGap}, {"aten::kthvalue", kOrderingGap},
     {"aten::median", kOrderingGap}, {"aten::nanmedian", kOrderingGap}, {"aten::mode", kOrderingGap},
     {"aten::_fft_r2c", kFftGap}, {"aten::_fft_c2r", kFftGap}, {"aten::_fft_c2c", kFftGap},

@@ -190,7 +190,8 @@ const std::map<std::string, Spec, std::less<>>& Specs() {
 // Bookkeeping ops in the communication namespaces: no data moves.
 bool Bookkeeping(std::string_view name) {
   return name == "_c10d_functional::wait_tensor" || name == "c10d_functional::wait_tensor" ||
-         name == "_c10d_functional::_wrap_tensor_autograd" || name == "c10d::check_for_nan";
+         name == "_c10d_functional::_wrap_tensor_autograd" || name == "c10d::check_for_nan" ||
+         name == "_dtensor::mesh_get_process_group";
 }
 
 const char* KindName(Kind k) {
@@ -504,17 +505,27 @@ nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catal
   Count sent = 0, received = 0;
   bool complete = true;
   std::map<std::string, std::pair<int64_t, std::string>> unavailable;  // packet -> (calls, first reason)
-  std::vector<char> is_comm(events.size(), 0);
+  // Which calls are collectives, and which have one among their descendants
+  // (children follow their parents, so one reverse pass sees them first).
+  std::vector<char> is_comm(events.size(), 0), comm_below(events.size(), 0), counted(events.size(), 0);
+  for (size_t i = 0; i < events.size(); ++i) is_comm[i] = IsCommunicationOp(catalog.Get(events[i].op).name);
+  for (size_t i = events.size(); i-- > 0;) {
+    const int32_t p = events[i].parent;
+    if (p >= 0 && (is_comm[i] || comm_below[i])) comm_below[p] = 1;
+  }
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
     const OpInfo& info = catalog.Get(e.op);
-    if (!IsCommunicationOp(info.name)) continue;
-    is_comm[i] = 1;
+    if (!is_comm[i]) continue;
+    // A legacy c10d_functional op decomposes into the functional ones, which
+    // name the group: they are counted, not it.
+    if (comm_below[i] && absl::StartsWith(info.name, "c10d_functional::")) continue;
     // A collective made by another one (a functional op's c10d call) is part
     // of its parent's transfer, not a second one.
     bool nested = false;
-    for (int32_t p = e.parent; p >= 0 && !nested; p = events[p].parent) nested = is_comm[p] != 0;
+    for (int32_t p = e.parent; p >= 0 && !nested; p = events[p].parent) nested = counted[p] != 0;
     if (nested) continue;
+    counted[i] = 1;
     auto it = Specs().find(info.name);
     const Spec unsupported{Kind::kUnsupported, -1, -1, -1, -1};
     const Spec& spec = it == Specs().end() ? unsupported : it->second;

@@ -99,7 +99,7 @@ nlohmann::json Classify(const c10::OperatorHandle& op, OpCatalog& catalog) {
     cls = "operator_formula";
     reason = absl::StrCat("operator view: ", FormulaSourceName(formula->source), " formula",
                           module ? "; module view formula" : "");
-  } else if (IsCollective(name.name)) {
+  } else if (IsCollective(name.name) && run != "decomposition") {
     cls = "collective";
     reason = run == "ignored"             ? "communication: moves data between processes, no arithmetic (zero "
                                             "FLOPs; bytes in the communication section)"
