@@ -232,6 +232,22 @@ def test_single_process_group_context_and_honest_flops(torchscan, tmp_path):
         # 5 float32 = 20 bytes; the root of a group of one sends to nobody.
         assert call["tensor_bytes"] == 20 and call["bytes_sent"] == 0 and call["bytes_received"] == 0
         assert call["group"]["size"] == 1 and call["convention"] == "direct_broadcast"
+        # Module view: no FLOPs or MACs either; its local memory accesses are
+        # the backend's, so DMAs are not claimed (a lower bound, not zero).
+        module = s.module_report()
+        assert module["totals"]["module_flops"]["status"] == "complete"
+        assert module["totals"]["module_flops"]["value"] == 0
+        assert module["totals"]["dmas"]["status"] != "complete"
+        assert any("communication" in d["message"] for d in module["diagnostics"] if d["metric"] == "dmas")
+
+        # The C++ scan report (what the attach launcher writes) carries the
+        # same context and section, and merges like the Python reports.
+        scan_report = json.loads(s._session.scan_report())
+        assert (scan_report["context"]["rank"], scan_report["context"]["world_size"]) == (0, 1)
+        assert scan_report["communication"]["calls"][0]["tensor_bytes"] == 20
+        job = torchscan.merge_reports([scan_report], ["scan.json"])
+        assert job["context"]["report_kind"] == "scan_report"
+        assert job["totals"]["operator_flops"]["value"] == 0 and job["totals"]["bytes_received"]["value"] == 0
 
         with torchscan.scan() as s:
             dist.all_reduce(t)
