@@ -496,10 +496,14 @@ bool IsCommunicationOp(const std::string& name) {
          absl::StartsWith(name, "symm_mem::");
 }
 
-nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catalog) {
+nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catalog, const std::string& scope) {
   using json = nlohmann::json;
   json calls = json::array();
-  json by_operator = json::object();
+  struct OpSums {
+    int64_t calls = 0, unavailable = 0;
+    Count sent = 0, received = 0;
+  };
+  std::map<std::string, OpSums> op_sums;  // by operator packet
   std::map<std::string, json> groups;
   std::map<std::string, int> used_conventions;
   Count sent = 0, received = 0;
@@ -541,9 +545,8 @@ nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catal
         if (s == op) call["reduce_op"] = s;
       }
     }
-    json& row = by_operator[info.packet];
-    if (row.is_null()) row = {{"calls", 0}, {"bytes_sent", 0}, {"bytes_received", 0}, {"unavailable_calls", 0}};
-    row["calls"] = row["calls"].get<int64_t>() + 1;
+    OpSums& row = op_sums[info.packet];
+    ++row.calls;
     if (v.available) {
       call["status"] = "complete";
       call["tensor_bytes"] = reports::CountJson(v.tensor_bytes);
@@ -553,14 +556,8 @@ nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catal
       ++used_conventions[v.convention];
       sent += v.bytes.sent;
       received += v.bytes.received;
-      auto add = [](json& field, const Count& c) {
-        // Per-operator sums stay below 2^64 for any real job; a larger one is reported as null.
-        const auto now = field.is_number_unsigned() || field.is_number_integer() ? field.get<uint64_t>() : 0;
-        const Count total = Count(now) + c;
-        field = reports::CountJson(total);
-      };
-      add(row["bytes_sent"], v.bytes.sent);
-      add(row["bytes_received"], v.bytes.received);
+      row.sent += v.bytes.sent;
+      row.received += v.bytes.received;
     } else {
       complete = false;
       call["status"] = "unavailable";
@@ -569,7 +566,7 @@ nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catal
       call["bytes_received"] = nullptr;
       call["convention"] = nullptr;
       call["reason"] = v.reason;
-      row["unavailable_calls"] = row["unavailable_calls"].get<int64_t>() + 1;
+      ++row.unavailable;
       auto& u = unavailable[info.packet];
       if (u.first++ == 0) u.second = v.reason;
     }
@@ -588,12 +585,18 @@ nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catal
   json out;
   out["kind"] = "torchscan_communication";
   out["totals"] = {
-      {"bytes_sent", reports::MetricJson({status, sent, "bytes", "workload", "collective_conventions"})},
-      {"bytes_received", reports::MetricJson({status, received, "bytes", "workload", "collective_conventions"})},
+      {"bytes_sent", reports::MetricJson({status, sent, "bytes", scope, "collective_conventions"})},
+      {"bytes_received", reports::MetricJson({status, received, "bytes", scope, "collective_conventions"})},
       {"collective_calls", calls.size()},
   };
   out["calls"] = std::move(calls);
-  out["by_operator"] = std::move(by_operator);
+  out["by_operator"] = json::object();
+  for (const auto& [packet, row] : op_sums) {
+    // CountJson: exact past 2^64 - 1, null once a sum passed 2^128 - 1.
+    out["by_operator"][packet] = {{"calls", row.calls}, {"bytes_sent", reports::CountJson(row.sent)},
+                                  {"bytes_received", reports::CountJson(row.received)},
+                                  {"unavailable_calls", row.unavailable}};
+  }
   out["groups"] = json::array();
   for (auto& [name, g] : groups) out["groups"].push_back(std::move(g));
   out["conventions"] = json::object();

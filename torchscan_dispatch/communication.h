@@ -11,6 +11,8 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "formulas/op_call.h"
@@ -32,8 +34,9 @@ bool IsCommunicationOp(const std::string& name);
 
 // {"kind": "torchscan_communication", "totals": {"bytes_sent", "bytes_received"}
 // (MetricResults, unit bytes), "calls": [...], "by_operator", "groups",
-// "conventions", "diagnostics"} for the collectives among `events`.
-nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catalog);
+// "conventions", "diagnostics"} for the collectives among `events`; `scope`
+// is the totals' scope (ScanOptions::scope).
+nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catalog, const std::string& scope);
 
 // {"rank", "world_size", "backend", "process_groups": [...]} of the default
 // process group when torch.distributed initialized one in this process

@@ -802,7 +802,7 @@ absl::StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) 
                   {"unattributed_calls", s.unattributed}};
   // Distributed jobs (communication.h): this rank's place and its collectives' bytes.
   if (const nlohmann::json d = DistributedContextJson(); !d.is_null()) j["context"].update(d);
-  j["communication"] = CommunicationJson(p.set->events(), s.catalog);
+  j["communication"] = CommunicationJson(p.set->events(), s.catalog, s.options.scope);
   j["operator_flops"] = op_view ? FlopJson(s, p) : nlohmann::json();
   if (s.options.memory && p.set->memory != nullptr) j["memory"] = *MemoryPart(s, p);
   j["module_report"] = module_view ? ModuleJson(s, p) : nlohmann::json();

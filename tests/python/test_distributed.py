@@ -390,3 +390,27 @@ def test_fsdp2_step_gathers_and_scatters(torchscan, job_dir):
         assert kinds == [("all_gather", 232, 116, 116), ("reduce_scatter", 232, 116, 116)], kinds
         assert comm["totals"]["bytes_sent"]["value"] == 232
         assert set(comm["conventions"]) == {"ring_all_gather", "ring_reduce_scatter"}
+
+
+def test_functional_collectives_resolve_their_group(torchscan, job_dir):
+    # Hand derivation, n = 2, float32 (4 bytes):
+    # all_reduce of 6 values (24 bytes): 2(n-1)/n * 24 = 24 each way;
+    # all_gather_into_tensor of 6 values per rank into 12 (48 bytes): (n-1)/n * 48 = 24;
+    # reduce_scatter_tensor of an 8-value input (32 bytes): (n-1)/n * 32 = 16;
+    # all_to_all_single of 4 values per rank, uneven: rank 0's input splits
+    # [1, 3] (1 value to itself, 3 to rank 1), rank 1's [2, 2]; so rank 0
+    # receives [1, 2] (3 values, 12 bytes) and rank 1 [3, 2] (5 values, 20
+    # bytes). A rank sends its input but its own slice and receives its output
+    # but its own slice: rank 0 sends 16 - 4 = 12, receives 12 - 4 = 8; rank 1
+    # sends 16 - 8 = 8, receives 20 - 8 = 12 (what the other sent, both ways).
+    for rank, a2a_sent, a2a_received in ((0, 12, 8), (1, 8, 12)):
+        comm = _load(job_dir, f"functional_rank{rank}.json")["communication"]
+        rows = [(c["op"], c["group"]["name"], c["group"]["size"], c["bytes_sent"], c["bytes_received"])
+                for c in comm["calls"]]
+        assert rows == [("_c10d_functional.all_reduce", "0", 2, 24, 24),
+                        ("_c10d_functional.all_gather_into_tensor", "0", 2, 24, 24),
+                        ("_c10d_functional.reduce_scatter_tensor", "0", 2, 16, 16),
+                        ("_c10d_functional.all_to_all_single", "0", 2, a2a_sent, a2a_received)], rows
+        # wait_tensor moves nothing and is no collective call.
+        assert comm["totals"]["collective_calls"] == 4
+        assert comm["totals"]["bytes_received"]["value"] == 24 + 24 + 16 + a2a_received
