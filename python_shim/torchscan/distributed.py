@@ -224,10 +224,18 @@ def merge_reports(reports: Sequence[Any], names: Optional[Sequence[str]] = None)
                              f"{e['file']})")
         seen[e["rank"]] = e["file"]
     world = worlds[0]
-    missing = [r for r in range(world) if r not in seen]
-    if missing:
+    if len(seen) < world:
+        # Every seen rank is below world: the first few missing ones are found
+        # within len(seen) + 10 steps, however large world_size claims to be.
+        missing = []
+        r = 0
+        while len(missing) < 10 and r < world:
+            if r not in seen:
+                missing.append(r)
+            r += 1
+        more = world - len(seen) - len(missing)
         raise ValueError(f"torchscan.merge_reports: world_size is {world} but rank(s) "
-                         f"{', '.join(map(str, missing))} have no report")
+                         f"{', '.join(map(str, missing))}{f' and {more} more' if more else ''} have no report")
     entries.sort(key=lambda e: e["rank"])
 
     diagnostics = []

@@ -113,6 +113,7 @@ def test_merge_keeps_incomplete_work_honest(torchscan):
     ("mixed_world", "different sizes (world_size 2: r0.json; world_size 3: r1.json)"),
     ("duplicate", "rank 0 appears twice (r0.json and r1.json)"),
     ("missing", "world_size is 3 but rank(s) 1 have no report"),
+    ("huge_world", "world_size is 1000000000000 but rank(s) 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 999999999988 more"),
     ("no_rank", "r1.json has no context.rank"),
     ("bad_rank", "r1.json context.rank 5 is not a rank of a job of world_size 2"),
     ("bool_rank", "r1.json context.rank must be an integer, got True"),
@@ -131,6 +132,8 @@ def test_merge_refuses_inconsistent_or_malformed_reports(torchscan, case, messag
         r1 = _rank_report(0, 2, 1, 1, 1)
     elif case == "missing":
         r0, r1 = _rank_report(0, 3, 1, 1, 1), _rank_report(2, 3, 1, 1, 1)
+    elif case == "huge_world":
+        r0, r1 = _rank_report(0, 10**12, 1, 1, 1), _rank_report(11, 10**12, 1, 1, 1)
     elif case == "no_rank":
         del r1["context"]["rank"]
     elif case == "bad_rank":
