@@ -94,7 +94,7 @@ ModuleCosts ConvolutionCosts(const OpCall& call) {
   }
   const bool transposed = transposed_arg.kind == ArgKind::kBool && transposed_arg.to_bool();
   const int64_t g = static_cast<int64_t>(*groups);
-  const Count kvol = Product(w->sizes().subspan(2));
+  const Count kvol = Product(Dims(w->sizes()).subspan(2));
   const int64_t n_out = out->numel();
   const Count params = Count(w->numel()) + (b ? b->numel() : 0);
   const int64_t bias_adds = b ? n_out : 0;

@@ -168,8 +168,8 @@ FormulaResult EuclideanDist(const OpCall& call) {
   const TensorMeta* out = DenseOutput(call);
   if (!x1 || !x2 || !out || x1->dim() < 2 || x2->dim() < 2) return NotDense(call);
   const int64_t m = x1->size(-1);
-  const Count rows1 = Product(x1->sizes().first(x1->dim() - 1));
-  const Count rows2 = Product(x2->sizes().first(x2->dim() - 1));
+  const Count rows1 = Product(Dims(x1->sizes()).first(x1->dim() - 1));
+  const Count rows2 = Product(Dims(x2->sizes()).first(x2->dim() - 1));
   const Count norm = m > 0 ? Count(2) * m - 1 : Count(0);  // M squares + M - 1 adds per row
   const Count count = rows1 * (norm + m)                     // x1 norms and x1 * -2
                       + rows2 * norm                         // x2 norms
@@ -184,8 +184,8 @@ ModuleCosts EuclideanDistCosts(const OpCall& call) {
   const TensorMeta* x2 = DenseArg(call, 1);
   const int64_t m = x1->size(-1);
   const Count n1 = x1->numel(), n2 = x2->numel(), out = DenseOutput(call)->numel();
-  const Count rows1 = Product(x1->sizes().first(x1->dim() - 1));
-  const Count rows2 = Product(x2->sizes().first(x2->dim() - 1));
+  const Count rows1 = Product(Dims(x1->sizes()).first(x1->dim() - 1));
+  const Count rows2 = Product(Dims(x2->sizes()).first(x2->dim() - 1));
   const Count rows = rows1 + rows2, padded = rows * (Count(m) + 2);
   // Module dots: K multiplies + K - 1 adds, one fewer per output than 2K.
   const Count module_flops = flops.value.exact() && flops.value > Count(0) ? flops.value - out : flops.value;

@@ -118,7 +118,7 @@ ModuleCosts LinearCosts(const OpCall& call) {
   const TensorMeta* b = DenseArg(call, 2);
   if (!x || !w || x->dim() < 1 || x->size(-1) != w->size(1)) return BadShapes(call, "expected (..., in) and (out, in)");
   const int64_t in = w->size(1), out = w->size(0);
-  const Count rows = in > 0 ? Count(x->numel() / in) : Product(x->sizes().subspan(0, x->dim() - 1));
+  const Count rows = in > 0 ? Count(x->numel() / in) : Product(Dims(x->sizes()).subspan(0, x->dim() - 1));
   return Products(call, rows * out, in, b, 0);
 }
 

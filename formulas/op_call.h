@@ -9,11 +9,11 @@
 
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/ArrayRef.h>
 
 #include <cstdint>
 #include <string_view>
 
-#include "absl/types/span.h"
 
 namespace torchscan {
 
@@ -30,8 +30,8 @@ struct TensorMeta {
   const int64_t* size_data = nullptr;    // ndim values
   const int64_t* stride_data = nullptr;  // ndim values, or nullptr (non-strided layouts)
 
-  absl::Span<const int64_t> sizes() const { return {size_data, static_cast<size_t>(ndim)}; }
-  absl::Span<const int64_t> strides() const {
+  c10::ArrayRef<int64_t> sizes() const { return {size_data, static_cast<size_t>(ndim)}; }
+  c10::ArrayRef<int64_t> strides() const {
     return {stride_data, stride_data ? static_cast<size_t>(ndim) : 0};
   }
   int64_t dim() const { return ndim; }
@@ -74,9 +74,9 @@ class ArgMeta {
   int64_t to_int() const { return u_.i; }  // kInt, kBool
   double to_double() const { return u_.d; }
   bool to_bool() const { return u_.i != 0; }
-  absl::Span<const int64_t> ints() const { return {u_.ints, count}; }  // kIntList, kBoolList
-  absl::Span<const double> doubles() const { return {u_.doubles, count}; }
-  absl::Span<const TensorMeta> tensors() const { return {u_.tensors, count}; }
+  c10::ArrayRef<int64_t> ints() const { return {u_.ints, count}; }  // kIntList, kBoolList
+  c10::ArrayRef<double> doubles() const { return {u_.doubles, count}; }
+  c10::ArrayRef<TensorMeta> tensors() const { return {u_.tensors, count}; }
   std::string_view str() const { return {u_.str, count}; }
 
   static ArgMeta None() { return ArgMeta(); }
@@ -123,8 +123,8 @@ struct OpCall {
   // overload's destinations (schema `is_out()`: the trailing `Tensor(a!) out`
   // arguments) are not operands: they are written, never read, and the
   // recorder's caller leaves them out (they are the returns).
-  absl::Span<const ArgMeta> args;
-  absl::Span<const ArgMeta> outputs;
+  c10::ArrayRef<ArgMeta> args;
+  c10::ArrayRef<ArgMeta> outputs;
   // From the schema: every return may alias an input without writing it
   // (`Tensor(a) self -> Tensor(a)`, as for aten::to or aten::contiguous). A
   // call that returned its very input (same identity) then did nothing.

@@ -10,6 +10,11 @@
 
 namespace torchscan {
 
+// A view of sizes (OpCall's views are c10::ArrayRef, the public API's type)
+// whose subspan/first clamp to the view instead of throwing as
+// ArrayRef::slice does: formulas never throw on odd metadata.
+inline absl::Span<const int64_t> Dims(c10::ArrayRef<int64_t> s) { return {s.data(), s.size()}; }
+
 // Wide: a subset of a tensor's sizes (or a list argument) need not fit int64_t.
 inline Count Product(absl::Span<const int64_t> xs) {
   Count p = 1;

@@ -86,6 +86,8 @@ nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::stri
                    {"depth", l.depth},
                    {"failed", l.failed},
                    {"metrics", metrics}});
+    if (l.thread > 0) out.back()["thread"] = l.thread;
+    if (!l.request.empty()) out.back()["request"] = l.request;
     if (!owners.empty()) out.back()["metric_owners"] = owners;
     if (!ownership.empty()) out.back()["metric_ownership"] = ownership;
   }

@@ -28,6 +28,10 @@ struct LayerTally {
   int32_t parent = -1;  // index of the enclosing layer call, -1 for none
   int32_t depth = 0;
   bool failed = false;  // the forward raised: estimates unavailable
+  // All-threads scans: the thread that made the call (0: not reported) and
+  // the request it belongs to (empty: none).
+  int64_t thread = 0;
+  std::string request;
   std::array<Count, 4> known = {0, 0, 0, 0};
   std::array<bool, 4> complete = {true, true, true, true};
   // Receptive field, effective stride and padding of the output, one entry

@@ -27,10 +27,21 @@ cc_library(
                  "include/torch/csrc/**/*.h", "include/torch/headeronly/**",
                  "include/caffe2/**", "include/fmt/**"]),
     includes = ["include", "include/torch/csrc/api/include", "built_against"],
-    srcs = ["lib/libc10.so", "lib/libtorch_cpu.so", "lib/libtorch.so"],
     textual_hdrs = ["built_against/torchscan_built_against.h"],
     defines = ["_GLIBCXX_USE_CXX11_ABI={abi}"],
+    # Linked by name, not as srcs: the shipped libtorchscan.so then records
+    # no build-machine path (Bazel adds a RUNPATH to every srcs library's
+    # directory). It needs only the two libraries every LibTorch program
+    # loads (not the libtorch.so stub), so the loader finds them already
+    # loaded, through the program's own search path.
+    linkopts = ["-L{root}/lib", "-lc10", "-ltorch_cpu"],
+)
+
+# Programs run from the build tree (the tests) find LibTorch here.
+cc_library(
+    name = "runtime",
     linkopts = ["-Wl,-rpath,{root}/lib"],
+    deps = [":libtorch"],
 )
 """.format(abi = abi, root = root))
     # The exact torch the plugin was built against, for load-time checks.

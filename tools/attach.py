@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -28,11 +29,8 @@ SIGNALS = ("USR1", "USR2", "HUP", "WINCH")
 
 
 def default_library() -> Path:
-    for candidate in (ROOT / "python_shim/torchscan/_lib/libtorchscan_attach.so",
-                      ROOT / "bazel-bin/torchscan_dispatch/libtorchscan_attach.so"):
-        if candidate.exists():
-            return candidate
-    return candidate
+    # tools/setup.sh installs it beside libtorchscan.so.0, the engine it uses.
+    return ROOT / "python_shim/torchscan/_lib/libtorchscan_attach.so"
 
 
 def torch_libraries(binary: str) -> dict:
@@ -52,7 +50,7 @@ def compatibility_problem(probe: dict) -> str:
     if probe["loaded"] != built:
         return (f"the binary runs torch {probe['loaded']} but this TorchScan library was built against torch "
                 f"{probe['built_against']}; rebuild TorchScan against the binary's torch "
-                "(TORCHSCAN_PYTHON=<python with that torch> bazel build //torchscan_dispatch:libtorchscan_attach.so)")
+                "(TORCHSCAN_PYTHON=<python with that torch> bash tools/setup.sh)")
     if probe["loaded_abi"] != probe["library_abi"]:
         return (f"the binary's LibTorch uses _GLIBCXX_USE_CXX11_ABI={probe['loaded_abi']} but this TorchScan "
                 f"library was built with _GLIBCXX_USE_CXX11_ABI={probe['library_abi']}; rebuild TorchScan "
@@ -79,6 +77,46 @@ def hold_signal(name: str) -> bool:
     return signo not in already
 
 
+def check(binary: str, command: list, env: dict) -> None:
+    """Refuses, saying why, unless the library will attach to the binary.
+
+    Nothing here runs the binary's own code: the loader's trace mode
+    (LD_TRACE_LOADED_OBJECTS, as ldd) lists what would load, preload
+    included, without running any initialiser; only then does the probe run
+    the binary, and the library, which loaded in the trace, ends the probe
+    before main().
+    """
+    mode = os.stat(binary).st_mode
+    if mode & (stat.S_ISUID | stat.S_ISGID):
+        refuse(f"{binary} is set-user-ID or set-group-ID: the loader ignores LD_PRELOAD for it")
+    if not torch_libraries(binary):
+        refuse(f"{binary} is not dynamically linked against LibTorch (ldd finds no libc10.so / "
+               "libtorch_cpu.so). A statically linked binary cannot be scanned from outside; for a wrapper "
+               "command (taskset, a shell script), attach the LibTorch binary it runs instead, e.g. "
+               "taskset -c 0 python3 tools/attach.py ... -- ./server")
+    try:
+        trace = subprocess.run([binary, *command[1:]], env={**env, "LD_TRACE_LOADED_OBJECTS": "1"},
+                               capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        refuse(f"the loader's trace of {binary} did not finish in 60 s")
+    missing = [l.strip() for l in trace.stdout.splitlines() if "not found" in l]
+    if "cannot be preloaded" in trace.stderr or missing or trace.returncode != 0:
+        refuse(f"the library could not be loaded into {binary}:\n" + "\n".join([trace.stderr.strip(), *missing]))
+    # Probe: the library reports the torch the binary really loads, then the
+    # process leaves before main().
+    try:
+        probe_run = subprocess.run([binary, *command[1:]], env={**env, "TORCHSCAN_ATTACH_PROBE": "1"},
+                                   capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        refuse(f"the probe run of {binary} did not report in 120 s (it was killed)")
+    lines = [l for l in probe_run.stdout.splitlines() if l.startswith("TORCHSCAN_PROBE ")]
+    if not lines:
+        refuse(f"the library could not be loaded into {binary}:\n{probe_run.stderr.strip()}")
+    problem = compatibility_problem(json.loads(lines[-1].split(" ", 1)[1]))
+    if problem:
+        refuse(problem)
+
+
 def refuse(message: str) -> "NoReturn":
     print(f"torchscan attach: refusing: {message}", file=sys.stderr)
     sys.exit(2)
@@ -90,40 +128,40 @@ def main(argv=None) -> int:
     parser.add_argument("--output", required=True, help="where the report is written (replaced atomically)")
     parser.add_argument("--signal", choices=SIGNALS, help="also write the report each time this signal arrives")
     parser.add_argument("--library", type=Path, default=None, help="libtorchscan_attach.so to preload")
+    parser.add_argument("--report-on-sigterm", action="store_true",
+                        help="on SIGTERM (a container's stop signal), write the report, then end as SIGTERM does")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- BINARY [ARGS...]")
     args = parser.parse_args(argv)
     held = hold_signal(args.signal) if args.signal else False
+    term_held = hold_signal("TERM") if args.report_on_sigterm else False
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the binary to run after --, e.g. -- ./server --port 8000")
-    library = (args.library or default_library()).resolve()
+    # Absolute, symlinks kept: a link to a directory without spaces is the
+    # way to attach from one whose real path has them.
+    library = Path(os.path.abspath(args.library or default_library()))
     if not library.exists():
         refuse(f"{library} does not exist; build it with `bash tools/setup.sh` or pass --library")
+    if any(c in str(library) for c in " :\t\n"):
+        refuse(f"{library}: LD_PRELOAD splits paths at spaces and colons and cannot carry this one; "
+               "install TorchScan under a path without them, or pass --library through a symlink that has none")
     binary = shutil.which(command[0]) or command[0]
     if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
         refuse(f"{command[0]} is not an executable file")
-    if not torch_libraries(binary):
-        refuse(f"{binary} is not dynamically linked against LibTorch (ldd finds no libc10.so / "
-               "libtorch_cpu.so); a statically linked or non-LibTorch binary cannot be scanned from outside")
 
     env = dict(os.environ)
     env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
-    # Probe: the library reports the torch the binary really loads, then the
-    # process leaves before main().
-    probe_run = subprocess.run([binary, *command[1:]], env={**env, "TORCHSCAN_ATTACH_PROBE": "1"},
-                               capture_output=True, text=True, timeout=120)
-    lines = [l for l in probe_run.stdout.splitlines() if l.startswith("TORCHSCAN_PROBE ")]
-    if not lines:
-        refuse(f"the library could not be loaded into {binary}:\n{probe_run.stderr.strip()}")
-    problem = compatibility_problem(json.loads(lines[-1].split(" ", 1)[1]))
-    if problem:
-        refuse(problem)
+    check(binary, command, env)
 
     env["TORCHSCAN_ATTACH_OUTPUT"] = str(Path(args.output).resolve())
     if args.signal:
         env["TORCHSCAN_ATTACH_SIGNAL"] = args.signal
         if held:
             env["TORCHSCAN_ATTACH_SIGNAL_HELD"] = "1"  # the library unblocks it
+    if args.report_on_sigterm:
+        env["TORCHSCAN_ATTACH_REPORT_ON_TERM"] = "1"
+        if term_held:
+            env["TORCHSCAN_ATTACH_TERM_HELD"] = "1"
     # exec: the binary keeps this process id, so signals sent to it arrive.
     os.execve(binary, [command[0], *command[1:]], env)
     return 1

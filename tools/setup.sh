@@ -9,7 +9,9 @@ ROOT=$PWD
 log() { printf '[setup] %s\n' "$*"; }
 
 # 1. Debian packages (Bazel 4.2.3 and the C++ libraries it links).
-APT_PACKAGES=(bazel-bootstrap libabsl-dev nlohmann-json3-dev libgtest-dev g++)
+# cmake, make and pkg-config: the consumer tests build programs against the
+# installed package (tools/install.sh) the way other projects do.
+APT_PACKAGES=(bazel-bootstrap libabsl-dev nlohmann-json3-dev libgtest-dev g++ cmake make pkg-config)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -42,7 +44,10 @@ bazel build //:torchscan //torchscan_dispatch:libtorchscan_attach.so //tests:lib
 test -f bazel-bin/torchscan_dispatch/libtorchscan.so
 test -f bazel-bin/torchscan_dispatch/libtorchscan_attach.so
 mkdir -p python_shim/torchscan/_lib
-install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan.so python_shim/torchscan/_lib/libtorchscan.so
+# Named by its SONAME: the attach library needs it as libtorchscan.so.0
+# beside itself, and a process that loads both then has one engine.
+rm -f python_shim/torchscan/_lib/libtorchscan.so
+install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan.so python_shim/torchscan/_lib/libtorchscan.so.0
 install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan_attach.so python_shim/torchscan/_lib/libtorchscan_attach.so
 
 # 4. `import torchscan` from anywhere: a .pth file naming the shim folder.

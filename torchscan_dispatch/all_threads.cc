@@ -198,6 +198,7 @@ std::shared_ptr<ThreadLog> AllThreadsScan::Join(uint64_t generation) {
   log->number = static_cast<int64_t>(logs_.size()) + 1;
   log->recorder.torchscript_scopes = torchscript_scopes_;
   log->recorder.record_owned_children = record_owned_children_;
+  log->recorder.torchscript_requests = torchscript_requests_;
   char name[64] = {0};
   if (pthread_getname_np(pthread_self(), name, sizeof(name)) == 0) log->name = name;
   ThreadLink* link = ThisThreadLink();

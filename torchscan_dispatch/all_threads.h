@@ -42,10 +42,12 @@ struct ThreadLog {
 // The process-wide state of the active all-threads scan (at most one).
 class AllThreadsScan {
  public:
-  AllThreadsScan(bool torchscript_scopes, bool join_on_first_call, bool record_owned_children)
+  AllThreadsScan(bool torchscript_scopes, bool join_on_first_call, bool record_owned_children,
+                 bool torchscript_requests = false)
       : torchscript_scopes_(torchscript_scopes),
         join_on_first_call_(join_on_first_call),
-        record_owned_children_(record_owned_children) {}
+        record_owned_children_(record_owned_children),
+        torchscript_requests_(torchscript_requests) {}
   absl::Status Start();  // fails when another all-threads scan is active
   void Stop();           // seals every log; later calls are not recorded
 
@@ -62,6 +64,7 @@ class AllThreadsScan {
   bool torchscript_scopes_;
   bool join_on_first_call_;
   bool record_owned_children_;
+  bool torchscript_requests_;
   uint64_t callback_ = 0;  // RecordFunction handle (0: none)
 };
 

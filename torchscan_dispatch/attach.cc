@@ -9,6 +9,13 @@
 // keep running and no call is lost: calls still running at a snapshot are
 // reported by the next one and by the report at exit.
 //
+// With TORCHSCAN_ATTACH_REPORT_ON_TERM=1, SIGTERM (a container's stop
+// signal) goes through the same pipe: the writer stops the scan, writes the
+// final report (reason "sigterm") and then re-raises SIGTERM with the action
+// it had before, so the process still ends the way SIGTERM ends it (status
+// 143). A server that installs its own SIGTERM handler replaces this one and
+// exits its own way; the report is then written at exit.
+//
 // The handler and its pipe are the first thing the library sets up
 // (HoldReportSignal, before its other initialisers): a signal that arrives
 // before the scan and the writer are ready waits in the pipe and is served
@@ -34,7 +41,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "absl/strings/str_cat.h"
 
 #include "torchscan_built_against.h"
 #include "torchscan_dispatch/torchscan.h"
@@ -93,8 +99,10 @@ struct ReportSignal {
   int pipe_read, pipe_write;
   pid_t pid;  // the process that set it up (a fork()ed child ignores it)
   struct sigaction previous;
+  bool term;  // SIGTERM reports, then ends the process (TORCHSCAN_ATTACH_REPORT_ON_TERM)
+  struct sigaction previous_term;
 };
-ReportSignal report_signal = {0, -1, -1, 0, {}};
+ReportSignal report_signal = {0, -1, -1, 0, {}, false, {}};
 
 struct Attached {
   std::string output;
@@ -149,15 +157,15 @@ bool PublishLocked(const std::string& path, const std::string& text) {
 // Caller holds attached->write_mu.
 void WriteReportLocked(const char* reason) {
   if (attached->closed || getpid() != attached->pid) return;
-  absl::StatusOr<std::string> text = attached->session->ScanReportJson();
+  StatusOr<std::string> text = attached->session->ScanReportJson();
   if (!text.ok()) {
-    std::fprintf(stderr, "torchscan attach: no report (%s)\n", std::string(text.status().message()).c_str());
+    std::fprintf(stderr, "torchscan attach: no report (%s)\n", text.status().message().c_str());
     return;
   }
   // The report's text is published as the session wrote it (never re-parsed:
   // nlohmann would turn counts past 2^64 into floats); "attach" goes first.
   const nlohmann::json attach = {{"reason", reason}, {"sequence", ++attached->sequence}, {"pid", getpid()}};
-  PublishLocked(attached->output, absl::StrCat("{\"attach\":", attach.dump(), ",", text->substr(1), "\n"));
+  PublishLocked(attached->output, "{\"attach\":" + attach.dump() + "," + text->substr(1) + "\n");
 }
 
 void WriteReport(const char* reason) {
@@ -165,21 +173,37 @@ void WriteReport(const char* reason) {
   WriteReportLocked(reason);
 }
 
-void OnSignal(int) {
+void OnSignal(int signo) {
   const int saved = errno;
   if (getpid() == report_signal.pid) {
     // Non-blocking: with a full pipe, reports are already pending.
-    const char byte = 's';
+    const char byte = signo == SIGTERM ? 't' : 's';
     (void)!write(report_signal.pipe_write, &byte, 1);
   }
   errno = saved;
+}
+
+// SIGTERM: the final report, then SIGTERM's own ending.
+void ReportAndTerminate() {
+  {
+    std::lock_guard<std::mutex> lock(attached->write_mu);
+    if (!attached->closed) {
+      (void)attached->session->Stop();
+      WriteReportLocked("sigterm");
+      attached->closed = true;
+    }
+  }
+  sigaction(SIGTERM, &report_signal.previous_term, nullptr);
+  kill(getpid(), SIGTERM);
 }
 
 void Writer() {
   char byte;
   for (;;) {
     const ssize_t n = read(report_signal.pipe_read, &byte, 1);
-    if (n == 1) {
+    if (n == 1 && byte == 't') {
+      ReportAndTerminate();
+    } else if (n == 1) {
       WriteReport("signal");
     } else if (n < 0 && errno == EINTR) {
       continue;
@@ -194,7 +218,7 @@ void AtExit() {
   // server left running) are not part of the scan. The lock keeps a
   // snapshot the writer thread may be taking from racing with the stop.
   std::lock_guard<std::mutex> lock(attached->write_mu);
-  if (getpid() != attached->pid) return;
+  if (getpid() != attached->pid || attached->closed) return;
   (void)attached->session->Stop();
   WriteReportLocked("exit");
   attached->closed = true;  // a signal arriving during teardown writes nothing
@@ -232,9 +256,30 @@ int SignalNumber(const char* name) {
 // signal is caught and remembered in the pipe. The launcher blocked it
 // before exec (TORCHSCAN_ATTACH_SIGNAL_HELD); unblocking it now delivers a
 // signal that arrived since, to this handler.
+bool CatchTerm() {
+  const char* on = std::getenv("TORCHSCAN_ATTACH_REPORT_ON_TERM");
+  if (on == nullptr || std::strcmp(on, "1") != 0) return false;
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = &OnSignal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGTERM, nullptr, &report_signal.previous_term) != 0 ||
+      report_signal.previous_term.sa_handler == SIG_IGN) {
+    return false;  // started with SIGTERM ignored: it stays ignored
+  }
+  if (sigaction(SIGTERM, &sa, nullptr) != 0) {
+    std::fprintf(stderr, "torchscan attach: no report on SIGTERM: sigaction: %s\n", std::strerror(errno));
+    return false;
+  }
+  report_signal.term = true;
+  return true;
+}
+
 __attribute__((constructor(101))) void HoldReportSignal() {
-  const int signo = SignalNumber(std::getenv("TORCHSCAN_ATTACH_SIGNAL"));
-  if (std::getenv("TORCHSCAN_ATTACH_OUTPUT") == nullptr || signo <= 0) return;
+  int signo = SignalNumber(std::getenv("TORCHSCAN_ATTACH_SIGNAL"));
+  const bool term = std::getenv("TORCHSCAN_ATTACH_REPORT_ON_TERM") != nullptr;
+  if (std::getenv("TORCHSCAN_ATTACH_OUTPUT") == nullptr || (signo <= 0 && !term)) return;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     std::fprintf(stderr, "torchscan attach: no report signal: pipe: %s\n", std::strerror(errno));
@@ -244,6 +289,13 @@ __attribute__((constructor(101))) void HoldReportSignal() {
   report_signal.pipe_read = fds[0];
   report_signal.pipe_write = fds[1];
   report_signal.pid = getpid();
+  if (term && CatchTerm() && std::getenv("TORCHSCAN_ATTACH_TERM_HELD")) {
+    sigset_t held;
+    sigemptyset(&held);
+    sigaddset(&held, SIGTERM);
+    pthread_sigmask(SIG_UNBLOCK, &held, nullptr);
+  }
+  if (signo <= 0) return;
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
   sa.sa_handler = &OnSignal;
@@ -251,9 +303,11 @@ __attribute__((constructor(101))) void HoldReportSignal() {
   sigemptyset(&sa.sa_mask);
   if (sigaction(signo, &sa, &report_signal.previous) != 0) {
     std::fprintf(stderr, "torchscan attach: no report signal: sigaction: %s\n", std::strerror(errno));
-    close(fds[0]);
-    close(fds[1]);
-    report_signal.pipe_read = report_signal.pipe_write = -1;
+    if (!report_signal.term) {
+      close(fds[0]);
+      close(fds[1]);
+      report_signal.pipe_read = report_signal.pipe_write = -1;
+    }
     return;
   }
   report_signal.signo = signo;
@@ -268,19 +322,34 @@ __attribute__((constructor(101))) void HoldReportSignal() {
 // Not attaching after all: the signal gets its previous action back, and
 // signals that came meanwhile are dropped (they asked for reports).
 void ReleaseReportSignal() {
-  if (report_signal.signo <= 0) return;
-  sigaction(report_signal.signo, &report_signal.previous, nullptr);
+  if (report_signal.term) {
+    sigaction(SIGTERM, &report_signal.previous_term, nullptr);
+    report_signal.term = false;
+  }
+  if (report_signal.pipe_read < 0) return;
+  if (report_signal.signo > 0) sigaction(report_signal.signo, &report_signal.previous, nullptr);
   report_signal.signo = 0;
   fcntl(report_signal.pipe_read, F_SETFL, O_NONBLOCK);
   char bytes[64];
   ssize_t n, dropped = 0;
-  while ((n = read(report_signal.pipe_read, bytes, sizeof(bytes))) > 0) dropped += n;
+  bool terminate = false;
+  while ((n = read(report_signal.pipe_read, bytes, sizeof(bytes))) > 0) {
+    for (ssize_t i = 0; i < n; ++i) {
+      if (bytes[i] == 't') {
+        terminate = true;
+      } else {
+        ++dropped;
+      }
+    }
+  }
   if (dropped > 0) {
     std::fprintf(stderr, "torchscan attach: %zd report signal(s) ignored: not attached\n", dropped);
   }
   close(report_signal.pipe_read);
   close(report_signal.pipe_write);
   report_signal.pipe_read = report_signal.pipe_write = -1;
+  // A SIGTERM that came meanwhile still ends the process, with its own action.
+  if (terminate) kill(getpid(), SIGTERM);
 }
 
 __attribute__((constructor)) void Attach() {
@@ -314,6 +383,8 @@ __attribute__((constructor)) void Attach() {
   unsetenv("TORCHSCAN_ATTACH_OUTPUT");
   unsetenv("TORCHSCAN_ATTACH_SIGNAL");
   unsetenv("TORCHSCAN_ATTACH_SIGNAL_HELD");
+  unsetenv("TORCHSCAN_ATTACH_REPORT_ON_TERM");
+  unsetenv("TORCHSCAN_ATTACH_TERM_HELD");
   ScanOptions options;
   options.threads = Threads::kAll;
   options.join_on_first_call = false;     // threads join at creation (pthread_create below)
@@ -321,14 +392,19 @@ __attribute__((constructor)) void Attach() {
   if (const char* ts = std::getenv("TORCHSCAN_ATTACH_TORCHSCRIPT_SCOPES"); ts && std::string(ts) == "0") {
     options.torchscript_scopes = false;
   }
+  // Each top-level TorchScript forward is a request (the server's own
+  // RequestScopes, if it has them, take precedence).
+  if (const char* tr = std::getenv("TORCHSCAN_ATTACH_TORCHSCRIPT_REQUESTS"); !tr || std::string(tr) != "0") {
+    options.torchscript_requests = true;
+  }
   attached->session = std::make_unique<Session>(options);
-  if (absl::Status st = attached->session->Start(); !st.ok()) {
-    std::fprintf(stderr, "torchscan attach: not attaching: %s\n", std::string(st.message()).c_str());
+  if (Status st = attached->session->Start(); !st.ok()) {
+    std::fprintf(stderr, "torchscan attach: not attaching: %s\n", st.message().c_str());
     ReleaseReportSignal();
     return;
   }
   // Serves the signals held in the pipe since HoldReportSignal, then the rest.
-  if (report_signal.signo > 0) std::thread(Writer).detach();
+  if (report_signal.pipe_read >= 0) std::thread(Writer).detach();
   std::atexit(&AtExit);
 }
 

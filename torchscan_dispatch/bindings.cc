@@ -33,8 +33,21 @@ void Raise(const absl::Status& st) {
   TORCH_CHECK(false, std::string(st.message()));
 }
 
+// The C++ API's errors (status.h) raise the same way.
+void Raise(const Status& st) {
+  if (st.ok()) return;
+  if (st.code() == StatusCode::kInvalidArgument) TORCH_CHECK_VALUE(false, st.message());
+  TORCH_CHECK(false, st.message());
+}
+
 template <class T>
 T Value(absl::StatusOr<T> v) {
+  Raise(v.status());
+  return *std::move(v);
+}
+
+template <class T>
+T Value(StatusOr<T> v) {
   Raise(v.status());
   return *std::move(v);
 }

@@ -34,6 +34,8 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
     if (from.begin_event >= static_cast<int64_t>(count) && count < src.size()) continue;  // opened after the cut
     if (!request_kept(from.request)) continue;
     Recorder::Scope to = from;
+    to.thread = thread;
+    to.request = from.request >= 0 ? RequestIndex(r.requests()[from.request].id) : -1;
     to.parent = from.parent >= 0 ? scope_at[from.parent] : -1;
     to.call_index = calls_per_path_[from.path]++;
     to.begin_event = kept_before[std::min<size_t>(from.begin_event, count)];
@@ -49,13 +51,14 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
     to.parent = from.parent >= 0 ? call_at[from.parent] : -1;
     to.scope = from.scope >= 0 ? scope_at[from.scope] : -1;
     to.labels = label_sets.Import(r.label_sets(), from.labels, label_set_at);
-    if (from.request >= 0) {
-      const std::string& id = r.requests()[from.request].id;
-      auto [it, inserted] = request_index_.emplace(id, static_cast<int32_t>(requests.size()));
-      if (inserted) requests.push_back(id);
-      to.request = it->second;
-    }
+    if (from.request >= 0) to.request = RequestIndex(r.requests()[from.request].id);
   }
+}
+
+int32_t EventSet::RequestIndex(const std::string& id) {
+  auto [it, inserted] = request_index_.emplace(id, static_cast<int32_t>(requests.size()));
+  if (inserted) requests.push_back(id);
+  return it->second;
 }
 
 std::unique_ptr<EventSet> EventSet::ByRequest() const {

@@ -41,6 +41,7 @@ struct EventSet {
   const std::vector<int64_t>* times = nullptr;  // its call times (borrowed sets only)
 
  private:
+  int32_t RequestIndex(const std::string& id);  // in `requests`, added if new
   BlockLog<Event> owned_;
   const BlockLog<Event>* events_ = &owned_;
   std::map<std::string, int32_t> request_index_;

@@ -125,6 +125,7 @@ class Recorder {
     int32_t parent = -1;
     bool failed = false;  // the module's forward raised
     int32_t request = -1;             // request open when it opened
+    int64_t thread = 0;               // thread number (EventSet::Add; 0: not an all-threads set)
     int64_t begin_event = 0;          // calls recorded when it opened
     int64_t end_event = -1;           // calls recorded when it closed (-1: open)
     int64_t begin_memory = 0;         // allocator reports logged when it opened
@@ -174,6 +175,10 @@ class Recorder {
   // false: calls that own their subtree in both views run their children
   // without the mode key (ScanOptions::record_owned_children).
   bool record_owned_children = true;
+  // Each top-level TorchScript function call made outside a request is a
+  // request of its own, "forward-<n>" (n counts them process-wide from 1):
+  // an attached server's requests without a code change.
+  bool torchscript_requests = false;
   void EnterTorchScriptFunction();   // a TorchScript function call started
   void LeaveTorchScriptFunction();   // ... and returned (or raised)
 
@@ -206,6 +211,8 @@ class Recorder {
   };
   std::vector<JitScope> jit_open_;
   std::vector<size_t> jit_frames_;
+  bool jit_request_ = false;          // the outermost TorchScript call opened the request
+  bool jit_request_pending_ = false;  // ... and will at its first operator call
 };
 
 // The clock call times are read from (steady clock, nanoseconds).

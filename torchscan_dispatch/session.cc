@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "reports/flop_report.h"
@@ -140,6 +142,16 @@ struct Session::State {
 
 namespace {
 
+// The public API's errors are its own types (status.h); abseil's stay inside.
+Status Public(const absl::Status& s) {
+  return s.ok() ? Status() : Status(static_cast<StatusCode>(s.code()), std::string(s.message()));
+}
+template <class T>
+StatusOr<T> Public(absl::StatusOr<T> s) {
+  if (!s.ok()) return Public(s.status());
+  return std::move(*s);
+}
+
 std::string CanonicalOp(std::string_view op) {
   // Accept "aten::relu" and "aten.relu".
   std::string s(op);
@@ -220,121 +232,132 @@ Session::~Session() {
   (void)state_.release();
 }
 
-absl::Status Session::SetOperatorFormula(std::string_view op, CallerFormula formula) {
-  if (state_->phase != Phase::kIdle) {
-    return absl::FailedPreconditionError("torchscan: set caller formulas before Start()");
-  }
-  if (auto s = CheckOpName(op); !s.ok()) return s;
-  if (!formula) return absl::InvalidArgumentError("torchscan: the caller formula is empty");
-  state_->overrides.formulas[CanonicalOp(op)] = std::move(formula);
-  return absl::OkStatus();
-}
-
-absl::Status Session::DeferOperatorFormula(std::string_view op) {
-  if (state_->phase != Phase::kIdle) {
-    return absl::FailedPreconditionError("torchscan: set caller formulas before Start()");
-  }
-  if (auto s = CheckOpName(op); !s.ok()) return s;
-  state_->overrides.deferred.insert(CanonicalOp(op));
-  return absl::OkStatus();
-}
-
-absl::Status Session::SetModuleHandler(std::string_view path, ModuleHandler handler, ModuleHandlerOptions options) {
-  if (state_->phase != Phase::kIdle) {
-    return absl::FailedPreconditionError("torchscan: set module handlers before Start()");
-  }
-  if (!handler) return absl::InvalidArgumentError("torchscan: the module handler is empty");
-  if (options.name.empty()) {
-    return absl::InvalidArgumentError(
-        "torchscan: a module handler needs a name (ModuleHandlerOptions::name): its results' method is "
-        "custom_module_handler:<name>");
-  }
-  for (const std::string& m : options.metrics) {
-    if (m != "module_flops" && m != "macs" && m != "dmas") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "torchscan: module handler metric \"", m, "\" is not one of module_flops, macs, dmas"));
+Status Session::SetOperatorFormula(std::string_view op, CallerFormula formula) {
+  return Public([&]() -> absl::Status {
+    if (state_->phase != Phase::kIdle) {
+      return absl::FailedPreconditionError("torchscan: set caller formulas before Start()");
     }
-  }
-  const std::string key(path);
-  if (state_->module_handlers.count(key)) {
-    return absl::AlreadyExistsError(absl::StrCat("torchscan: module scope \"", key, "\" already has a handler"));
-  }
-  state_->module_handlers[key] = {absl::StrCat("custom_module_handler:", options.name), std::move(options.metrics),
-                                  options.ownership, std::move(handler)};
-  return absl::OkStatus();
+    if (auto s = CheckOpName(op); !s.ok()) return s;
+    if (!formula) return absl::InvalidArgumentError("torchscan: the caller formula is empty");
+    state_->overrides.formulas[CanonicalOp(op)] = std::move(formula);
+    return absl::OkStatus();
+  }());
+}
+
+Status Session::DeferOperatorFormula(std::string_view op) {
+  return Public([&]() -> absl::Status {
+    if (state_->phase != Phase::kIdle) {
+      return absl::FailedPreconditionError("torchscan: set caller formulas before Start()");
+    }
+    if (auto s = CheckOpName(op); !s.ok()) return s;
+    state_->overrides.deferred.insert(CanonicalOp(op));
+    return absl::OkStatus();
+  }());
+}
+
+Status Session::SetModuleHandler(std::string_view path, ModuleHandler handler, ModuleHandlerOptions options) {
+  return Public([&]() -> absl::Status {
+    if (state_->phase != Phase::kIdle) {
+      return absl::FailedPreconditionError("torchscan: set module handlers before Start()");
+    }
+    if (!handler) return absl::InvalidArgumentError("torchscan: the module handler is empty");
+    if (options.name.empty()) {
+      return absl::InvalidArgumentError(
+          "torchscan: a module handler needs a name (ModuleHandlerOptions::name): its results' method is "
+          "custom_module_handler:<name>");
+    }
+    for (const std::string& m : options.metrics) {
+      if (m != "module_flops" && m != "macs" && m != "dmas") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "torchscan: module handler metric \"", m, "\" is not one of module_flops, macs, dmas"));
+      }
+    }
+    const std::string key(path);
+    if (state_->module_handlers.count(key)) {
+      return absl::AlreadyExistsError(absl::StrCat("torchscan: module scope \"", key, "\" already has a handler"));
+    }
+    state_->module_handlers[key] = {absl::StrCat("custom_module_handler:", options.name), std::move(options.metrics),
+                                    options.ownership, std::move(handler)};
+    return absl::OkStatus();
+  }());
 }
 
 namespace {
 absl::Status StopCurrentThreadScan(Session::State& s);
 }  // namespace
 
-absl::Status Session::Start() {
-  State& s = *state_;
-  if (s.phase == Phase::kActive) return absl::FailedPreconditionError("torchscan: this scan is already active");
-  if (s.phase == Phase::kStopped) {
-    return absl::FailedPreconditionError("torchscan: a Session scans once; create a new Session for another scan");
-  }
-  if (s.options.timestamps && s.options.threads == Threads::kAll) {
-    return absl::InvalidArgumentError(
-        "torchscan: traces (ScanOptions::timestamps) cover scans of the current thread; use "
-        "ScanOptions::threads = Threads::kCurrent");
-  }
-  if (s.options.memory && s.options.threads == Threads::kAll) {
-    return absl::InvalidArgumentError(
-        "torchscan: memory attribution covers scans of the current thread; use ScanOptions::threads = "
-        "Threads::kCurrent with ScanOptions::memory = true");
-  }
-  if (auto st = EnsureFallbackInstalled(); !st.ok()) return st;
-  s.thread = std::this_thread::get_id();
-  if (s.options.threads == Threads::kAll) {
-    s.all = std::make_unique<AllThreadsScan>(s.options.torchscript_scopes, s.options.join_on_first_call,
-                                             s.options.record_owned_children);
-    if (auto st = s.all->Start(); !st.ok()) {
-      s.all.reset();
-      return st;
+Status Session::Start() {
+  return Public([&]() -> absl::Status {
+    State& s = *state_;
+    if (s.phase == Phase::kActive) return absl::FailedPreconditionError("torchscan: this scan is already active");
+    if (s.phase == Phase::kStopped) {
+      return absl::FailedPreconditionError("torchscan: a Session scans once; create a new Session for another scan");
     }
-    (void)AllThreadsLog();  // the starting thread joins now
+    if (s.options.timestamps && s.options.threads == Threads::kAll) {
+      return absl::InvalidArgumentError(
+          "torchscan: traces (ScanOptions::timestamps) cover scans of the current thread; use "
+          "ScanOptions::threads = Threads::kCurrent");
+    }
+    if (s.options.memory && s.options.threads == Threads::kAll) {
+      return absl::InvalidArgumentError(
+          "torchscan: memory attribution covers scans of the current thread; use ScanOptions::threads = "
+          "Threads::kCurrent with ScanOptions::memory = true");
+    }
+    if (auto st = EnsureFallbackInstalled(); !st.ok()) return st;
+    s.thread = std::this_thread::get_id();
+    if (s.options.threads == Threads::kAll) {
+      s.all = std::make_unique<AllThreadsScan>(s.options.torchscript_scopes, s.options.join_on_first_call,
+                                               s.options.record_owned_children, s.options.torchscript_requests);
+      if (auto st = s.all->Start(); !st.ok()) {
+        s.all.reset();
+        return st;
+      }
+      (void)AllThreadsLog();  // the starting thread joins now
+      s.phase = Phase::kActive;
+      return absl::OkStatus();
+    }
+    s.included_before = c10::impl::tls_is_dispatch_key_included(kModeKey);
+    s.unattributed_at_start = UnattributedCalls().load(std::memory_order_relaxed);
+    s.recorder.torchscript_scopes = s.options.torchscript_scopes;
+    s.recorder.torchscript_requests = s.options.torchscript_requests;
+    s.recorder.record_owned_children = s.options.record_owned_children;
+    s.recorder.timestamps = s.options.timestamps;
+    if (s.options.torchscript_scopes) AcquireTorchScriptCallback();
+    s.recorder.outer = ThreadTopRecorder();
+    s.recorder.stop_orphaned = [&s] {
+      s.stopped_by_outer = true;
+      (void)StopCurrentThreadScan(s);
+    };
+    ThreadTopRecorder() = &s.recorder;
+    if (s.options.memory) s.memory.Start(s.recorder);
+    c10::impl::tls_set_dispatch_key_included(kModeKey, true);
     s.phase = Phase::kActive;
     return absl::OkStatus();
-  }
-  s.included_before = c10::impl::tls_is_dispatch_key_included(kModeKey);
-  s.unattributed_at_start = UnattributedCalls().load(std::memory_order_relaxed);
-  s.recorder.torchscript_scopes = s.options.torchscript_scopes;
-  s.recorder.record_owned_children = s.options.record_owned_children;
-  s.recorder.timestamps = s.options.timestamps;
-  if (s.options.torchscript_scopes) AcquireTorchScriptCallback();
-  s.recorder.outer = ThreadTopRecorder();
-  s.recorder.stop_orphaned = [&s] {
-    s.stopped_by_outer = true;
-    (void)StopCurrentThreadScan(s);
-  };
-  ThreadTopRecorder() = &s.recorder;
-  if (s.options.memory) s.memory.Start(s.recorder);
-  c10::impl::tls_set_dispatch_key_included(kModeKey, true);
-  s.phase = Phase::kActive;
-  return absl::OkStatus();
+  }());
 }
 
-absl::Status Session::Stop() {
-  State& s = *state_;
-  if (s.phase != Phase::kActive) {
-    return absl::FailedPreconditionError(
-        s.stopped_by_outer ? "torchscan: this scan was already stopped when a scan enclosing it stopped "
-                             "(stop scans in reverse order of starting them)"
-                           : "torchscan: this scan is not active");
-  }
-  if (s.options.threads == Threads::kAll) {
-    // Any thread may stop it; calls still running are left out (in_flight).
-    s.all->Stop();
-    s.logs = s.all->Logs();
-    (void)LeaveFinishedAllThreadsScan();
-    s.phase = Phase::kStopped;
-    return absl::OkStatus();
-  }
-  if (s.thread != std::this_thread::get_id()) {
-    return absl::FailedPreconditionError("torchscan: stop a scan on the thread that started it");
-  }
-  return StopCurrentThreadScan(s);
+Status Session::Stop() {
+  return Public([&]() -> absl::Status {
+    State& s = *state_;
+    if (s.phase != Phase::kActive) {
+      return absl::FailedPreconditionError(
+          s.stopped_by_outer ? "torchscan: this scan was already stopped when a scan enclosing it stopped "
+                               "(stop scans in reverse order of starting them)"
+                             : "torchscan: this scan is not active");
+    }
+    if (s.options.threads == Threads::kAll) {
+      // Any thread may stop it; calls still running are left out (in_flight).
+      s.all->Stop();
+      s.logs = s.all->Logs();
+      (void)LeaveFinishedAllThreadsScan();
+      s.phase = Phase::kStopped;
+      return absl::OkStatus();
+    }
+    if (s.thread != std::this_thread::get_id()) {
+      return absl::FailedPreconditionError("torchscan: stop a scan on the thread that started it");
+    }
+    return StopCurrentThreadScan(s);
+  }());
 }
 
 namespace {
@@ -390,27 +413,33 @@ absl::Status WithThreadRecorder(Session::State& s, absl::FunctionRef<absl::Statu
 
 }  // namespace
 
-absl::Status Session::SetModuleLabels(std::vector<std::string> labels) {
-  std::sort(labels.begin(), labels.end());
-  labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
-  return WithThreadRecorder(*state_, [&](Recorder& r) {
-    r.SetLabels(std::move(labels));
-    return absl::OkStatus();
-  });
+Status Session::SetModuleLabels(std::vector<std::string> labels) {
+  return Public([&]() -> absl::Status {
+    std::sort(labels.begin(), labels.end());
+    labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
+    return WithThreadRecorder(*state_, [&](Recorder& r) {
+      r.SetLabels(std::move(labels));
+      return absl::OkStatus();
+    });
+  }());
 }
 
-absl::Status Session::EnterModuleLabel(std::string_view label) {
-  return WithThreadRecorder(*state_, [&](Recorder& r) {
-    r.EnterLabel(label);
-    return absl::OkStatus();
-  });
+Status Session::EnterModuleLabel(std::string_view label) {
+  return Public([&]() -> absl::Status {
+    return WithThreadRecorder(*state_, [&](Recorder& r) {
+      r.EnterLabel(label);
+      return absl::OkStatus();
+    });
+  }());
 }
 
-absl::Status Session::ExitModuleLabel(std::string_view label) {
-  return WithThreadRecorder(*state_, [&](Recorder& r) {
-    r.ExitLabel(label);
-    return absl::OkStatus();
-  });
+Status Session::ExitModuleLabel(std::string_view label) {
+  return Public([&]() -> absl::Status {
+    return WithThreadRecorder(*state_, [&](Recorder& r) {
+      r.ExitLabel(label);
+      return absl::OkStatus();
+    });
+  }());
 }
 
 bool Session::active() const { return state_->phase == Phase::kActive; }
@@ -448,74 +477,82 @@ std::vector<std::string> Session::RecordedOperators() const {
   return {names.begin(), names.end()};
 }
 
-absl::Status Session::BeginRequest(std::string_view id) {
-  return WithThreadRecorder(*state_, [&](Recorder& r) {
-    if (!r.BeginRequest(std::string(id))) {
-      return absl::FailedPreconditionError("torchscan: a request is already open in this thread; end it first");
-    }
-    return absl::OkStatus();
-  });
-}
-
-absl::Status Session::EndRequest() {
-  return WithThreadRecorder(*state_, [&](Recorder& r) {
-    if (!r.EndRequest()) return absl::FailedPreconditionError("torchscan: no request is open in this thread");
-    return absl::OkStatus();
-  });
-}
-
-absl::StatusOr<std::string> Session::DeferredCallsJson() {
-  State& s = *state_;
-  if (s.phase != Phase::kStopped) return absl::FailedPreconditionError("torchscan: stop the scan first");
-  const auto& events = s.Calls().set->events();
-  const OperatorPlan& plan = s.Calls().Plan(s.catalog, s.overrides);
-  nlohmann::json calls = nlohmann::json::array();
-  for (size_t i = 0; i < events.size(); ++i) {
-    if (plan.covered[i] || plan.kind[i] != CallKind::kDeferred || events[i].raised) continue;
-    const Event& e = events[i];
-    const OpInfo& info = s.catalog.Get(e.op);
-    nlohmann::json args = nlohmann::json::array(), kwargs = nlohmann::json::object();
-    const auto& schema_args = e.op.schema().arguments();
-    for (size_t a = 0; a < e.args.size() && a < schema_args.size(); ++a) {
-      if (schema_args[a].kwarg_only()) {
-        kwargs[schema_args[a].name()] = ArgJson(e.args[a]);
-      } else {
-        args.push_back(ArgJson(e.args[a]));
+Status Session::BeginRequest(std::string_view id) {
+  return Public([&]() -> absl::Status {
+    return WithThreadRecorder(*state_, [&](Recorder& r) {
+      if (!r.BeginRequest(std::string(id))) {
+        return absl::FailedPreconditionError("torchscan: a request is already open in this thread; end it first");
       }
-    }
-    nlohmann::json out;
-    if (e.outputs.size() == 1) {
-      out = ArgJson(e.outputs[0]);
-    } else {
-      out = nlohmann::json::array();
-      for (const auto& o : e.outputs) out.push_back(ArgJson(o));
-    }
-    calls.push_back({{"index", i}, {"op", info.packet}, {"overload", info.overload},
-                     {"args", args}, {"kwargs", kwargs}, {"out", out}});
-  }
-  return calls.dump();
+      return absl::OkStatus();
+    });
+  }());
 }
 
-absl::Status Session::SetDeferredResultsJson(std::string_view json) {
-  State& s = *state_;
-  if (s.phase != Phase::kStopped) return absl::FailedPreconditionError("torchscan: stop the scan first");
-  nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return absl::InvalidArgumentError("torchscan: deferred results must be a JSON object");
-  for (const auto& [key, value] : j.items()) {
-    int32_t index = 0;
-    // Counts up to 2^128 - 1 travel exactly as decimal strings (nlohmann
-    // holds integers up to 2^64 - 1 only); non-negative JSON integers work too.
-    std::optional<Count> count;
-    if (value.is_number_unsigned()) count = Count(value.get<uint64_t>());
-    if (value.is_string()) count = ParseCount(value.get<std::string>());
-    if (!absl::SimpleAtoi(key, &index) || !count) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "torchscan: deferred result \"", key,
-          "\" must map a call index to a non-negative integer count up to 2^128 - 1 (a number or decimal string)"));
+Status Session::EndRequest() {
+  return Public([&]() -> absl::Status {
+    return WithThreadRecorder(*state_, [&](Recorder& r) {
+      if (!r.EndRequest()) return absl::FailedPreconditionError("torchscan: no request is open in this thread");
+      return absl::OkStatus();
+    });
+  }());
+}
+
+StatusOr<std::string> Session::DeferredCallsJson() {
+  return Public([&]() -> absl::StatusOr<std::string> {
+    State& s = *state_;
+    if (s.phase != Phase::kStopped) return absl::FailedPreconditionError("torchscan: stop the scan first");
+    const auto& events = s.Calls().set->events();
+    const OperatorPlan& plan = s.Calls().Plan(s.catalog, s.overrides);
+    nlohmann::json calls = nlohmann::json::array();
+    for (size_t i = 0; i < events.size(); ++i) {
+      if (plan.covered[i] || plan.kind[i] != CallKind::kDeferred || events[i].raised) continue;
+      const Event& e = events[i];
+      const OpInfo& info = s.catalog.Get(e.op);
+      nlohmann::json args = nlohmann::json::array(), kwargs = nlohmann::json::object();
+      const auto& schema_args = e.op.schema().arguments();
+      for (size_t a = 0; a < e.args.size() && a < schema_args.size(); ++a) {
+        if (schema_args[a].kwarg_only()) {
+          kwargs[schema_args[a].name()] = ArgJson(e.args[a]);
+        } else {
+          args.push_back(ArgJson(e.args[a]));
+        }
+      }
+      nlohmann::json out;
+      if (e.outputs.size() == 1) {
+        out = ArgJson(e.outputs[0]);
+      } else {
+        out = nlohmann::json::array();
+        for (const auto& o : e.outputs) out.push_back(ArgJson(o));
+      }
+      calls.push_back({{"index", i}, {"op", info.packet}, {"overload", info.overload},
+                       {"args", args}, {"kwargs", kwargs}, {"out", out}});
     }
-    s.overrides.deferred_values[index] = *count;
-  }
-  return absl::OkStatus();
+    return calls.dump();
+  }());
+}
+
+Status Session::SetDeferredResultsJson(std::string_view json) {
+  return Public([&]() -> absl::Status {
+    State& s = *state_;
+    if (s.phase != Phase::kStopped) return absl::FailedPreconditionError("torchscan: stop the scan first");
+    nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) return absl::InvalidArgumentError("torchscan: deferred results must be a JSON object");
+    for (const auto& [key, value] : j.items()) {
+      int32_t index = 0;
+      // Counts up to 2^128 - 1 travel exactly as decimal strings (nlohmann
+      // holds integers up to 2^64 - 1 only); non-negative JSON integers work too.
+      std::optional<Count> count;
+      if (value.is_number_unsigned()) count = Count(value.get<uint64_t>());
+      if (value.is_string()) count = ParseCount(value.get<std::string>());
+      if (!absl::SimpleAtoi(key, &index) || !count) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "torchscan: deferred result \"", key,
+            "\" must map a call index to a non-negative integer count up to 2^128 - 1 (a number or decimal string)"));
+      }
+      s.overrides.deferred_values[index] = *count;
+    }
+    return absl::OkStatus();
+  }());
 }
 
 namespace {
@@ -551,6 +588,8 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, boo
     layers[i].parent = scopes[i].parent;
     layers[i].depth = scopes[i].parent >= 0 ? layers[scopes[i].parent].depth + 1 : 0;
     layers[i].failed = scopes[i].failed;
+    layers[i].thread = scopes[i].thread;
+    if (scopes[i].request >= 0) layers[i].request = set.requests[scopes[i].request];
   }
   const TallyContext ctx = s.Context();
   TallyOperatorView(set.events(), set.label_sets, p.Plan(s.catalog, s.overrides), s.catalog, s.overrides, ctx, &layers);
@@ -595,6 +634,8 @@ LayerRow RowOf(reports::LayerTally& l) {
   row.parent = l.parent;
   row.depth = l.depth;
   row.failed = l.failed;
+  row.thread = l.thread;
+  row.request = std::move(l.request);
   row.memory = l.memory;
   row.memory_status = l.memory_status;
   row.peak_memory = l.peak_memory;
@@ -665,20 +706,26 @@ absl::StatusOr<std::string> StoppedReport(Session::State& s, const ReportFilter&
 
 }  // namespace
 
-absl::StatusOr<std::string> Session::FlopReportJson(const ReportFilter& filter) {
-  return StoppedReport(*state_, filter, [&](Planned& p) { return FlopJson(*state_, p); });
+StatusOr<std::string> Session::FlopReportJson(const ReportFilter& filter) {
+  return Public([&]() -> absl::StatusOr<std::string> {
+    return StoppedReport(*state_, filter, [&](Planned& p) { return FlopJson(*state_, p); });
+  }());
 }
 
-absl::StatusOr<std::string> Session::ModuleReportJson(const ReportFilter& filter) {
-  return StoppedReport(*state_, filter, [&](Planned& p) { return ModuleJson(*state_, p); });
+StatusOr<std::string> Session::ModuleReportJson(const ReportFilter& filter) {
+  return Public([&]() -> absl::StatusOr<std::string> {
+    return StoppedReport(*state_, filter, [&](Planned& p) { return ModuleJson(*state_, p); });
+  }());
 }
 
-absl::StatusOr<std::string> Session::TrafficJson(const ReportFilter& filter) {
-  return StoppedReport(*state_, filter, [&](Planned& p) {
-    State& s = *state_;
-    const TrafficResult t = ComputeTraffic(p.set->events(), p.Plan(s.catalog, s.overrides), s.catalog, s.overrides);
-    return torchscan::TrafficJson(p.set->events(), p.set->scopes, t, s.catalog);
-  });
+StatusOr<std::string> Session::TrafficJson(const ReportFilter& filter) {
+  return Public([&]() -> absl::StatusOr<std::string> {
+    return StoppedReport(*state_, filter, [&](Planned& p) {
+      State& s = *state_;
+      const TrafficResult t = ComputeTraffic(p.set->events(), p.Plan(s.catalog, s.overrides), s.catalog, s.overrides);
+      return torchscan::TrafficJson(p.set->events(), p.set->scopes, t, s.catalog);
+    });
+  }());
 }
 
 // The memory report of the whole scan (ScanOptions::memory).
@@ -693,70 +740,82 @@ static absl::StatusOr<nlohmann::json> MemoryPart(Session::State& s, Planned& p) 
   return MemoryJson(p.Memory(s.catalog), s.options.scope);
 }
 
-absl::StatusOr<std::string> Session::MemoryReportJson() {
-  State& s = *state_;
-  if (s.phase != Phase::kStopped) {
-    return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
-  }
-  absl::StatusOr<nlohmann::json> j = MemoryPart(s, s.Calls());
-  if (!j.ok()) return j.status();
-  return reports::DumpJson(*j);
-}
-
-absl::StatusOr<std::string> Session::TraceJson() {
-  State& s = *state_;
-  if (s.phase != Phase::kStopped) {
-    return absl::FailedPreconditionError("torchscan: the trace is available once the scan has stopped");
-  }
-  if (!s.options.timestamps) {
-    return absl::FailedPreconditionError("torchscan: this scan took no timestamps; start it with trace=True (Python) "
-                                         "or ScanOptions::timestamps = true (C++)");
-  }
-  Planned& p = s.Calls();
-  const TrafficResult t = ComputeTraffic(p.set->events(), p.Plan(s.catalog, s.overrides), s.catalog, s.overrides);
-  return reports::DumpJson(
-      torchscan::TraceJson(p.set->events(), p.set->scopes, *p.set->times, s.recorder.stopped_ns, t, s.catalog));
-}
-
-absl::StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {
-  return StoppedReport(*state_, filter, [&](Planned& p) { return LayersOf(*state_, p, {true, true, true, true}); });
-}
-
-absl::StatusOr<std::vector<LayerRow>> Session::LayerRows(const ReportFilter& filter) {
-  State& s = *state_;
-  if (s.phase != Phase::kStopped) {
-    return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
-  }
-  std::vector<reports::LayerTally> tallies;
-  if (Unfiltered(filter)) {
-    tallies = LayerTallies(s, s.Calls());
-  } else {
-    Planned p{s.Gather(filter)};
-    tallies = LayerTallies(s, p);
-  }
-  std::vector<LayerRow> rows;
-  rows.reserve(tallies.size());
-  for (reports::LayerTally& l : tallies) rows.push_back(RowOf(l));
-  return rows;
-}
-
-absl::StatusOr<int32_t> Session::PushModuleScope(std::string_view path) {
-  int32_t id = -1;
-  absl::Status st = WithThreadRecorder(*state_, [&](Recorder& r) {
-    id = r.PushScope(std::string(path));
-    return absl::OkStatus();
-  });
-  if (!st.ok()) return st;
-  return id;
-}
-
-absl::Status Session::PopModuleScope(int32_t scope, bool failed, std::vector<uintptr_t> outputs) {
-  return WithThreadRecorder(*state_, [&](Recorder& r) {
-    if (!r.PopScope(scope, failed, std::move(outputs))) {
-      return absl::InvalidArgumentError(absl::StrCat("torchscan: module scope ", scope, " is not open"));
+StatusOr<std::string> Session::MemoryReportJson() {
+  return Public([&]() -> absl::StatusOr<std::string> {
+    State& s = *state_;
+    if (s.phase != Phase::kStopped) {
+      return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
     }
-    return absl::OkStatus();
-  });
+    absl::StatusOr<nlohmann::json> j = MemoryPart(s, s.Calls());
+    if (!j.ok()) return j.status();
+    return reports::DumpJson(*j);
+  }());
+}
+
+StatusOr<std::string> Session::TraceJson() {
+  return Public([&]() -> absl::StatusOr<std::string> {
+    State& s = *state_;
+    if (s.phase != Phase::kStopped) {
+      return absl::FailedPreconditionError("torchscan: the trace is available once the scan has stopped");
+    }
+    if (!s.options.timestamps) {
+      return absl::FailedPreconditionError("torchscan: this scan took no timestamps; start it with trace=True (Python) "
+                                           "or ScanOptions::timestamps = true (C++)");
+    }
+    Planned& p = s.Calls();
+    const TrafficResult t = ComputeTraffic(p.set->events(), p.Plan(s.catalog, s.overrides), s.catalog, s.overrides);
+    return reports::DumpJson(
+        torchscan::TraceJson(p.set->events(), p.set->scopes, *p.set->times, s.recorder.stopped_ns, t, s.catalog));
+  }());
+}
+
+StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {
+  return Public([&]() -> absl::StatusOr<std::string> {
+    return StoppedReport(*state_, filter, [&](Planned& p) { return LayersOf(*state_, p, {true, true, true, true}); });
+  }());
+}
+
+StatusOr<std::vector<LayerRow>> Session::LayerRows(const ReportFilter& filter) {
+  return Public([&]() -> absl::StatusOr<std::vector<LayerRow>> {
+    State& s = *state_;
+    if (s.phase != Phase::kStopped) {
+      return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
+    }
+    std::vector<reports::LayerTally> tallies;
+    if (Unfiltered(filter)) {
+      tallies = LayerTallies(s, s.Calls());
+    } else {
+      Planned p{s.Gather(filter)};
+      tallies = LayerTallies(s, p);
+    }
+    std::vector<LayerRow> rows;
+    rows.reserve(tallies.size());
+    for (reports::LayerTally& l : tallies) rows.push_back(RowOf(l));
+    return rows;
+  }());
+}
+
+StatusOr<int32_t> Session::PushModuleScope(std::string_view path) {
+  return Public([&]() -> absl::StatusOr<int32_t> {
+    int32_t id = -1;
+    absl::Status st = WithThreadRecorder(*state_, [&](Recorder& r) {
+      id = r.PushScope(std::string(path));
+      return absl::OkStatus();
+    });
+    if (!st.ok()) return st;
+    return id;
+  }());
+}
+
+Status Session::PopModuleScope(int32_t scope, bool failed, std::vector<uintptr_t> outputs) {
+  return Public([&]() -> absl::Status {
+    return WithThreadRecorder(*state_, [&](Recorder& r) {
+      if (!r.PopScope(scope, failed, std::move(outputs))) {
+        return absl::InvalidArgumentError(absl::StrCat("torchscan: module scope ", scope, " is not open"));
+      }
+      return absl::OkStatus();
+    });
+  }());
 }
 
 std::vector<ThreadInfo> Session::ThreadsSeen() const {
@@ -774,127 +833,129 @@ std::vector<ThreadInfo> Session::ThreadsSeen() const {
   return out;
 }
 
-absl::StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
-  State& s = *state_;
-  std::lock_guard<std::mutex> lock(s.report_mu);
-  if (s.phase == Phase::kIdle) return absl::FailedPreconditionError("torchscan: the scan has not started");
-  if (s.phase == Phase::kActive && s.options.threads == Threads::kCurrent) {
-    return absl::FailedPreconditionError(
-        "torchscan: a scan of the current thread reports once it has stopped; snapshots while it runs "
-        "need ScanOptions::threads = Threads::kAll");
-  }
-  const bool snapshot = s.phase == Phase::kActive;
-  // Every part of the report reads the same cut of each thread's log.
-  const std::vector<Cut> cuts = s.options.threads == Threads::kAll ? s.Cuts() : std::vector<Cut>();
-  Planned fresh;
-  Planned& p = !snapshot && Unfiltered(filter) ? s.Calls() : (fresh.set = s.Gather(filter, &cuts), fresh);
-  const bool op_view = s.options.operator_view && !s.options.structure;
-  const bool module_view = s.options.module_view && !s.options.structure;
-  nlohmann::json j;
-  j["kind"] = "torchscan_scan_report";
-  j["schema_version"] = reports::kSchemaVersion;
-  j["context"] = {{"torch_version", TORCHSCAN_BUILT_TORCH_VERSION},
-                  {"torchscan_version", reports::kTorchscanVersion},
-                  {"threads", s.options.threads == Threads::kAll ? "all" : "current"},
-                  {"analysis_mode", s.options.structure ? "structure" : "full"},
-                  {"snapshot", snapshot},
-                  {"in_flight_calls", p.set->in_flight},
-                  {"unattributed_calls", s.unattributed}};
-  // Distributed jobs (communication.h): this rank's place and its collectives' bytes.
-  if (const nlohmann::json d = DistributedContextJson(); !d.is_null()) j["context"].update(d);
-  j["communication"] = CommunicationJson(p.set->events(), s.catalog, s.options.scope);
-  j["operator_flops"] = op_view ? FlopJson(s, p) : nlohmann::json();
-  if (s.options.memory && p.set->memory != nullptr) j["memory"] = *MemoryPart(s, p);
-  j["module_report"] = module_view ? ModuleJson(s, p) : nlohmann::json();
-  j["layers"] = LayersOf(s, p, {op_view, module_view, module_view, module_view});
-  // Per thread and per request: each one's own calls, valued alone.
-  auto total_of = [&](Planned& part) {
-    nlohmann::json t = nlohmann::json::object();
-    if (op_view) t["operator_flops"] = FlopJson(s, part)["total"];
-    if (module_view) {
-      // Keep the report alive while iterating: items() of a temporary's member dangles.
-      const nlohmann::json module = ModuleJson(s, part);
-      for (const auto& [name, metric] : module["totals"].items()) t[name] = metric;
+StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
+  return Public([&]() -> absl::StatusOr<std::string> {
+    State& s = *state_;
+    std::lock_guard<std::mutex> lock(s.report_mu);
+    if (s.phase == Phase::kIdle) return absl::FailedPreconditionError("torchscan: the scan has not started");
+    if (s.phase == Phase::kActive && s.options.threads == Threads::kCurrent) {
+      return absl::FailedPreconditionError(
+          "torchscan: a scan of the current thread reports once it has stopped; snapshots while it runs "
+          "need ScanOptions::threads = Threads::kAll");
     }
-    return t;
-  };
-  j["threads"] = nlohmann::json::array();
-  std::vector<std::pair<int64_t, std::string>> threads;
-  if (s.options.threads == Threads::kCurrent) {
-    threads.emplace_back(1, "");
-  } else {
-    for (const Cut& cut : cuts) {
-      if (cut.count > 0) threads.emplace_back(cut.log->number, cut.log->name);  // threads that ran ATen work
-    }
-  }
-  for (const auto& [number, name] : threads) {
-    if (!filter.threads.empty() && !filter.threads.count(number)) continue;
-    ReportFilter one = filter;
-    one.threads = {number};
-    Planned part{s.Gather(one, &cuts)};
-    j["threads"].push_back({{"thread", number}, {"name", name}, {"calls", part.set->events().size()},
-                            {"totals", total_of(part)}});
-  }
-  // Per request, in one pass: the calls re-scoped by request, tallied like layers.
-  j["requests"] = nlohmann::json::array();
-  if (!p.set->requests.empty()) {
-    Planned by_request{p.set->ByRequest()};
-    std::vector<reports::LayerTally> rows(by_request.set->scopes.size());
-    const TallyContext ctx = s.Context();
-    if (op_view) {
-      TallyOperatorView(by_request.set->events(), by_request.set->label_sets, by_request.Plan(s.catalog, s.overrides),
-                        s.catalog, s.overrides, ctx, &rows);
-    }
-    if (module_view) TallyModuleView(by_request.set->events(), by_request.ModulePlan(s.catalog), s.catalog, ctx, &rows);
-    std::vector<int64_t> calls(rows.size(), 0);
-    for (size_t i = 0; i < by_request.set->events().size(); ++i) {
-      const int32_t q = by_request.set->events()[i].scope;
-      if (q >= 0) ++calls[q];
-    }
-    for (size_t q = 0; q < rows.size(); ++q) {
-      nlohmann::json totals = nlohmann::json::object();
-      for (int m = 0; m < 4; ++m) {
-        if (!(m == 0 ? op_view : module_view)) continue;
-        totals[reports::kLayerMetricNames[m]] = reports::MetricJson(
-            {rows[q].complete[m] ? MetricStatus::kComplete : MetricStatus::kPartial, rows[q].known[m],
-             reports::kLayerMetricUnits[m], s.options.scope, reports::kLayerMetricMethods[m]});
+    const bool snapshot = s.phase == Phase::kActive;
+    // Every part of the report reads the same cut of each thread's log.
+    const std::vector<Cut> cuts = s.options.threads == Threads::kAll ? s.Cuts() : std::vector<Cut>();
+    Planned fresh;
+    Planned& p = !snapshot && Unfiltered(filter) ? s.Calls() : (fresh.set = s.Gather(filter, &cuts), fresh);
+    const bool op_view = s.options.operator_view && !s.options.structure;
+    const bool module_view = s.options.module_view && !s.options.structure;
+    nlohmann::json j;
+    j["kind"] = "torchscan_scan_report";
+    j["schema_version"] = reports::kSchemaVersion;
+    j["context"] = {{"torch_version", TORCHSCAN_BUILT_TORCH_VERSION},
+                    {"torchscan_version", reports::kTorchscanVersion},
+                    {"threads", s.options.threads == Threads::kAll ? "all" : "current"},
+                    {"analysis_mode", s.options.structure ? "structure" : "full"},
+                    {"snapshot", snapshot},
+                    {"in_flight_calls", p.set->in_flight},
+                    {"unattributed_calls", s.unattributed}};
+    // Distributed jobs (communication.h): this rank's place and its collectives' bytes.
+    if (const nlohmann::json d = DistributedContextJson(); !d.is_null()) j["context"].update(d);
+    j["communication"] = CommunicationJson(p.set->events(), s.catalog, s.options.scope);
+    j["operator_flops"] = op_view ? FlopJson(s, p) : nlohmann::json();
+    if (s.options.memory && p.set->memory != nullptr) j["memory"] = *MemoryPart(s, p);
+    j["module_report"] = module_view ? ModuleJson(s, p) : nlohmann::json();
+    j["layers"] = LayersOf(s, p, {op_view, module_view, module_view, module_view});
+    // Per thread and per request: each one's own calls, valued alone.
+    auto total_of = [&](Planned& part) {
+      nlohmann::json t = nlohmann::json::object();
+      if (op_view) t["operator_flops"] = FlopJson(s, part)["total"];
+      if (module_view) {
+        // Keep the report alive while iterating: items() of a temporary's member dangles.
+        const nlohmann::json module = ModuleJson(s, part);
+        for (const auto& [name, metric] : module["totals"].items()) t[name] = metric;
       }
-      j["requests"].push_back({{"request", by_request.set->requests[q]}, {"calls", calls[q]}, {"totals", totals}});
+      return t;
+    };
+    j["threads"] = nlohmann::json::array();
+    std::vector<std::pair<int64_t, std::string>> threads;
+    if (s.options.threads == Threads::kCurrent) {
+      threads.emplace_back(1, "");
+    } else {
+      for (const Cut& cut : cuts) {
+        if (cut.count > 0) threads.emplace_back(cut.log->number, cut.log->name);  // threads that ran ATen work
+      }
     }
-  }
-  // Thread names and request ids are caller bytes: never fail on bad UTF-8.
-  return reports::DumpJson(j);  // replaces bad UTF-8; counts past 2^64 - 1 exact
+    for (const auto& [number, name] : threads) {
+      if (!filter.threads.empty() && !filter.threads.count(number)) continue;
+      ReportFilter one = filter;
+      one.threads = {number};
+      Planned part{s.Gather(one, &cuts)};
+      j["threads"].push_back({{"thread", number}, {"name", name}, {"calls", part.set->events().size()},
+                              {"totals", total_of(part)}});
+    }
+    // Per request, in one pass: the calls re-scoped by request, tallied like layers.
+    j["requests"] = nlohmann::json::array();
+    if (!p.set->requests.empty()) {
+      Planned by_request{p.set->ByRequest()};
+      std::vector<reports::LayerTally> rows(by_request.set->scopes.size());
+      const TallyContext ctx = s.Context();
+      if (op_view) {
+        TallyOperatorView(by_request.set->events(), by_request.set->label_sets, by_request.Plan(s.catalog, s.overrides),
+                          s.catalog, s.overrides, ctx, &rows);
+      }
+      if (module_view) TallyModuleView(by_request.set->events(), by_request.ModulePlan(s.catalog), s.catalog, ctx, &rows);
+      std::vector<int64_t> calls(rows.size(), 0);
+      for (size_t i = 0; i < by_request.set->events().size(); ++i) {
+        const int32_t q = by_request.set->events()[i].scope;
+        if (q >= 0) ++calls[q];
+      }
+      for (size_t q = 0; q < rows.size(); ++q) {
+        nlohmann::json totals = nlohmann::json::object();
+        for (int m = 0; m < 4; ++m) {
+          if (!(m == 0 ? op_view : module_view)) continue;
+          totals[reports::kLayerMetricNames[m]] = reports::MetricJson(
+              {rows[q].complete[m] ? MetricStatus::kComplete : MetricStatus::kPartial, rows[q].known[m],
+               reports::kLayerMetricUnits[m], s.options.scope, reports::kLayerMetricMethods[m]});
+        }
+        j["requests"].push_back({{"request", by_request.set->requests[q]}, {"calls", calls[q]}, {"totals", totals}});
+      }
+    }
+    // Thread names and request ids are caller bytes: never fail on bad UTF-8.
+    return reports::DumpJson(j);  // replaces bad UTF-8; counts past 2^64 - 1 exact
+  }());
 }
 
 ScanGuard::ScanGuard(Session& session) : session_(session) {
-  const absl::Status st = session_.Start();
+  const Status st = session_.Start();
   TORCH_CHECK(st.ok(), std::string(st.message()));
 }
 
 ScanGuard::~ScanGuard() {
-  const absl::Status st = session_.Stop();
+  const Status st = session_.Stop();
   if (!st.ok()) TORCH_WARN(std::string(st.message()));
 }
 
 ModuleScope::ModuleScope(Session& session, std::string_view path)
     : session_(session), uncaught_(std::uncaught_exceptions()) {
-  const absl::StatusOr<int32_t> id = session_.PushModuleScope(path);
+  const StatusOr<int32_t> id = session_.PushModuleScope(path);
   TORCH_CHECK(id.ok(), std::string(id.status().message()));
   scope_ = *id;
 }
 
 ModuleScope::~ModuleScope() {
-  const absl::Status st = session_.PopModuleScope(scope_, std::uncaught_exceptions() > uncaught_);
+  const Status st = session_.PopModuleScope(scope_, std::uncaught_exceptions() > uncaught_);
   if (!st.ok()) TORCH_WARN(std::string(st.message()));
 }
 
 RequestScope::RequestScope(Session& session, std::string_view id) : session_(session) {
-  const absl::Status st = session_.BeginRequest(id);
+  const Status st = session_.BeginRequest(id);
   TORCH_CHECK(st.ok(), std::string(st.message()));
 }
 
 RequestScope::~RequestScope() {
-  const absl::Status st = session_.EndRequest();
+  const Status st = session_.EndRequest();
   if (!st.ok()) TORCH_WARN(std::string(st.message()));
 }
 

@@ -27,10 +27,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "formulas/op_call.h"
 #include "formulas/result.h"
+#include "torchscan_dispatch/status.h"
 
 namespace torchscan {
 
@@ -118,6 +117,11 @@ struct ScanOptions {
   // Submodule calls of TorchScript models (torch::jit::load) become module
   // scopes named by their module paths ("" is the root, "features.0", ...).
   bool torchscript_scopes = true;
+  // With torchscript_scopes: each top-level TorchScript forward (a function
+  // call made outside any open request) is a request of its own, id
+  // "forward-<n>", n counting them in this process from 1. The attach
+  // library turns this on, so an unmodified server's requests are reported.
+  bool torchscript_requests = false;
   // false: a call that owns its whole subtree in both views (a formula or a
   // zero-cost rule in each, e.g. aten::convolution) runs the calls its kernel
   // makes without the fallback. Reports are the same; those inner calls are
@@ -166,6 +170,10 @@ struct LayerRow {
   int32_t parent = -1;  // index of the enclosing row, -1 for none
   int32_t depth = 0;
   bool failed = false;  // the forward raised: every value is unavailable
+  // Threads::kAll scans: the thread that made the call (ThreadInfo::number;
+  // 0 otherwise). Any scan: the request the call belongs to ("" for none).
+  int64_t thread = 0;
+  std::string request;
   // ScanOptions::memory: bytes, the call's children included. peak_memory:
   // the most bytes allocated inside the call alive at one time;
   // allocated_bytes: allocated inside the call and alive when it returned.
@@ -209,9 +217,9 @@ class Session {
 
   // Overrides for this scan only ("aten::relu" names every overload and the
   // in-place variant). Must be set before Start().
-  absl::Status SetOperatorFormula(std::string_view op, CallerFormula formula);
+  Status SetOperatorFormula(std::string_view op, CallerFormula formula);
   // An override whose values are supplied after Stop() (by the Python shim).
-  absl::Status DeferOperatorFormula(std::string_view op);
+  Status DeferOperatorFormula(std::string_view op);
   // A module handler for every call of the module scope `path` ("" is the
   // root) for this scan only; set before Start(), one per path. It runs when
   // a report that needs it is built (LayersJson, LayerRows,
@@ -220,10 +228,10 @@ class Session {
   // replace the module view's values in the layers and the module view's
   // totals (by_operator stays the built-in formulas'); its diagnostics are
   // the module report's. The operator view never changes.
-  absl::Status SetModuleHandler(std::string_view path, ModuleHandler handler, ModuleHandlerOptions options);
+  Status SetModuleHandler(std::string_view path, ModuleHandler handler, ModuleHandlerOptions options);
 
-  absl::Status Start();  // scan the calling thread
-  absl::Status Stop();   // same thread; innermost scan first
+  Status Start();  // scan the calling thread
+  Status Stop();   // same thread; innermost scan first
   bool active() const;
   size_t recorded_calls() const;
   // Distinct operator overloads recorded so far ("aten::add.Tensor"), sorted.
@@ -232,60 +240,60 @@ class Session {
   // Labels of the modules running now (FlopCounterMode's ModuleTracker
   // spelling, e.g. {"Global", "Sequential", "Sequential.0"}): calls made
   // from here on count for each of them in the report's by_module.
-  absl::Status SetModuleLabels(std::vector<std::string> labels);
+  Status SetModuleLabels(std::vector<std::string> labels);
   // One label at a time: a module starts / stops running. Same result as
   // restating the whole set, at a cost that does not grow with nesting depth.
-  absl::Status EnterModuleLabel(std::string_view label);
-  absl::Status ExitModuleLabel(std::string_view label);
+  Status EnterModuleLabel(std::string_view label);
+  Status ExitModuleLabel(std::string_view label);
 
   // After Stop(): the calls that deferred formulas must value, as JSON
   // [{"index", "op", "overload", "args": [...], "kwargs": {...}, "out": ...}].
-  absl::StatusOr<std::string> DeferredCallsJson();
+  StatusOr<std::string> DeferredCallsJson();
   // {"<index>": flops, ...} for every call DeferredCallsJson listed.
-  absl::Status SetDeferredResultsJson(std::string_view json);
+  Status SetDeferredResultsJson(std::string_view json);
   // Module scopes: calls made between Push and Pop belong to the module call
   // (path, call_index); call_index counts earlier calls of the same path.
   // Pop closes scopes left open inside it (their forward raised).
-  absl::StatusOr<int32_t> PushModuleScope(std::string_view path);
+  StatusOr<int32_t> PushModuleScope(std::string_view path);
   // `outputs`: identities (TensorImpl addresses) of the call's output
   // tensors, for receptive fields from data flow.
-  absl::Status PopModuleScope(int32_t scope, bool failed = false, std::vector<uintptr_t> outputs = {});
+  Status PopModuleScope(int32_t scope, bool failed = false, std::vector<uintptr_t> outputs = {});
   // After Stop(): one row per module call with its own calls' values in both
   // views: [{"path", "call_index", "parent", "depth", "failed", "metrics"}].
-  absl::StatusOr<std::string> LayersJson(const ReportFilter& filter = {});
+  StatusOr<std::string> LayersJson(const ReportFilter& filter = {});
   // The same rows as values, in the same order (scope order).
-  absl::StatusOr<std::vector<LayerRow>> LayerRows(const ReportFilter& filter = {});
+  StatusOr<std::vector<LayerRow>> LayerRows(const ReportFilter& filter = {});
 
   // Requests: the calling thread's calls between BeginRequest and EndRequest
   // belong to request `id` (see RequestScope).
-  absl::Status BeginRequest(std::string_view id);
-  absl::Status EndRequest();
+  Status BeginRequest(std::string_view id);
+  Status EndRequest();
 
   // After Stop(): the schema-v1 FlopReport (operator view) as JSON text.
-  absl::StatusOr<std::string> FlopReportJson(const ReportFilter& filter = {});
+  StatusOr<std::string> FlopReportJson(const ReportFilter& filter = {});
   // The module view of the same calls (module_flops, macs, dmas) as JSON text.
-  absl::StatusOr<std::string> ModuleReportJson(const ReportFilter& filter = {});
+  StatusOr<std::string> ModuleReportJson(const ReportFilter& filter = {});
   // Memory traffic of the same calls (the roofline's input, issue 16): per
   // kernel of the operator view's plan, FLOPs, bytes read and written, and
   // the fused estimates' groups (torchscan_dispatch/traffic.h) as JSON text.
-  absl::StatusOr<std::string> TrafficJson(const ReportFilter& filter = {});
+  StatusOr<std::string> TrafficJson(const ReportFilter& filter = {});
   // ScanOptions::memory, after Stop(): {"kind": "torchscan_memory_report",
   // "totals": {"peak_memory", "allocated_bytes", "total_allocated_bytes"},
   // "by_operator", "layers" (per module call, LayerRows order), "diagnostics",
   // "meaning"} for the whole scan.
-  absl::StatusOr<std::string> MemoryReportJson();
+  StatusOr<std::string> MemoryReportJson();
   // ScanOptions::timestamps, after Stop(): the call tree as a Chrome /
   // Perfetto trace ({"traceEvents": [...]}, the trace-event JSON format):
   // module and operator calls as nested slices, operator slices with their
   // shapes and, for counted kernels, FLOPs and bytes.
-  absl::StatusOr<std::string> TraceJson();
+  StatusOr<std::string> TraceJson();
   // Everything in one JSON document: {"kind": "torchscan_scan_report",
   // "context", "operator_flops" (FlopReport), "module_report", "layers",
   // "threads": [{"thread", "name", "calls", "totals"}], "requests": [...]}.
   // With Threads::kAll it may also be taken while the scan runs: a snapshot
   // of the calls that have settled (calls, module calls and requests still
   // running are left out and counted in context.in_flight_calls).
-  absl::StatusOr<std::string> ScanReportJson(const ReportFilter& filter = {});
+  StatusOr<std::string> ScanReportJson(const ReportFilter& filter = {});
   // The threads whose calls were recorded so far.
   std::vector<ThreadInfo> ThreadsSeen() const;
 

@@ -12,7 +12,9 @@
 // code twice under the same path, from two call sites, and is two calls.
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <atomic>
 #include <exception>
+#include <string>
 
 #include "torchscan_dispatch/scan_state.h"
 
@@ -88,6 +90,13 @@ void Recorder::CloseTorchScriptScopes(size_t keep, bool failed) {
 
 void Recorder::SyncTorchScriptScopes() {
   if (jit_frames_.empty()) return;  // not inside a TorchScript function call
+  if (jit_request_pending_) {
+    jit_request_pending_ = false;
+    static std::atomic<int64_t> forwards{0};
+    if (request_ < 0) {  // the server's own request, if one is open, stays the request
+      jit_request_ = BeginRequest("forward-" + std::to_string(forwards.fetch_add(1) + 1));
+    }
+  }
   const std::vector<JitLevel> levels =
       ModuleLevels(torch::jit::currentModuleHierarchy(), torch::jit::currentCallstack());
   // Keep the common prefix (same paths, same call sites) that this function
@@ -105,7 +114,13 @@ void Recorder::SyncTorchScriptScopes() {
   }
 }
 
-void Recorder::EnterTorchScriptFunction() { jit_frames_.push_back(jit_open_.size()); }
+void Recorder::EnterTorchScriptFunction() {
+  // The request begins with the forward's first operator call
+  // (SyncTorchScriptScopes): functions that make none (model loading runs
+  // many) are not requests and take no number.
+  if (torchscript_requests && jit_frames_.empty()) jit_request_pending_ = true;
+  jit_frames_.push_back(jit_open_.size());
+}
 
 void Recorder::LeaveTorchScriptFunction() {
   if (jit_frames_.empty()) return;
@@ -114,6 +129,11 @@ void Recorder::LeaveTorchScriptFunction() {
   // The function's frame ends while an exception unwinds it: its module
   // calls raised.
   CloseTorchScriptScopes(floor, std::uncaught_exceptions() > 0);
+  if (jit_frames_.empty()) {
+    jit_request_pending_ = false;
+    if (jit_request_) EndRequest();
+    jit_request_ = false;
+  }
 }
 
 }  // namespace torchscan

@@ -11,7 +11,7 @@ def _library_path() -> str:
     explicit = os.environ.get("TORCHSCAN_LIBRARY")
     if explicit:
         return explicit
-    return os.path.join(_HERE, "_lib", "libtorchscan.so")
+    return os.path.join(_HERE, "_lib", "libtorchscan.so.0")
 
 
 def load():
@@ -20,13 +20,19 @@ def load():
         raise ImportError(
             f"torchscan: the plugin library is missing at {path}; build it with "
             "`bash tools/setup.sh` from the repository root (or point TORCHSCAN_LIBRARY at it)")
-    torch.ops.load_library(path)
+    try:
+        torch.ops.load_library(path)
+    except OSError as e:
+        raise ImportError(
+            f"torchscan: cannot load the plugin library {path}: {e}. It needs the torch it was built against "
+            "and Debian's abseil (apt install libabsl20220623)") from None
     session_cls = torch.classes.torchscan.Session
     built = session_cls.built_against()
     if built != torch.__version__:
         raise ImportError(
             f"torchscan: the plugin was built against torch {built} but torch {torch.__version__} "
-            "is loaded; rebuild it with `bash tools/setup.sh`")
+            f"is loaded; install torch=={built.split('+')[0]} (the {built} build), or rebuild TorchScan against "
+            "this torch (`bash tools/setup.sh` in a checkout, `bash tools/build_wheel.sh` for a wheel)")
     try:
         session_cls.install()
     except RuntimeError as e:

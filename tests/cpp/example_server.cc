@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     options.join_on_first_call = !a.join_at_start;
     options.record_owned_children = !a.lean;
     session = std::make_unique<torchscan::Session>(options);
-    if (absl::Status st = session->Start(); !st.ok()) {
+    if (torchscan::Status st = session->Start(); !st.ok()) {
       std::fprintf(stderr, "example_server: %s\n", std::string(st.message()).c_str());
       return 1;
     }
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
 
 #ifdef EXAMPLE_SERVER_SCANNED
   if (session) {
-    if (absl::Status st = session->Stop(); !st.ok()) {
+    if (torchscan::Status st = session->Stop(); !st.ok()) {
       std::fprintf(stderr, "example_server: %s\n", std::string(st.message()).c_str());
       return 1;
     }

@@ -18,8 +18,8 @@ TEST(FallbackConflict, StartFailsWithClearMessage) {
   torch::Library other(torch::Library::IMPL, "_", kModeKey, __FILE__, __LINE__);
   other.fallback(torch::CppFunction::makeFromBoxedFunction<&OtherFallback>());
   Session s;
-  const absl::Status st = s.Start();
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  const torchscan::Status st = s.Start();
+  EXPECT_EQ(st.code(), torchscan::StatusCode::kFailedPrecondition);
   EXPECT_NE(std::string(st.message()).find("another library already registered a fallback"), std::string::npos)
       << st.message();
   EXPECT_FALSE(ModeKeyIncluded());

@@ -149,8 +149,8 @@ TEST(Memory, MisuseIsRefusedWithWhatToDo) {
   ScanOptions all = Memory();
   all.threads = Threads::kAll;
   Session s(all);
-  const absl::Status st = s.Start();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  const torchscan::Status st = s.Start();
+  EXPECT_EQ(st.code(), torchscan::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(st.message()).find("Threads::kCurrent"), std::string::npos);
 
   Session plain;

@@ -361,16 +361,16 @@ TEST(ModuleHandlers, AFailedCallRunsNoHandler) {
 TEST(ModuleHandlers, SetModuleHandlerRefusesMisuse) {
   Session s;
   const ModuleHandler ok = [](const ModuleCall&) { return ModuleEstimate{}; };
-  EXPECT_EQ(s.SetModuleHandler("a", nullptr, Named("x")).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.SetModuleHandler("a", ok, Named("")).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.SetModuleHandler("a", nullptr, Named("x")).code(), torchscan::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.SetModuleHandler("a", ok, Named("")).code(), torchscan::StatusCode::kInvalidArgument);
   ModuleHandlerOptions bad = Named("x");
   bad.metrics = {"flops"};
-  EXPECT_EQ(s.SetModuleHandler("a", ok, bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.SetModuleHandler("a", ok, bad).code(), torchscan::StatusCode::kInvalidArgument);
   EXPECT_TRUE(s.SetModuleHandler("a", ok, Named("x")).ok());
-  EXPECT_EQ(s.SetModuleHandler("a", ok, Named("y")).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(s.SetModuleHandler("a", ok, Named("y")).code(), torchscan::StatusCode::kAlreadyExists);
   {
     ScanGuard guard(s);
-    EXPECT_EQ(s.SetModuleHandler("b", ok, Named("x")).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.SetModuleHandler("b", ok, Named("x")).code(), torchscan::StatusCode::kFailedPrecondition);
   }
 }
 

@@ -148,8 +148,8 @@ TEST(Session, StoppingAnOuterScanStopsTheScansLeftOpenInsideIt) {
   EXPECT_TRUE(a.Stop().ok());
   EXPECT_FALSE(ModeKeyIncluded());
   at::mm(x, y);  // after both stopped: seen by neither
-  const absl::Status late = b.Stop();
-  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
+  const torchscan::Status late = b.Stop();
+  EXPECT_EQ(late.code(), torchscan::StatusCode::kFailedPrecondition);
   EXPECT_NE(std::string(late.message()).find("already stopped"), std::string::npos);
   EXPECT_EQ(Report(a)["total"]["value"], 48);
   EXPECT_EQ(Report(b)["total"]["value"], 48);
@@ -161,9 +161,9 @@ TEST(Session, ScansOnceAndReportsOnlyAfterStop) {
   EXPECT_FALSE(s.FlopReportJson().ok());
   ASSERT_TRUE(s.Start().ok());
   EXPECT_FALSE(s.FlopReportJson().ok());
-  EXPECT_EQ(s.Start().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.Start().code(), torchscan::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(s.Stop().ok());
-  EXPECT_EQ(s.Start().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.Start().code(), torchscan::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(s.FlopReportJson().ok());
 }
 
@@ -201,10 +201,10 @@ TEST(Session, CallerFormulaOverridesAndIsScoped) {
   EXPECT_EQ(r["total"]["status"], "complete");
   // A later scan without the override uses the built-in formula.
   EXPECT_EQ(Scan([&] { at::mm(a, b); })["by_operator"]["aten.mm"], 48);
-  EXPECT_EQ(s.SetOperatorFormula("relu", nullptr).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.SetOperatorFormula("relu", nullptr).code(), torchscan::StatusCode::kFailedPrecondition);
   Session bad;
   EXPECT_EQ(bad.SetOperatorFormula("relu", [](const OpCall&) { return FormulaResult::Complete(0); }).code(),
-            absl::StatusCode::kInvalidArgument);
+            torchscan::StatusCode::kInvalidArgument);
 }
 
 TEST(Session, BackwardIsSeen) {
@@ -224,7 +224,7 @@ TEST(Session, BackwardIsSeen) {
 TEST(Session, ModuleLabelsAttributeCallsToEveryActiveLabel) {
   const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
   Session s;
-  EXPECT_EQ(s.SetModuleLabels({"Global"}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.SetModuleLabels({"Global"}).code(), torchscan::StatusCode::kFailedPrecondition);
   {
     ScanGuard guard(s);
     ASSERT_TRUE(s.SetModuleLabels({"Global", "Net", "Net.fc"}).ok());
@@ -293,7 +293,7 @@ TEST(Session, ModuleScopeMarksAFailedForwardAndRecovers) {
   EXPECT_EQ(layers[1]["metrics"]["operator_flops"]["status"], "unavailable");
   // Scopes outside a scan are refused with a clear error.
   Session idle;
-  EXPECT_EQ(idle.PushModuleScope("x").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(idle.PushModuleScope("x").status().code(), torchscan::StatusCode::kFailedPrecondition);
 }
 
 TEST(Session, MetaTensorsAreCounted) {
@@ -344,7 +344,7 @@ TEST(Trace, IsRefusedWhereItDoesNotApply) {
   all.timestamps = true;
   all.threads = Threads::kAll;
   Session s(all);
-  EXPECT_EQ(s.Start().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Start().code(), torchscan::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

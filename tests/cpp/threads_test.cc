@@ -229,8 +229,8 @@ TEST(AllThreads, OverridesApplyInWorkerThreads) {
 TEST(AllThreads, OneAtATimeAndKeyOffAfterwards) {
   Session first(AllThreads()), second(AllThreads());
   ASSERT_TRUE(first.Start().ok());
-  const absl::Status st = second.Start();
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  const torchscan::Status st = second.Start();
+  EXPECT_EQ(st.code(), torchscan::StatusCode::kFailedPrecondition);
   EXPECT_NE(std::string(st.message()).find("another all-threads scan"), std::string::npos);
   Pool pool(1);
   pool.Run({[] { at::ones({2}).mul(2); }});
@@ -396,15 +396,15 @@ TEST(Options, LeanScansReportTheSameFromFewerCalls) {
 
 TEST(Guards, MisuseIsAStatusNotACrash) {
   Session s;
-  EXPECT_EQ(s.BeginRequest("x").code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.ScanReportJson().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.BeginRequest("x").code(), torchscan::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.ScanReportJson().status().code(), torchscan::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(s.Start().ok());
-  EXPECT_EQ(s.ScanReportJson().status().code(), absl::StatusCode::kFailedPrecondition);  // kCurrent: no snapshots
+  EXPECT_EQ(s.ScanReportJson().status().code(), torchscan::StatusCode::kFailedPrecondition);  // kCurrent: no snapshots
   ASSERT_TRUE(s.BeginRequest("x").ok());
-  EXPECT_EQ(s.BeginRequest("y").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.BeginRequest("y").code(), torchscan::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(s.EndRequest().ok());
-  EXPECT_EQ(s.EndRequest().code(), absl::StatusCode::kFailedPrecondition);
-  std::thread other([&] { EXPECT_EQ(s.PushModuleScope("m").status().code(), absl::StatusCode::kFailedPrecondition); });
+  EXPECT_EQ(s.EndRequest().code(), torchscan::StatusCode::kFailedPrecondition);
+  std::thread other([&] { EXPECT_EQ(s.PushModuleScope("m").status().code(), torchscan::StatusCode::kFailedPrecondition); });
   other.join();
   ASSERT_TRUE(s.Stop().ok());
 }

@@ -17,7 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHIM_DIR = REPO_ROOT / "python_shim"
-LIB_PATH = SHIM_DIR / "torchscan" / "_lib" / "libtorchscan.so"
+LIB_PATH = SHIM_DIR / "torchscan" / "_lib" / "libtorchscan.so.0"
 
 # The shim is used from the source tree unless an installed `torchscan`
 # already shadows it (append, not insert, so an installed package wins).

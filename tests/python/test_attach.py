@@ -12,6 +12,7 @@ from collections import defaultdict
 import pytest
 
 from test_serving import SERVER, attach, check_report, served  # noqa: F401  (served is a fixture)
+from test_serving import ATTACH, INPUT_ARG
 
 SERVER_EXE = os.path.realpath(SERVER)
 
@@ -141,3 +142,39 @@ def test_concurrent_writers_of_one_output_never_publish_a_partial_report(served,
     # Every temporary was renamed into place or removed.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.json"]
     check_report(json.loads(out.read_text()), served, requests)
+
+
+def _term_after_requests(served, out, extra):
+    """A paced server under the launcher, sent SIGTERM once it has served some requests."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, str(ATTACH), "--output", str(out), *extra, "--", str(SERVER), "--model",
+           str(served["model"]), "--requests", "100000", "--workers", "1", "--input", INPUT_ARG, "--pace-ms", "50"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(proc, lambda: executable(proc.pid) == SERVER_EXE, "the launcher exec'd the server")
+    time.sleep(1.5)  # LibTorch start-up, the model load, then about 20 requests
+    os.kill(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    return proc, stderr
+
+
+def test_sigterm_writes_the_report_first_when_asked_and_still_ends_the_process(served, tmp_path):
+    out = tmp_path / "term.json"
+    proc, stderr = _term_after_requests(served, out, ["--report-on-sigterm"])
+    # The process still ends the way SIGTERM ends it (143 in a shell).
+    assert proc.returncode == -signal.SIGTERM, stderr
+    report = json.loads(out.read_text())
+    assert report["attach"]["reason"] == "sigterm" and report["attach"]["pid"] == proc.pid
+    # At least one whole request was served before the signal; a request in
+    # flight when it came may be cut short, so only a lower bound is exact.
+    per_request = served["flops"]["total"]["value"]
+    assert report["operator_flops"]["total"]["known_value"] >= per_request
+    assert report["operator_flops"]["by_operator"]
+
+
+def test_sigterm_without_the_option_keeps_its_default_action_and_writes_nothing(served, tmp_path):
+    out = tmp_path / "term.json"
+    proc, stderr = _term_after_requests(served, out, [])
+    assert proc.returncode == -signal.SIGTERM, stderr
+    assert not out.exists()

@@ -142,6 +142,27 @@ def test_attach_launcher_scans_an_unmodified_server(served, tmp_path):
     # FLOPs (allocation and storage binding are zero-cost), the requests add
     # exactly N forwards.
     check_report(report, served, requests)
+    # Each top-level TorchScript forward is a request of its own: N of them,
+    # numbered from 1 (model loading runs TorchScript functions that make no
+    # operator call: they are not requests), each exactly one forward of the
+    # model (the server's input fill runs before it, outside the request).
+    reqs = {q["request"]: q for q in report["requests"]}
+    assert sorted(reqs) == sorted(f"forward-{i}" for i in range(1, requests + 1))
+    for q in reqs.values():
+        assert q["totals"]["operator_flops"] == {**served["flops"]["total"], "scope": "workload"}
+        assert q["totals"]["macs"]["value"] == served["crawl"]["totals"]["macs"]["value"]
+    # Every layer row names its thread and request: per request, the model's
+    # layer calls once, all on one worker thread.
+    workers = {t["thread"] for t in report["threads"]}
+    by_request = defaultdict(list)
+    for row in report["layers"]:
+        assert row["thread"] in workers
+        by_request[row["request"]].append(row)
+    assert sorted(by_request) == sorted(reqs)
+    for rows in by_request.values():
+        assert len({r["thread"] for r in rows}) == 1
+        assert sorted(r["path"] for r in rows) == sorted([""] + [l["path"] for l in served["crawl"]["layers"]
+                                                                 if l["path"]])
 
 
 def test_attach_report_on_signal_while_requests_are_in_flight(served, tmp_path):
