@@ -132,6 +132,12 @@ ModuleCosts ZeroCostCosts(const OpCall& call, ZeroCostReason reason) {
       }
       return {zero, zero, FormulaResult::Complete(2 * out)};
     }
+    case ZeroCostReason::kCommunication:
+      // No arithmetic; what it reads and writes locally is the backend's business.
+      return {zero, zero,
+              FormulaResult::Unavailable("unsupported_operator_formula",
+                                         "communication: its local memory accesses depend on the backend's "
+                                         "algorithm (its bytes between processes: the communication section)")};
     default: return {zero, zero, zero};  // views, metadata, allocation
   }
 }

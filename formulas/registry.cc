@@ -412,6 +412,27 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::pixel_shuffle", R::kCopy}, {"aten::pixel_unshuffle", R::kCopy},
       {"aten::channel_shuffle", R::kCopy}, {"aten::native_channel_shuffle", R::kCopy},
       {"aten::im2col", R::kCopy},
+      // Collectives that only move data (their bytes: the communication
+      // section). Reducing ones (all-reduce, reduce, reduce-scatter) add what
+      // they receive: stated exclusions below, not zero.
+      {"c10d::broadcast_", R::kCommunication}, {"c10d::allgather_", R::kCommunication},
+      {"c10d::_allgather_base_", R::kCommunication}, {"c10d::allgather_coalesced_", R::kCommunication},
+      {"c10d::allgather_into_tensor_coalesced_", R::kCommunication}, {"c10d::gather_", R::kCommunication},
+      {"c10d::scatter_", R::kCommunication}, {"c10d::alltoall_", R::kCommunication},
+      {"c10d::alltoall_base_", R::kCommunication}, {"c10d::send", R::kCommunication},
+      {"c10d::recv_", R::kCommunication}, {"c10d::recv_any_source_", R::kCommunication},
+      {"c10d::barrier", R::kCommunication}, {"c10d::monitored_barrier_", R::kCommunication},
+      {"_c10d_functional::broadcast", R::kCommunication}, {"_c10d_functional::broadcast_", R::kCommunication},
+      {"_c10d_functional::all_gather_into_tensor", R::kCommunication},
+      {"_c10d_functional::all_gather_into_tensor_out", R::kCommunication},
+      {"_c10d_functional::all_gather_into_tensor_coalesced", R::kCommunication},
+      {"_c10d_functional::all_to_all_single", R::kCommunication}, {"_c10d_functional::isend", R::kCommunication},
+      {"_c10d_functional::irecv", R::kCommunication}, {"_c10d_functional::wait_tensor", R::kCommunication},
+      {"_c10d_functional::_wrap_tensor_autograd", R::kCommunication},
+      {"_c10d_functional_autograd::all_gather_into_tensor", R::kCommunication},
+      {"_c10d_functional_autograd::all_to_all_single", R::kCommunication},
+      {"_dtensor::shard_dim_alltoall", R::kCommunication},
+      // (The legacy c10d_functional ops decompose into these.)
       // Views whose schema has no alias annotation: a new tensor on the same
       // storage (torch.matmul applies _unsafe_view after bmm).
       {"aten::_unsafe_view", R::kView}, {"aten::unsafe_split", R::kView},
@@ -432,7 +453,21 @@ constexpr char kGradScalerGap[] =
     "gradient scaling (torch.amp.GradScaler): whether a step is skipped and how the scale changes depend "
     "on the gradients' values; torchscan_training_v1 has no convention for it";
 
+constexpr char kReductionAcrossProcesses[] =
+    "a reduction across processes: the backend combines what it receives, by an algorithm and reduce op "
+    "torchscan_flops_v1 has no convention for; its bytes are in the communication section";
+
 const Exclusion kExclusions[] = {
+    {"c10d::allreduce_", kReductionAcrossProcesses}, {"c10d::allreduce_coalesced_", kReductionAcrossProcesses},
+    {"c10d::reduce_", kReductionAcrossProcesses}, {"c10d::reduce_scatter_", kReductionAcrossProcesses},
+    {"c10d::_reduce_scatter_base_", kReductionAcrossProcesses},
+    {"c10d::reduce_scatter_tensor_coalesced_", kReductionAcrossProcesses},
+    {"_c10d_functional::all_reduce", kReductionAcrossProcesses},
+    {"_c10d_functional::all_reduce_coalesced", kReductionAcrossProcesses},
+    {"_c10d_functional::reduce_scatter_tensor", kReductionAcrossProcesses},
+    {"_c10d_functional::reduce_scatter_tensor_out", kReductionAcrossProcesses},
+    {"_c10d_functional::reduce_scatter_tensor_coalesced", kReductionAcrossProcesses},
+    {"_c10d_functional_autograd::reduce_scatter_tensor", kReductionAcrossProcesses},
     {"aten::sort", kOrderingGap}, {"aten::topk", kOrderingGap}, {"aten::kthvalue", kOrderingGap},
     {"aten::median", kOrderingGap}, {"aten::nanmedian", kOrderingGap}, {"aten::mode", kOrderingGap},
     {"aten::_fft_r2c", kFftGap}, {"aten::_fft_c2r", kFftGap}, {"aten::_fft_c2c", kFftGap},
@@ -473,6 +508,7 @@ const char* ZeroCostReasonName(ZeroCostReason r) {
     case ZeroCostReason::kAllocation: return "allocation";
     case ZeroCostReason::kFill: return "fill";
     case ZeroCostReason::kCopy: return "copy";
+    case ZeroCostReason::kCommunication: return "communication";
   }
   return "unknown";
 }

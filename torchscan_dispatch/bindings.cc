@@ -199,6 +199,7 @@ TORCH_LIBRARY(torchscan, m) {
       .def("native_handle", [](const Self& s) { return s->Handle(); })
       .def("module_report", [](const Self& s) { return Value(s->session.ModuleReportJson()); })
       .def("traffic", [](const Self& s) { return Value(s->session.TrafficJson()); })
+      .def("scan_report", [](const Self& s) { return Value(s->session.ScanReportJson()); })
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
       .def_static("coverage_audit", []() { return CoverageAuditJson(); })
       .def_static("formula_table", []() { return FormulaTableJson(); })

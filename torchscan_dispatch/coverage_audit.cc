@@ -45,6 +45,9 @@ const char* ZeroCostRule(ZeroCostReason r) {
     case ZeroCostReason::kAllocation: return "allocation: uninitialised memory (name rule)";
     case ZeroCostReason::kFill: return "fill: writes constants (name rule)";
     case ZeroCostReason::kCopy: return "copy: moves or gathers values without arithmetic (name rule)";
+    case ZeroCostReason::kCommunication:
+      return "communication: moves data between processes without arithmetic (name rule); bytes in the "
+             "communication section";
     case ZeroCostReason::kNone: break;
   }
   return "";
@@ -96,6 +99,12 @@ nlohmann::json Classify(const c10::OperatorHandle& op, OpCatalog& catalog) {
     cls = "operator_formula";
     reason = absl::StrCat("operator view: ", FormulaSourceName(formula->source), " formula",
                           module ? "; module view formula" : "");
+  } else if (IsCollective(name.name) && run != "decomposition") {
+    cls = "collective";
+    reason = run == "ignored"             ? "communication: moves data between processes, no arithmetic (zero "
+                                            "FLOPs; bytes in the communication section)"
+             : run == "excluded_operator" ? StatedExclusion(name.name)
+                                          : "communication with no byte or FLOP rule (uncounted_operator at run time)";
   } else if (module) {
     cls = "module_formula";
     reason = absl::StrCat("module view formula only; operator view: ", run);
@@ -105,9 +114,6 @@ nlohmann::json Classify(const c10::OperatorHandle& op, OpCatalog& catalog) {
   } else if (run == "decomposition") {
     cls = "composite";
     reason = "runs its CompositeImplicitAutograd decomposition on CPU tensors: covered when its decomposition is";
-  } else if (IsCollective(name.name)) {
-    cls = "collective";
-    reason = "communication: moves data between processes, no arithmetic counted (uncounted_operator at run time)";
   } else if (run == "excluded_operator") {
     cls = "excluded";
     reason = StatedExclusion(name.name);

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "torchscan_dispatch/communication.h"
+
 namespace torchscan {
 namespace {
 
@@ -120,6 +122,8 @@ ArgMeta Record(Arena& arena, const c10::IValue& v) {
     std::memcpy(out, s.data(), s.size());
     return ArgMeta::String(out, s.size());
   }
+  // c10d's ProcessGroup / ReduceOp: their names (communication.cc).
+  if (v.isObject()) return RecordCustomClass(arena, v);
   return ArgMeta::Other();
 }
 

@@ -25,6 +25,7 @@
 #include "absl/functional/function_ref.h"
 #include "reports/version.h"
 #include "torchscan_dispatch/all_threads.h"
+#include "torchscan_dispatch/communication.h"
 #include "torchscan_dispatch/event_set.h"
 #include "torchscan_dispatch/fallback.h"
 #include "torchscan_dispatch/memory.h"
@@ -859,6 +860,9 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
                     {"snapshot", snapshot},
                     {"in_flight_calls", p.set->in_flight},
                     {"unattributed_calls", s.unattributed}};
+    // Distributed jobs (communication.h): this rank's place and its collectives' bytes.
+    if (const nlohmann::json d = DistributedContextJson(); !d.is_null()) j["context"].update(d);
+    j["communication"] = CommunicationJson(p.set->events(), s.catalog, s.options.scope);
     j["operator_flops"] = op_view ? FlopJson(s, p) : nlohmann::json();
     if (s.options.memory && p.set->memory != nullptr) j["memory"] = *MemoryPart(s, p);
     j["module_report"] = module_view ? ModuleJson(s, p) : nlohmann::json();

@@ -3,6 +3,7 @@
 import functools as _functools
 
 from torchscan.crawler import compare_reports, crawl_module, summary
+from torchscan.distributed import distributed_context, merge_reports, render_job_report
 from torchscan.crawler import render_report as _render_model_report
 from torchscan.flops import FlopScan, measure_flops, scan, tls_mode_included
 from torchscan.handlers import ModuleHandler
@@ -28,7 +29,8 @@ render_report.__doc__ = (_render_model_report.__doc__ or "") + (
     "\n    A BenchmarkReport or BenchmarkComparison (measure_latency, measure_workload, compare_benchmarks)\n"
     "    renders as text with seconds in ms and bytes in MiB (max_depth and receptive_field do not apply).")
 
-__all__ = ["FlopScan", "compare_benchmarks", "compare_reports", "crawl_module", "measure_flops",
+__all__ = ["FlopScan", "compare_benchmarks", "compare_reports", "crawl_module", "distributed_context",
+           "measure_flops", "merge_reports", "render_job_report",
            "measure_latency", "measure_peak_memory", "measure_workload", "ModuleHandler", "render_benchmark", "render_report",
            "RooflineReport", "compare_kernelbench", "list_gpus", "render_roofline", "roofline",
            "scan", "summary", "tls_mode_included", "__version__"]

@@ -7,6 +7,7 @@
     python3 -m torchscan bench MODULE:FACTORY --input-shape 3,224,224 [--batch-size N] [--output bench.json]
                                               [--min-run-time S] [--warmup N] [--threads N]
     python3 -m torchscan compare before.json after.json [--outputs-checked] [--output comparison.json]
+    python3 -m torchscan merge rank0.json rank1.json ... [--output job.json]
     python3 -m torchscan roofline MODULE:FACTORY --input-shape 3,224,224 [--gpu h100-sxm] [--precision fp32]
                                                  [--actual-ms MS] [--device meta] [--plot roofline.svg] [--output r.json]
 
@@ -18,6 +19,9 @@ generated input (batch --batch-size, default 1) and measures its operator
 FLOPs, peak memory and process peak RSS (a BenchmarkReport); `compare` prints
 the BenchmarkComparison of two saved BenchmarkReports (deltas only with
 --outputs-checked: you state that you checked the two models' outputs agree).
+`merge` combines one report per rank of a torch.distributed job (the same
+kind on every rank) into a job report: per-rank totals, their sum, the
+slowest rank and the imbalance (max / mean).
 
 A problem with a file (missing, unreadable, not JSON, not a valid report, an
 --output that cannot be written) ends the command with a one-line message
@@ -209,6 +213,30 @@ def _roofline(args) -> None:
         _write_output("roofline", args.output, json.dumps(report, indent=1, sort_keys=True))
 
 
+def _merge(args) -> None:
+    from torchscan.distributed import merge_reports, render_job_report
+
+    if args.output:
+        _check_output("merge", args.output)
+    reports, names = [], []
+    for path in args.reports:
+        text = _read_report("merge", path)
+        try:
+            reports.append(json.loads(text))
+        except ValueError as e:
+            _fail("merge", f"the report {_name(path)} is not JSON ({e})")
+        except RecursionError:
+            _fail("merge", f"the report {_name(path)} nests too deeply to be a report")
+        names.append(_name(path))
+    try:
+        job = merge_reports(reports, names)
+    except (TypeError, ValueError) as e:
+        _fail("merge", _reader_message(e))
+    if args.output:
+        _write_output("merge", args.output, json.dumps(job, indent=1, sort_keys=True))
+    print(render_job_report(job))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m torchscan", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -241,6 +269,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     compare.add_argument("--outputs-checked", action="store_true",
                          help="state that the two workloads' outputs were checked and agree (deltas are given)")
     compare.add_argument("--output")
+    merge = sub.add_parser("merge", help="merge one report per rank of a distributed job into a job report")
+    merge.add_argument("reports", nargs="+")
+    merge.add_argument("--output")
     roof = sub.add_parser("roofline", help="roofline of one forward of a model built by MODULE:FACTORY")
     roof.add_argument("factory")
     roof.add_argument("--input-shape", required=True, type=_shape)
@@ -267,6 +298,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             _write_output("scan", args.output, json.dumps(report, indent=1, sort_keys=True))
         if trace is not None:
             _write_output("scan", args.trace, json.dumps(trace))
+    elif args.command == "merge":
+        _merge(args)
     elif args.command == "roofline":
         _roofline(args)
     elif args.command == "bench":

@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from torch.utils._pytree import tree_flatten
 
+from torchscan import distributed as _distributed
 from torchscan import handlers as _handlers
 from torchscan import token_flow, tokens
 from torchscan._library import _library_path
@@ -664,6 +665,14 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
         "operator_flops": flop_report,
         "diagnostics": diagnostics,
     }
+    # In a torch.distributed job: the rank's context and its collectives' bytes
+    # (once, at the top level: the FlopReport inside does not repeat them).
+    communication = flop_report.pop("communication", None)
+    distributed = _distributed.distributed_context()
+    if distributed:
+        report["context"].update(distributed)
+        report["communication"] = (communication if communication is not None
+                                   else json.loads(scan._session.scan_report())["communication"])
     if memory_report is not None:
         totals["peak_memory"] = memory_report["totals"]["peak_memory"]
         report["memory"] = memory_report

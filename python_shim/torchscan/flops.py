@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 
 from torchscan import _checkpoint, _compiled
+from torchscan import distributed as _distributed
 from torchscan._library import Session
 from torchscan._modules import ModuleLabels
 
@@ -135,6 +136,8 @@ class FlopScan:
             if self._formulas:
                 self._resolve_caller_formulas()
             self._report = json.loads(self._session.flop_report())
+            # In a torch.distributed job: the rank's context and its collectives' bytes.
+            _distributed.add_to_report(self._report, self._session)
         return self._report
 
     def module_report(self) -> dict:

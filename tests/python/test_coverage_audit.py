@@ -191,7 +191,8 @@ def test_the_audit_class_is_what_a_scan_reports(torchscan, audit):
     # The class and at_run of every overload agree with each other.
     at_run_of = {"operator_formula": {"formula"}, "random": {"random_sampling"}, "zero_cost": {"ignored"},
                  "composite": {"decomposition"}, "excluded": {"excluded_operator"},
-                 "unsupported": {"uncounted_operator"}, "collective": {"uncounted_operator"},
+                 "unsupported": {"uncounted_operator"},
+                 "collective": {"ignored", "excluded_operator", "uncounted_operator"},
                  "module_formula": {"decomposition", "uncounted_operator", "ignored", "excluded_operator"}}
     for name, op in ops.items():
         assert op["at_run"] in at_run_of[op["class"]], (name, op)
