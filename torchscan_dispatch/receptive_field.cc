@@ -101,7 +101,7 @@ struct Layout {
 
 constexpr const char* kTokensMixed =
     "the positions are tokens (concatenated, or mixed by attention or a product over tokens); token relations "
-    "are left to the token-dependency analysis, which is not implemented yet";
+    "are the layer's token_dependencies (token-dependency analysis), not a receptive field";
 
 Layout Lost(std::string why) {
   Layout l;
@@ -219,8 +219,8 @@ class Propagator {
       if (f.axes.empty()) {
         f.kind = Field::Kind::kNotApplicable;
         f.reason = absl::StrCat("token tensor: the spatial positions are flattened into dim ", merged[0],
-                                " (tokens); token relations are left to the token-dependency analysis, "
-                                "which is not implemented yet");
+                                " (tokens); token relations are the layer's token_dependencies "
+                                "(token-dependency analysis), not a receptive field");
       } else {
         f.kind = Field::Kind::kUnknown;
         f.reason = absl::StrCat("dim ", merged[0], " merges spatial positions with other dims");
