@@ -483,21 +483,22 @@ def bench_serving(requests: int, workers: int, repeats: int) -> Dict[str, Any]:
     for r in range(repeats + 1):  # the first round warms caches up and is dropped
         for arm in (list(arms) if r % 2 == 0 else list(reversed(arms))):
             started = time.perf_counter()
-            proc = subprocess.Popen(arms[arm], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            out = proc.stdout.read()
-            # wait4: this child's own peak RSS (the launcher execs the server: same process).
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            if proc.returncode != 0:
-                raise RuntimeError(f"{arm} failed ({proc.returncode})")
+            out = subprocess.run(arms[arm], capture_output=True, text=True, check=True).stdout
             wall = time.perf_counter() - started
-            seconds = float(out.strip().splitlines()[-1].split()[1])
+            lines = out.strip().splitlines()
+            seconds = float(lines[-1].split()[1])
+            # The server's own peak RSS (VmHWM, since exec: not the launcher's
+            # Python); attached, the exit report's, which comes later.
+            peak_kib = int(lines[-2].split()[1])
+            if arm == "attached":
+                block = json.loads((tmp / "attached.json").read_text())["attach"]
+                peak_kib = max(peak_kib, block["peak_rss_kib"])
             if r:
                 times[arm].append(seconds)
                 walls[arm].append(wall)
-                rss[arm].append(usage.ru_maxrss / 1024)  # KiB -> MiB
+                rss[arm].append(peak_kib / 1024)
                 if arm == "attached":
-                    report_s.append(json.loads((tmp / "attached.json").read_text())["attach"]["report_seconds"])
+                    report_s.append(block["report_seconds"])
     med = {a: _median(t) for a, t in times.items()}
     report = json.loads((tmp / "attached.json").read_text())
     return {"requests": requests, "workers": workers, "repeats": repeats, "median_s": med,

@@ -167,9 +167,22 @@ void WriteReportLocked(const char* reason) {
   }
   // The report's text is published as the session wrote it (never re-parsed:
   // nlohmann would turn counts past 2^64 into floats); "attach" goes first.
-  // report_seconds: building the report (what the server waits for at exit).
-  const nlohmann::json attach = {
-      {"reason", reason}, {"sequence", ++attached->sequence}, {"pid", getpid()}, {"report_seconds", seconds}};
+  // report_seconds: building the report (what the server waits for at exit);
+  // peak_rss_kib: the process's peak resident memory so far, this report's
+  // building included (VmHWM; -1 if unreadable).
+  long peak_kib = -1;
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), f)) {
+      if (std::sscanf(line, "VmHWM: %ld kB", &peak_kib) == 1) break;
+    }
+    std::fclose(f);
+  }
+  const nlohmann::json attach = {{"reason", reason},
+                                 {"sequence", ++attached->sequence},
+                                 {"pid", getpid()},
+                                 {"report_seconds", seconds},
+                                 {"peak_rss_kib", peak_kib}};
   PublishLocked(attached->output, "{\"attach\":" + attach.dump() + "," + text->substr(1) + "\n");
 }
 

@@ -53,6 +53,7 @@ def finish(proc, out, served, requests, signals_sent):
     report = json.loads(out.read_text())
     # sequence = signal reports + the exit report: a signal that arrived
     # before the library was ready was held and served, not lost.
+    assert report["attach"].pop("peak_rss_kib") > 0
     seconds = report["attach"].pop("report_seconds")
     assert isinstance(seconds, float) and 0 <= seconds < 60
     assert report["attach"] == {"reason": "exit", "sequence": signals_sent + 1, "pid": proc.pid}
