@@ -44,6 +44,7 @@
 
 
 #include "torchscan_built_against.h"
+#include "torchscan_dispatch/peak_rss.h"
 #include "torchscan_dispatch/torchscan.h"
 
 namespace torchscan {
@@ -170,19 +171,11 @@ void WriteReportLocked(const char* reason) {
   // report_seconds: building the report (what the server waits for at exit);
   // peak_rss_kib: the process's peak resident memory so far, this report's
   // building included (VmHWM; -1 if unreadable).
-  long peak_kib = -1;
-  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof(line), f)) {
-      if (std::sscanf(line, "VmHWM: %ld kB", &peak_kib) == 1) break;
-    }
-    std::fclose(f);
-  }
   const nlohmann::json attach = {{"reason", reason},
                                  {"sequence", ++attached->sequence},
                                  {"pid", getpid()},
                                  {"report_seconds", seconds},
-                                 {"peak_rss_kib", peak_kib}};
+                                 {"peak_rss_kib", PeakResidentKib()}};
   PublishLocked(attached->output, "{\"attach\":" + attach.dump() + "," + text->substr(1) + "\n");
 }
 
@@ -275,8 +268,6 @@ int SignalNumber(const char* name) {
 // before exec (TORCHSCAN_ATTACH_SIGNAL_HELD); unblocking it now delivers a
 // signal that arrived since, to this handler.
 bool CatchTerm() {
-  const char* on = std::getenv("TORCHSCAN_ATTACH_REPORT_ON_TERM");
-  if (on == nullptr || std::strcmp(on, "1") != 0) return false;
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
   sa.sa_handler = &OnSignal;
@@ -296,7 +287,8 @@ bool CatchTerm() {
 
 __attribute__((constructor(101))) void HoldReportSignal() {
   int signo = SignalNumber(std::getenv("TORCHSCAN_ATTACH_SIGNAL"));
-  const bool term = std::getenv("TORCHSCAN_ATTACH_REPORT_ON_TERM") != nullptr;
+  const char* on_term = std::getenv("TORCHSCAN_ATTACH_REPORT_ON_TERM");
+  const bool term = on_term != nullptr && std::strcmp(on_term, "1") == 0;
   if (std::getenv("TORCHSCAN_ATTACH_OUTPUT") == nullptr || (signo <= 0 && !term)) return;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {

@@ -33,6 +33,8 @@
 #include <thread>
 #include <vector>
 
+#include "torchscan_dispatch/peak_rss.h"
+
 #ifdef EXAMPLE_SERVER_SCANNED
 #include "torchscan_dispatch/torchscan.h"
 #endif
@@ -148,16 +150,7 @@ int main(int argc, char** argv) {
     std::ofstream(a.scan_report) << session->ScanReportJson().value() << "\n";
   }
 #endif
-  // The process's own peak RSS (VmHWM: since exec, unlike getrusage's).
-  long peak_kib = -1;
-  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof(line), f)) {
-      if (std::sscanf(line, "VmHWM: %ld kB", &peak_kib) == 1) break;
-    }
-    std::fclose(f);
-  }
-  std::printf("peak_rss_kib %ld\n", peak_kib);
+  std::printf("peak_rss_kib %ld\n", torchscan::PeakResidentKib());
   std::printf("elapsed_seconds %.6f\n", seconds);
   return 0;
 }
