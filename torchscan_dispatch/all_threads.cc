@@ -171,6 +171,7 @@ void AllThreadsScan::Stop() {
   {
     std::lock_guard<std::mutex> lock(ActiveMutex());
     if (Active() != this) return;
+    if (timestamps_) stopped_ns_ = SteadyNowNs();
     AllThreadsGeneration().store(0, std::memory_order_release);
     Active() = nullptr;
   }
@@ -199,6 +200,7 @@ std::shared_ptr<ThreadLog> AllThreadsScan::Join(uint64_t generation) {
   log->recorder.torchscript_scopes = torchscript_scopes_;
   log->recorder.record_owned_children = record_owned_children_;
   log->recorder.torchscript_requests = torchscript_requests_;
+  log->recorder.timestamps = timestamps_;
   char name[64] = {0};
   if (pthread_getname_np(pthread_self(), name, sizeof(name)) == 0) log->name = name;
   ThreadLink* link = ThisThreadLink();

@@ -43,13 +43,17 @@ struct ThreadLog {
 class AllThreadsScan {
  public:
   AllThreadsScan(bool torchscript_scopes, bool join_on_first_call, bool record_owned_children,
-                 bool torchscript_requests = false)
+                 bool torchscript_requests = false, bool timestamps = false)
       : torchscript_scopes_(torchscript_scopes),
         join_on_first_call_(join_on_first_call),
         record_owned_children_(record_owned_children),
-        torchscript_requests_(torchscript_requests) {}
+        torchscript_requests_(torchscript_requests),
+        timestamps_(timestamps) {}
   absl::Status Start();  // fails when another all-threads scan is active
   void Stop();           // seals every log; later calls are not recorded
+  // timestamps: when Stop() began (SteadyNowNs); calls and scopes still
+  // open then end there in a trace. 0 before.
+  int64_t stopped_ns() const { return stopped_ns_; }
 
   // Copies of the logs' handles (joining threads may add more meanwhile).
   std::vector<std::shared_ptr<ThreadLog>> Logs() const;
@@ -65,6 +69,8 @@ class AllThreadsScan {
   bool join_on_first_call_;
   bool record_owned_children_;
   bool torchscript_requests_;
+  bool timestamps_;  // every thread's recorder reads the clock per call (traces)
+  int64_t stopped_ns_ = 0;
   uint64_t callback_ = 0;  // RecordFunction handle (0: none)
 };
 

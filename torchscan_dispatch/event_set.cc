@@ -44,15 +44,20 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
     scopes.push_back(std::move(to));
   }
   std::vector<int32_t> label_set_at;  // r's label sets in label_sets (-1: not yet)
+  thread_starts.emplace_back(static_cast<size_t>(base), thread);
+  const std::vector<int64_t>& src_times = r.call_times();
+  all_timed_ = all_timed_ && r.timestamps && src_times.size() >= 2 * count;
   for (size_t i = 0; i < count; ++i) {
     if (call_at[i] < 0) continue;
     const Event& from = src[i];
+    if (all_timed_) owned_times_.insert(owned_times_.end(), {src_times[2 * i], src_times[2 * i + 1]});
     Event& to = owned_.Emplace(from);
     to.parent = from.parent >= 0 ? call_at[from.parent] : -1;
     to.scope = from.scope >= 0 ? scope_at[from.scope] : -1;
     to.labels = label_sets.Import(r.label_sets(), from.labels, label_set_at);
     if (from.request >= 0) to.request = RequestIndex(r.requests()[from.request].id);
   }
+  times = all_timed_ ? &owned_times_ : nullptr;
 }
 
 int32_t EventSet::RequestIndex(const std::string& id) {

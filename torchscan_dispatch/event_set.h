@@ -38,11 +38,18 @@ struct EventSet {
   std::vector<std::string> requests;  // ids, by Event::request
   int64_t in_flight = 0;              // calls left out because they were still running
   const MemoryLog* memory = nullptr;  // the recorder's allocator log (borrowed sets only)
-  const std::vector<int64_t>* times = nullptr;  // its call times (borrowed sets only)
+  // Call times as Recorder::call_times() (ScanOptions::timestamps): the
+  // recorder's (borrowed sets), or copies when every recorder added took them.
+  const std::vector<int64_t>* times = nullptr;
+  // Copied sets: (first call, thread number) of each Add, in call order, so
+  // the trace puts every call on its thread's track.
+  std::vector<std::pair<size_t, int64_t>> thread_starts;
 
  private:
   int32_t RequestIndex(const std::string& id);  // in `requests`, added if new
   BlockLog<Event> owned_;
+  std::vector<int64_t> owned_times_;
+  bool all_timed_ = true;  // every recorder added took timestamps
   const BlockLog<Event>* events_ = &owned_;
   std::map<std::string, int32_t> request_index_;
   std::map<std::string, int32_t> calls_per_path_;

@@ -293,11 +293,6 @@ Status Session::Start() {
     if (s.phase == Phase::kStopped) {
       return absl::FailedPreconditionError("torchscan: a Session scans once; create a new Session for another scan");
     }
-    if (s.options.timestamps && s.options.threads == Threads::kAll) {
-      return absl::InvalidArgumentError(
-          "torchscan: traces (ScanOptions::timestamps) cover scans of the current thread; use "
-          "ScanOptions::threads = Threads::kCurrent");
-    }
     if (s.options.memory && s.options.threads == Threads::kAll) {
       return absl::InvalidArgumentError(
           "torchscan: memory attribution covers scans of the current thread; use ScanOptions::threads = "
@@ -307,7 +302,8 @@ Status Session::Start() {
     s.thread = std::this_thread::get_id();
     if (s.options.threads == Threads::kAll) {
       s.all = std::make_unique<AllThreadsScan>(s.options.torchscript_scopes, s.options.join_on_first_call,
-                                               s.options.record_owned_children, s.options.torchscript_requests);
+                                               s.options.record_owned_children, s.options.torchscript_requests,
+                                               s.options.timestamps);
       if (auto st = s.all->Start(); !st.ok()) {
         s.all.reset();
         return st;
@@ -764,8 +760,20 @@ StatusOr<std::string> Session::TraceJson() {
     }
     Planned& p = s.Calls();
     const TrafficResult t = ComputeTraffic(p.set->events(), p.Plan(s.catalog, s.overrides), s.catalog, s.overrides);
-    return reports::DumpJson(
-        torchscan::TraceJson(p.set->events(), p.set->scopes, *p.set->times, s.recorder.stopped_ns, t, s.catalog));
+    // One track per thread, labelled with its number (the report's
+    // threads[].thread) and, when it has one, its name.
+    std::vector<TraceThread> threads;
+    int64_t stopped_ns = s.recorder.stopped_ns;
+    if (s.options.threads == Threads::kCurrent) {
+      threads.push_back({1, "scanned thread"});
+    } else {
+      for (const auto& log : s.logs) {
+        threads.push_back({log->number, log->name.empty() ? absl::StrCat("thread ", log->number)
+                                                          : absl::StrCat(log->name, " (thread ", log->number, ")")});
+      }
+      stopped_ns = s.all->stopped_ns();
+    }
+    return reports::DumpJson(torchscan::TraceJson(*p.set, threads, stopped_ns, t, s.catalog));
   }());
 }
 

@@ -142,8 +142,8 @@ struct ScanOptions {
   // thread's allocator-reporting slot, the one torch.profiler uses: with a
   // profiler already running, the figures are unavailable (and say why).
   bool memory = false;
-  // Per-call start and end times (Threads::kCurrent scans), for TraceJson.
-  // Off by default: the clock is read twice per call when on.
+  // Per-call start and end times, for TraceJson (with Threads::kAll, every
+  // thread's). Off by default: the clock is read twice per call when on.
   bool timestamps = false;
 };
 
@@ -284,8 +284,10 @@ class Session {
   StatusOr<std::string> MemoryReportJson();
   // ScanOptions::timestamps, after Stop(): the call tree as a Chrome /
   // Perfetto trace ({"traceEvents": [...]}, the trace-event JSON format):
-  // module and operator calls as nested slices, operator slices with their
-  // shapes and, for counted kernels, FLOPs and bytes.
+  // one track per thread (named by a thread_name event), module and
+  // operator calls as nested slices, operator slices with their shapes and,
+  // for counted kernels, FLOPs and bytes; each request a flow through its
+  // module slices (bind_id, flow_in, flow_out).
   StatusOr<std::string> TraceJson();
   // Everything in one JSON document: {"kind": "torchscan_scan_report",
   // "context", "operator_flops" (FlopReport), "module_report", "layers",

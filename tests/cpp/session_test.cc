@@ -340,11 +340,11 @@ TEST(Trace, IsRefusedWhereItDoesNotApply) {
   Session plain;
   { ScanGuard scan(plain); }
   EXPECT_FALSE(plain.TraceJson().ok());  // no timestamps taken
-  ScanOptions all;
-  all.timestamps = true;
-  all.threads = Threads::kAll;
-  Session s(all);
-  EXPECT_EQ(s.Start().code(), torchscan::StatusCode::kInvalidArgument);
+  ScanOptions options;
+  options.timestamps = true;
+  Session running(options);
+  ScanGuard scan(running);
+  EXPECT_EQ(running.TraceJson().status().code(), torchscan::StatusCode::kFailedPrecondition);  // not stopped yet
 }
 
 }  // namespace
