@@ -76,6 +76,7 @@ struct ScriptSession : torch::CustomClassHolder {
   ScriptSession(std::string scope, bool memory, bool timestamps)
       : session(ScanOptions{.scope = std::move(scope), .threads = Threads::kCurrent, .torchscript_scopes = false,
                             .memory = memory, .timestamps = timestamps}) {}
+  explicit ScriptSession(ScanOptions options) : session(std::move(options)) {}
   ~ScriptSession() override {
     if (handle == 0) return;
     Handles& h = TheHandles();
@@ -200,6 +201,16 @@ TORCH_LIBRARY(torchscan, m) {
       .def("module_report", [](const Self& s) { return Value(s->session.ModuleReportJson()); })
       .def("traffic", [](const Self& s) { return Value(s->session.TrafficJson()); })
       .def("scan_report", [](const Self& s) { return Value(s->session.ScanReportJson()); })
+      // scan(threads="all"): every thread that runs ATen work while it is
+      // active joins on its first call. A factory, not a second constructor
+      // (a custom class has one __init__), so Session(scope, memory, trace)
+      // keeps its meaning.
+      .def_static("all_threads",
+                  [](std::string scope, bool timestamps) {
+                    return c10::make_intrusive<ScriptSession>(
+                        ScanOptions{.scope = std::move(scope), .threads = Threads::kAll, .torchscript_scopes = false,
+                                    .timestamps = timestamps});
+                  })
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
       .def_static("coverage_audit", []() { return CoverageAuditJson(); })
       .def_static("formula_table", []() { return FormulaTableJson(); })

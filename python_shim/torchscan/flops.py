@@ -69,7 +69,8 @@ def _decode(value, raw: bool):
 
 
 class FlopScan:
-    """One scan of the calling thread. Use as a context manager:
+    """One scan of the calling thread (threads="all": of every thread that
+    runs ATen work while it is active). Use as a context manager:
 
     >>> with torchscan.scan() as s:
     ...     model(x)
@@ -77,13 +78,18 @@ class FlopScan:
     """
 
     def __init__(self, custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False,
-                 scope: str = "workload", memory: bool = False, trace: bool = False):
+                 scope: str = "workload", memory: bool = False, trace: bool = False, threads: str = "current"):
         if not isinstance(modules, bool):
             raise TypeError(f"torchscan: modules must be True or False, got {type(modules).__name__}")
         if not isinstance(memory, bool):
             raise TypeError(f"torchscan: memory must be True or False, got {type(memory).__name__}")
         if not isinstance(trace, bool):
             raise TypeError(f"torchscan: trace must be True or False, got {type(trace).__name__}")
+        if not isinstance(threads, str) or threads not in ("current", "all"):
+            raise ValueError(f'torchscan: threads must be "current" or "all", got {threads!r}')
+        if threads == "all" and memory:
+            # The allocator reports are per thread (the profiler's slot).
+            raise ValueError('torchscan: memory=True covers scans of the current thread; use threads="current"')
         self._formulas = {}
         if custom_mapping is not None and not isinstance(custom_mapping, _MappingABC):
             raise TypeError("torchscan: custom_mapping must be a dict {torch.ops.aten.<op>: formula}, "
@@ -92,7 +98,7 @@ class FlopScan:
             if not callable(fn):
                 raise TypeError(f"torchscan: custom_mapping[{key}] must be callable, got {type(fn).__name__}")
             self._formulas[_op_name(key)] = fn
-        self._session = Session(scope, memory, trace)
+        self._session = Session.all_threads(scope, trace) if threads == "all" else Session(scope, memory, trace)
         for name in self._formulas:
             self._session.defer_formula(name)
         self._report = None
@@ -161,8 +167,8 @@ class FlopScan:
     def trace(self) -> dict:
         """The scan as a Chrome / Perfetto trace (scan(trace=True)), once it
         has stopped: {"traceEvents": [...]} with module and operator calls as
-        nested slices; json.dump it and open it in ui.perfetto.dev or
-        chrome://tracing."""
+        nested slices, one track per thread; json.dump it and open it in
+        ui.perfetto.dev or chrome://tracing."""
         if self._session.active():
             raise RuntimeError("torchscan: the trace is available once the scan has stopped")
         return json.loads(self._session.trace())
@@ -221,11 +227,13 @@ class FlopScan:
 
 
 def scan(custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False,
-         memory: bool = False, trace: bool = False) -> FlopScan:
+         memory: bool = False, trace: bool = False, threads: str = "current") -> FlopScan:
     """Scan the calling thread for the duration of a `with` block. memory:
     also record the allocator's reports (FlopScan.memory_report); trace: also
-    time every call (FlopScan.trace)."""
-    return FlopScan(custom_mapping, modules=modules, memory=memory, trace=trace)
+    time every call (FlopScan.trace). threads="all": every thread that runs
+    ATen work while the scan is active, each joining on its first operator
+    (one such scan at a time; memory=True is refused)."""
+    return FlopScan(custom_mapping, modules=modules, memory=memory, trace=trace, threads=threads)
 
 
 def measure_flops(workload: Callable[[], Any], *, custom_mapping: Optional[Mapping[Any, Callable]] = None,
