@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Scan an unmodified LibTorch binary from outside.
 
-    python3 tools/attach.py --output report.json [--signal USR1] -- ./server args...
+    python3 tools/attach.py --output report.json [--signal USR1] [--trace trace.json] -- ./server args...
 
 Preloads libtorchscan_attach.so into the binary, which scans every thread's
 ATen work from before main() and writes the scan report (JSON, kind
 "torchscan_scan_report") to --output when the process exits normally and each
-time --signal arrives. Before running the binary it checks that the binary
+time --signal arrives. --trace: it also times every call and, after the
+final report, writes the scan as a Chrome / Perfetto trace there. Before running the binary it checks that the binary
 is dynamically linked against LibTorch and that its torch version and C++ ABI
 match the library's; otherwise it refuses and says why.
 
@@ -124,9 +125,12 @@ def refuse(message: str) -> "NoReturn":
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     usage="%(prog)s --output REPORT.json [--signal USR1] -- BINARY [ARGS...]")
+                                     usage="%(prog)s --output REPORT.json [--signal USR1] [--trace TRACE.json] -- BINARY [ARGS...]")
     parser.add_argument("--output", required=True, help="where the report is written (replaced atomically)")
     parser.add_argument("--signal", choices=SIGNALS, help="also write the report each time this signal arrives")
+    parser.add_argument("--trace", metavar="PATH",
+                        help="also time every call and write the scan as a Chrome / Perfetto trace (JSON) here "
+                             "when the final report is written")
     parser.add_argument("--library", type=Path, default=None, help="libtorchscan_attach.so to preload")
     parser.add_argument("--report-on-sigterm", action="store_true",
                         help="on SIGTERM (a container's stop signal), write the report, then end as SIGTERM does")
@@ -137,6 +141,12 @@ def main(argv=None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the binary to run after --, e.g. -- ./server --port 8000")
+    if args.trace is not None and (not args.trace or os.path.isdir(args.trace)):
+        parser.error(f"--trace {args.trace!r}: give the file the trace is written to")
+    if args.trace is not None and os.path.realpath(args.trace) == os.path.realpath(args.output):
+        parser.error(f"--output and --trace name the same file ({args.output}); give the trace its own file")
+    if args.trace is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.trace))):
+        parser.error(f"--trace {args.trace}: its directory does not exist")
     # Absolute, symlinks kept: a link to a directory without spaces is the
     # way to attach from one whose real path has them.
     library = Path(os.path.abspath(args.library or default_library()))
@@ -154,6 +164,8 @@ def main(argv=None) -> int:
     check(binary, command, env)
 
     env["TORCHSCAN_ATTACH_OUTPUT"] = str(Path(args.output).resolve())
+    if args.trace is not None:
+        env["TORCHSCAN_ATTACH_TRACE"] = str(Path(args.trace).resolve())
     if args.signal:
         env["TORCHSCAN_ATTACH_SIGNAL"] = args.signal
         if held:

@@ -2,7 +2,9 @@
 // tools/attach.py. It scans every thread of the process (Threads::kAll) from
 // before main() and writes the scan report to $TORCHSCAN_ATTACH_OUTPUT at exit
 // and each time $TORCHSCAN_ATTACH_SIGNAL arrives. Loaded without that
-// variable it does nothing.
+// variable it does nothing. With $TORCHSCAN_ATTACH_TRACE it also times every
+// call and writes the scan as a trace (Session::TraceJson) there, after the
+// final report.
 //
 // The signal handler only writes a byte to a pipe (async-signal-safe); a
 // writer thread builds the report from a snapshot, so the server's threads
@@ -108,6 +110,7 @@ ReportSignal report_signal = {0, -1, -1, 0, {}, false, {}};
 
 struct Attached {
   std::string output;
+  std::string trace;  // TORCHSCAN_ATTACH_TRACE ("": none)
   std::unique_ptr<Session> session;
   std::mutex write_mu;  // one report at a time
   int sequence = 0;
@@ -179,6 +182,18 @@ void WriteReportLocked(const char* reason) {
   PublishLocked(attached->output, "{\"attach\":" + attach.dump() + "," + text->substr(1) + "\n");
 }
 
+// After the final report, the scan stopped: the trace needs every call's
+// end (snapshots have none). Caller holds attached->write_mu.
+void WriteTraceLocked() {
+  if (attached->trace.empty() || attached->closed || getpid() != attached->pid) return;
+  StatusOr<std::string> text = attached->session->TraceJson();
+  if (!text.ok()) {
+    std::fprintf(stderr, "torchscan attach: no trace (%s)\n", text.status().message().c_str());
+    return;
+  }
+  PublishLocked(attached->trace, *text + "\n");
+}
+
 void WriteReport(const char* reason) {
   std::lock_guard<std::mutex> lock(attached->write_mu);
   WriteReportLocked(reason);
@@ -201,6 +216,7 @@ void ReportAndTerminate() {
     if (!attached->closed) {
       (void)attached->session->Stop();
       WriteReportLocked("sigterm");
+      WriteTraceLocked();
       attached->closed = true;
     }
   }
@@ -232,6 +248,7 @@ void AtExit() {
   if (getpid() != attached->pid || attached->closed) return;
   (void)attached->session->Stop();
   WriteReportLocked("exit");
+  WriteTraceLocked();
   attached->closed = true;  // a signal arriving during teardown writes nothing
   if (report_signal.signo > 0) signal(report_signal.signo, SIG_IGN);
 }
@@ -386,11 +403,20 @@ __attribute__((constructor)) void Attach() {
                  signal_name);
     return;
   }
+  const char* trace = std::getenv("TORCHSCAN_ATTACH_TRACE");
+  if (trace != nullptr && std::strcmp(trace, output) == 0) {
+    std::fprintf(stderr, "torchscan attach: not attaching: TORCHSCAN_ATTACH_TRACE and TORCHSCAN_ATTACH_OUTPUT "
+                         "name the same file (%s); give the trace its own file\n", trace);
+    ReleaseReportSignal();
+    return;
+  }
   attached = new Attached();
   attached->output = output;
+  if (trace != nullptr) attached->trace = trace;
   attached->pid = getpid();
   // Child processes the server starts are not part of this attach.
   unsetenv("TORCHSCAN_ATTACH_OUTPUT");
+  unsetenv("TORCHSCAN_ATTACH_TRACE");
   unsetenv("TORCHSCAN_ATTACH_SIGNAL");
   unsetenv("TORCHSCAN_ATTACH_SIGNAL_HELD");
   unsetenv("TORCHSCAN_ATTACH_REPORT_ON_TERM");
@@ -407,6 +433,8 @@ __attribute__((constructor)) void Attach() {
   if (const char* tr = std::getenv("TORCHSCAN_ATTACH_TORCHSCRIPT_REQUESTS"); !tr || std::string(tr) != "0") {
     options.torchscript_requests = true;
   }
+  // A trace needs every thread's call times: two clock reads per call.
+  options.timestamps = !attached->trace.empty();
   attached->session = std::make_unique<Session>(options);
   if (Status st = attached->session->Start(); !st.ok()) {
     std::fprintf(stderr, "torchscan attach: not attaching: %s\n", st.message().c_str());
