@@ -120,8 +120,9 @@ def test_operator_view_agrees_with_flop_counter_mode(served, tmp_path):
         assert by_op[op] == requests * value, op
 
 
-def attach(served, output, requests, workers, *extra, signal_name=None, pace_ms=0, **popen):
-    cmd = [sys.executable, str(ATTACH), "--output", str(output)]
+def attach(served, output, requests, workers, *extra, signal_name=None, pace_ms=0, launcher=(), **popen):
+    """The example server under the launcher; `extra` go to the server, `launcher` to tools/attach.py."""
+    cmd = [sys.executable, str(ATTACH), "--output", str(output), *launcher]
     if signal_name:
         cmd += ["--signal", signal_name]
     cmd += ["--", str(SERVER), "--model", str(served["model"]), "--requests", str(requests),

@@ -1,13 +1,22 @@
-"""Traces (scan(trace=True), crawl_module(trace=True)): the trace-event JSON
-format (complete "X" slices with ts/dur in microseconds on one track) and the
-arguments each slice carries, derived by hand for a small MLP."""
+"""Traces (scan(trace=True), crawl_module(trace=True), scan(threads="all",
+trace=True), the attach launcher's --trace): the trace-event JSON format
+(complete "X" slices with ts/dur in microseconds, one named track per
+thread, requests as flows) and the arguments each slice carries, derived by
+hand for a small MLP and the example CNN."""
+import ctypes
 import json
+import subprocess
+import sys
+import threading
+from collections import defaultdict
 
 import pytest
 import torch
 import torch.nn as nn
 
 import torchscan
+from conftest import REPO_ROOT
+from test_serving import attach, check_report, served  # noqa: F401  (served is a fixture)
 
 
 def _mlp():
@@ -19,21 +28,47 @@ def _slices(trace, cat=None):
     return [e for e in trace["traceEvents"] if e["ph"] == "X" and (cat is None or e["cat"] == cat)]
 
 
+def _thread_names(trace):
+    return {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+
+
+def _flows(trace):
+    """bind_id -> that flow's slices in start order."""
+    flows = defaultdict(list)
+    for e in _slices(trace):
+        if "bind_id" in e:
+            flows[e["bind_id"]].append(e)
+    return {k: sorted(v, key=lambda e: e["ts"]) for k, v in flows.items()}
+
+
 def _check_format(trace):
     json.dumps(trace, allow_nan=False)  # loads in any trace viewer: plain JSON
     slices = _slices(trace)
     assert slices
+    tracks = defaultdict(list)
     for e in slices:
         assert {"ph", "ts", "dur", "pid", "tid", "name", "cat", "args"} <= set(e)
         assert e["ts"] >= 0 and e["dur"] >= 0
+        tracks[e["pid"], e["tid"]].append(e)
+    # Every track is named (a thread_name metadata event).
+    assert {tid for _, tid in tracks} <= set(_thread_names(trace))
     # Complete events on one track must nest: any two are disjoint or one
     # contains the other (ends compared with a rounding margin of 1 ns).
-    for a in slices:
-        for b in slices:
-            a0, a1, b0, b1 = a["ts"], a["ts"] + a["dur"], b["ts"], b["ts"] + b["dur"]
-            disjoint = a1 <= b0 + 1e-3 or b1 <= a0 + 1e-3
-            nested = (a0 <= b0 and b1 <= a1 + 1e-3) or (b0 <= a0 and a1 <= b1 + 1e-3)
-            assert disjoint or nested, (a, b)
+    # Slices of different tracks may overlap (threads run at once).
+    for track in tracks.values():
+        for a in track:
+            for b in track:
+                a0, a1, b0, b1 = a["ts"], a["ts"] + a["dur"], b["ts"], b["ts"] + b["dur"]
+                disjoint = a1 <= b0 + 1e-3 or b1 <= a0 + 1e-3
+                nested = (a0 <= b0 and b1 <= a1 + 1e-3) or (b0 <= a0 and a1 <= b1 + 1e-3)
+                assert disjoint or nested, (a, b)
+    # Flows (v2: bind_id on the slices): out of the first slice, through the
+    # middle ones, into the last; at least two slices each.
+    for chain in _flows(trace).values():
+        assert len(chain) >= 2
+        for k, e in enumerate(chain):
+            assert e.get("flow_in", False) == (k > 0), e
+            assert e.get("flow_out", False) == (k < len(chain) - 1), e
 
 
 def test_crawl_trace_nests_modules_and_operators():
@@ -159,4 +194,127 @@ def test_structure_mode_traces_carry_no_flops(tmp_path):
     with pytest.raises(SystemExit):  # one file for both would lose the report
         main(["scan", "torchscan.examples:small_cnn", "--input-shape", "3,32,32", "--trace", str(same),
               "--output", str(same)])
+    assert not same.exists()
+
+
+# ------------------------------------------------------------ all threads
+
+
+def _name_this_thread(name: bytes) -> None:
+    """Sets the calling thread's OS name (Linux prctl PR_SET_NAME = 15), which
+    an all-threads scan reads when the thread joins."""
+    assert ctypes.CDLL(None).prctl(15, name, 0, 0, 0) == 0
+
+
+def test_all_threads_scan_puts_each_thread_on_its_own_named_track():
+    a, b = torch.ones(2, 3), torch.ones(3, 4)  # mm: 2*2*3*4 = 48 FLOPs
+    errors = []
+
+    def work():
+        try:
+            _name_this_thread(b"worker-py")
+            torch.mm(a, b)  # its first ATen call: the thread joins the scan here
+        except BaseException as exc:  # surfaced in the main thread
+            errors.append(exc)
+
+    with torchscan.scan(threads="all", trace=True) as s:
+        torch.mm(a, b)  # the starting thread: thread 1
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join()
+    assert not errors
+    trace = s.trace()
+    _check_format(trace)
+    mm = {e["tid"]: e for e in _slices(trace, "operator") if e["name"] == "aten.mm"}
+    # Two threads, two tracks: 1 (started the scan), 2 (joined on its mm).
+    assert set(mm) == {1, 2} == {e["tid"] for e in _slices(trace)}
+    assert all(e["args"]["flops"] == 48 and e["args"]["outputs"] == [[2, 4]] for e in mm.values())
+    names = _thread_names(trace)
+    assert names[2] == "worker-py (thread 2)" and names[1].endswith("(thread 1)")
+    assert s.report()["total"]["value"] == 2 * 48
+    # The same numbers as the scan report's threads.
+    report = json.loads(s._session.scan_report())
+    assert {t["thread"] for t in report["threads"]} == {1, 2}
+    assert not _flows(trace)  # no request was opened
+
+
+def test_all_threads_scan_misuse():
+    with pytest.raises(ValueError, match='threads must be "current" or "all"'):
+        torchscan.scan(threads="every")
+    with pytest.raises(ValueError, match="memory=True covers scans of the current thread"):
+        torchscan.scan(threads="all", memory=True)
+    with torchscan.scan(threads="all") as s:
+        torch.ones(2).add_(1)
+    with pytest.raises(RuntimeError, match=r"trace=True"):
+        s.trace()
+
+
+# ------------------------------------------------------------------ attach
+
+# The example server's forward of the example CNN (tests/fixtures/serving.py:
+# SmallCNN under TorchScript) makes 15 module calls: the root, then conv, bn,
+# act, maxpool, grouped, act, depthwise, pointwise, act, avgpool, up, act,
+# gap, fc (act four times; torch.flatten is a function, not a module).
+FORWARD_MODULES = sorted(["(root)", "conv", "bn", "act", "maxpool", "grouped", "act", "depthwise", "pointwise",
+                          "act", "avgpool", "up", "act", "gap", "fc"])
+
+
+def test_attached_server_writes_a_trace_with_a_flow_per_request(served, tmp_path):
+    requests, out, trace_path = 3, tmp_path / "attached.json", tmp_path / "trace.json"
+    proc = attach(served, out, requests, 2, launcher=["--trace", str(trace_path)])
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    report = json.loads(out.read_text())
+    check_report(report, served, requests)  # timing every call changes no count
+    trace = json.loads(trace_path.read_text())
+    _check_format(trace)
+    # One track per thread that ran ATen work, numbered as the report's threads.
+    tracks = {e["tid"] for e in _slices(trace)}
+    assert tracks == {t["thread"] for t in report["threads"]}
+    assert all(_thread_names(trace)[t].endswith(f"(thread {t})") for t in tracks)
+    # Three requests (forward-1..3, one per top-level TorchScript forward),
+    # three flows, each through exactly that forward's 15 module calls on
+    # the worker thread that served it.
+    assert len(served["crawl"]["layers"]) == len(FORWARD_MODULES)
+    flows = _flows(trace)
+    assert len(flows) == requests
+    by_request = defaultdict(list)
+    for e in _slices(trace, "module"):
+        by_request[e["args"].get("request")].append(e)
+    assert sorted(k for k in by_request if k) == [f"forward-{i}" for i in range(1, requests + 1)]
+    for chain in flows.values():
+        request = chain[0]["args"]["request"]
+        assert all(e["cat"] == "module" and e["args"]["request"] == request for e in chain)
+        assert sorted(e["name"] for e in chain) == FORWARD_MODULES
+        assert chain[0]["name"] == "(root)" and len({e["tid"] for e in chain}) == 1
+        assert sorted(id(e) for e in chain) == sorted(id(e) for e in by_request[request])
+    # Operator slices nest in module slices and carry their arguments. The
+    # first conv: (1,3,32,32) * (16,3,3,3) with padding 1 -> (1,16,32,32);
+    # 16*32*32 outputs x 3*3*3 terms x 2 = 884,736 FLOPs.
+    per_request_flops = served["flops"]["total"]["value"]  # measured in this process
+    for request, modules in by_request.items():
+        if not request:
+            continue
+        conv = next(m for m in modules if m["name"] == "conv")
+        (tid,) = {m["tid"] for m in modules}
+        inside = [e for e in _slices(trace, "operator") if e["tid"] == tid and conv["ts"] <= e["ts"]
+                  and e["ts"] + e["dur"] <= conv["ts"] + conv["dur"] + 1e-3]
+        counted = [e for e in inside if e["args"].get("flops") is not None]
+        assert [e["args"]["flops"] for e in counted] == [2 * 16 * 32 * 32 * 3 * 3 * 3]
+        assert [1, 3, 32, 32] in counted[0]["args"]["inputs"] and [16, 3, 3, 3] in counted[0]["args"]["inputs"]
+        assert counted[0]["args"]["outputs"] == [[1, 16, 32, 32]] and counted[0]["args"]["kernel"]
+        # Every counted kernel of the forward: the forward's FLOPs in all.
+        ops = [e for e in _slices(trace, "operator") if e["args"].get("request") == request]
+        assert sum(e["args"].get("flops") or 0 for e in ops) == per_request_flops
+
+
+def test_attach_trace_arguments_are_checked(tmp_path):
+    launcher = REPO_ROOT / "tools/attach.py"
+    same = tmp_path / "x.json"
+    for extra, message in ((["--trace", str(same)], "name the same file"),
+                           (["--trace", str(tmp_path)], "give the file the trace is written to"),
+                           (["--trace", str(tmp_path / "missing" / "t.json")], "its directory does not exist")):
+        run = subprocess.run([sys.executable, str(launcher), "--output", str(same), *extra, "--", "/bin/true"],
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 2 and message in run.stderr, run.stderr
     assert not same.exists()
