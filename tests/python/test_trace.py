@@ -306,6 +306,14 @@ def test_attached_server_writes_a_trace_with_a_flow_per_request(served, tmp_path
         # Every counted kernel of the forward: the forward's FLOPs in all.
         ops = [e for e in _slices(trace, "operator") if e["args"].get("request") == request]
         assert sum(e["args"].get("flops") or 0 for e in ops) == per_request_flops
+    # Drawn: one arrow per pair of consecutive slices of a flow, 3 x (15 - 1).
+    svg = tmp_path / "trace.svg"
+    run = subprocess.run([sys.executable, str(FIGURE_SCRIPT), str(trace_path), "-o", str(svg)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    rects, names, arrows, _ = _svg_slices(svg.read_text())
+    assert len(arrows) == requests * (len(FORWARD_MODULES) - 1)
+    assert len(rects) == len(_slices(trace)) and len(names) == len(tracks)
 
 
 def test_attach_trace_arguments_are_checked(tmp_path):
@@ -318,3 +326,61 @@ def test_attach_trace_arguments_are_checked(tmp_path):
                              capture_output=True, text=True, timeout=60)
         assert run.returncode == 2 and message in run.stderr, run.stderr
     assert not same.exists()
+
+
+# ----------------------------------------------------------- trace figure
+
+FIGURE_SCRIPT = REPO_ROOT / "tools/trace_figure.py"
+
+
+def _svg_slices(svg_text):
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(svg_text)
+    tag = lambda e: e.tag.rsplit("}", 1)[-1]  # noqa: E731
+    rects = [e for e in root.iter() if tag(e) == "rect" and "slice" in e.get("class", "")]
+    tracks = [e.text for e in root.iter() if tag(e) == "text" and e.get("class") == "track-name"]
+    flows = [e for e in root.iter() if tag(e) == "line" and e.get("class") == "flow"]
+    # Each slice's box sits in a <g> whose <title> starts with the slice's name.
+    titles = [e.text.split(" (", 1)[0] for g in root.iter() if tag(g) == "g"
+              for e in g if tag(e) == "title"]
+    return rects, tracks, flows, titles
+
+
+def test_trace_figure_draws_every_slice_and_refuses_what_is_not_a_trace(tmp_path):
+    trace = torchscan.crawl_module(_mlp(), args=(torch.randn(8, 16),), trace=True)["trace"]
+    src, out = tmp_path / "t.json", tmp_path / "t.svg"
+    src.write_text(json.dumps(trace))
+    run = subprocess.run([sys.executable, str(FIGURE_SCRIPT), str(src), "-o", str(out), "--title", "MLP <x>"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    rects, tracks, flows, _ = _svg_slices(out.read_text())
+    # One box per slice: the MLP's 4 module calls ((root), 0, 1, 2), and
+    # every operator slice of the trace; one track, no request, no flow.
+    assert sum("module" in r.get("class") for r in rects) == 4
+    assert sum("operator" in r.get("class") for r in rects) == len(_slices(trace, "operator"))
+    assert tracks == ["scanned thread"] and flows == []
+    bad = tmp_path / "bad.json"
+    for content, message in (("{", "is not JSON"), ('{"traceEvents": 3}', "is not a trace-event file"),
+                             ('{"traceEvents": [{"ph": "M"}]}', 'no complete ("X") slices')):
+        bad.write_text(content)
+        run = subprocess.run([sys.executable, str(FIGURE_SCRIPT), str(bad), "-o", str(out)],
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 2 and message in run.stderr, run.stderr
+    run = subprocess.run([sys.executable, str(FIGURE_SCRIPT), str(tmp_path / "none.json"), "-o", str(out)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "cannot read" in run.stderr
+
+
+def test_committed_trace_figure_is_the_example_models_forward():
+    # tools/figures/trace_example.svg was drawn by
+    #   python3 -m torchscan scan torchscan.examples:small_cnn --input-shape 3,32,32 --trace cnn.json
+    #   python3 tools/trace_figure.py cnn.json -o tools/figures/trace_example.svg --title "..."
+    # Times differ run to run; the slices do not: the eager SmallCNN's 15
+    # module calls (the same names as the TorchScript forward's), on one track.
+    rects, tracks, flows, titles = _svg_slices((REPO_ROOT / "tools/figures/trace_example.svg").read_text())
+    modules = [t for r, t in zip(rects, titles) if "module" in r.get("class")]
+    assert sorted(modules) == FORWARD_MODULES
+    assert tracks == ["scanned thread"] and not flows
+    # Nested operator calls under them, the first conv's included.
+    assert "aten.conv2d" in titles and "aten.convolution" in titles
