@@ -451,9 +451,11 @@ def _fmt_flops(rep: Dict[str, Any]) -> str:
 
 def bench_serving(requests: int, workers: int, repeats: int) -> Dict[str, Any]:
     """The example C++ server (tests/cpp/example_server.cc) at full load:
-    unattached, under tools/attach.py, and scanning itself through the C++
-    API (all threads, one RequestScope per request). Runs are interleaved;
-    each arm's figure is the median of the servers' own serving time."""
+    unattached, under tools/attach.py (also with --trace: every thread's
+    calls timed, the trace written after the exit report), and scanning
+    itself through the C++ API (all threads, one RequestScope per request).
+    Runs are interleaved; each arm's figure is the median of the servers'
+    own serving time."""
     import subprocess
     import tempfile
 
@@ -471,6 +473,11 @@ def bench_serving(requests: int, workers: int, repeats: int) -> Dict[str, Any]:
         "unattached": [str(server), *common],
         "attached": [sys.executable, str(REPO / "tools/attach.py"), "--output", str(tmp / "attached.json"),
                      "--", str(server), *common],
+        # The same with two clock reads per call on every thread: the cost of
+        # an all-threads trace (the ratio to "attached" is the clock's share).
+        "attached_trace": [sys.executable, str(REPO / "tools/attach.py"), "--output",
+                           str(tmp / "attached_trace.json"), "--trace", str(tmp / "trace.json"),
+                           "--", str(server), *common],
         "cpp_api_join_on_first_call": [str(scanned), *common, "--scan", str(tmp / "api.json")],
         "cpp_api_join_at_start": [str(scanned), *common, "--scan", str(tmp / "api2.json"), "--join-at-start"],
         "cpp_api_join_at_start_lean": [str(scanned), *common, "--scan", str(tmp / "api3.json"), "--join-at-start",
@@ -490,8 +497,8 @@ def bench_serving(requests: int, workers: int, repeats: int) -> Dict[str, Any]:
             # The server's own peak RSS (VmHWM, since exec: not the launcher's
             # Python); attached, the exit report's, which comes later.
             peak_kib = int(lines[-2].split()[1])
-            if arm == "attached":
-                block = json.loads((tmp / "attached.json").read_text())["attach"]
+            if arm in ("attached", "attached_trace"):
+                block = json.loads((tmp / f"{arm}.json").read_text())["attach"]
                 peak_kib = max(peak_kib, block["peak_rss_kib"])
             if r:
                 times[arm].append(seconds)
@@ -501,11 +508,14 @@ def bench_serving(requests: int, workers: int, repeats: int) -> Dict[str, Any]:
                     report_s.append(block["report_seconds"])
     med = {a: _median(t) for a, t in times.items()}
     report = json.loads((tmp / "attached.json").read_text())
+    trace_events = len(json.loads((tmp / "trace.json").read_text())["traceEvents"])
     return {"requests": requests, "workers": workers, "repeats": repeats, "median_s": med,
             "ratio_vs_unattached": {a: med[a] / med["unattached"] for a in arms if a != "unattached"},
             "median_wall_s": {a: _median(t) for a, t in walls.items()},
             "median_peak_rss_mib": {a: _median(t) for a, t in rss.items()},
             "attached_exit_report_s": _median(report_s),
+            "attached_trace_over_attached": med["attached_trace"] / med["attached"],
+            "trace_events": trace_events,
             "attached_report_total": report["operator_flops"]["total"]}
 
 
@@ -686,6 +696,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"{sv['median_peak_rss_mib'][arm]:5.0f} MiB")
         print(f"      attached exit report: built in {sv['attached_exit_report_s']:.2f} s; "
               f"{sv['attached_report_total']['status']} {sv['attached_report_total']['value']:,} FLOPs")
+        print(f"      attached_trace / attached: {sv['attached_trace_over_attached']:.3f}x "
+              f"(every thread's calls timed; trace of {sv['trace_events']:,} events)")
         print()
 
     elapsed = time.perf_counter() - t_start

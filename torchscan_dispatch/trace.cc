@@ -104,12 +104,12 @@ nlohmann::json TraceJson(const EventSet& set, const std::vector<TraceThread>& th
   // module slices and the top-level calls it made outside them, in the order
   // they started, across threads when a request id is opened on several.
   // Flows, not a track per request: the per-thread nesting stays as it is,
-  // and Perfetto names a legacy async track by the slice name, so 1,500
-  // requests would be 1,500 tracks, while it draws only the selected slice's
-  // flows. Flow v2 (bind_id, flow_in, flow_out on the slice itself): the
-  // flow binds to exactly that slice; a v1 "s"/"f" event binds to whichever
-  // slice is open at its timestamp, which is ambiguous where a module call
-  // and its first operator start within the same microsecond.
+  // and Perfetto's importer keys a legacy async slice's track by its name
+  // and id, so 1,500 requests would be 1,500 tracks. Flow v2 (bind_id,
+  // flow_in, flow_out on the slice itself): Perfetto binds the flow to
+  // exactly that slice; a v1 "s"/"f" event binds to whichever slice is open
+  // on the track when it is read, which is ambiguous where a module call and
+  // its first operator start at one timestamp.
   for (auto& [request, chain] : chains) {
     if (chain.size() < 2) continue;  // a flow needs two slices
     std::sort(chain.begin(), chain.end());
