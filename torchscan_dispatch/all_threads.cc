@@ -199,6 +199,10 @@ std::shared_ptr<ThreadLog> AllThreadsScan::Join(uint64_t generation) {
   log->recorder.torchscript_scopes = torchscript_scopes_;
   log->recorder.record_owned_children = record_owned_children_;
   log->recorder.torchscript_requests = torchscript_requests_;
+  if (make_folder) {
+    log->recorder.folder = make_folder();
+    log->recorder.fold_every = fold_every;
+  }
   char name[64] = {0};
   if (pthread_getname_np(pthread_self(), name, sizeof(name)) == 0) log->name = name;
   ThreadLink* link = ThisThreadLink();

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,10 @@ class AllThreadsScan {
         join_on_first_call_(join_on_first_call),
         record_owned_children_(record_owned_children),
         torchscript_requests_(torchscript_requests) {}
+  // Streaming scans: each thread's recorder gets a Folder from this (set before Start).
+  std::function<std::shared_ptr<Folder>()> make_folder;
+  size_t fold_every = 0;
+
   absl::Status Start();  // fails when another all-threads scan is active
   void Stop();           // seals every log; later calls are not recorded
 
