@@ -201,6 +201,10 @@ std::shared_ptr<ThreadLog> AllThreadsScan::Join(uint64_t generation) {
   log->recorder.record_owned_children = record_owned_children_;
   log->recorder.torchscript_requests = torchscript_requests_;
   log->recorder.timestamps = timestamps_;
+  if (make_folder) {
+    log->recorder.folder = make_folder();
+    log->recorder.fold_every = fold_every;
+  }
   char name[64] = {0};
   if (pthread_getname_np(pthread_self(), name, sizeof(name)) == 0) log->name = name;
   ThreadLink* link = ThisThreadLink();

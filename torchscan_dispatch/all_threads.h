@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,10 @@ class AllThreadsScan {
         record_owned_children_(record_owned_children),
         torchscript_requests_(torchscript_requests),
         timestamps_(timestamps) {}
+  // Streaming scans: each thread's recorder gets a Folder from this (set before Start).
+  std::function<std::shared_ptr<Folder>()> make_folder;
+  size_t fold_every = 0;
+
   absl::Status Start();  // fails when another all-threads scan is active
   void Stop();           // seals every log; later calls are not recorded
   // timestamps: when Stop() began (SteadyNowNs); calls and scopes still

@@ -42,9 +42,15 @@ void ReleaseBlock(unsigned char* block) {
   delete[] block;
 }
 
-Arena::~Arena() {
+Arena::~Arena() { Clear(); }
+
+void Arena::Clear() {
   for (unsigned char* b : blocks_) ReleaseBlock(b);
   for (unsigned char* b : large_) delete[] b;
+  blocks_.clear();
+  large_.clear();
+  current_ = nullptr;
+  used_ = capacity_ = 0;
 }
 
 void Arena::NewBlock(size_t at_least) {

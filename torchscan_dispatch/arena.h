@@ -26,6 +26,7 @@ class Arena {
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
   ~Arena();
+  void Clear();  // gives every block back: nothing allocated before stays valid
 
   template <class T>
   T* Alloc(size_t n) {
@@ -61,9 +62,12 @@ class BlockLog {
   BlockLog() = default;
   BlockLog(const BlockLog&) = delete;
   BlockLog& operator=(const BlockLog&) = delete;
-  ~BlockLog() {
+  ~BlockLog() { Clear(); }
+  void Clear() {
     for (size_t i = 0; i < size_; ++i) (*this)[i].~T();
     for (unsigned char* b : blocks_) ReleaseBlock(b);
+    blocks_.clear();
+    size_ = 0;
   }
 
   template <class... A>

@@ -73,9 +73,10 @@ struct ScriptSession : torch::CustomClassHolder {
   // Python pushes its own module scopes (hooks), so TorchScript scopes stay
   // off: a scripted submodule is one layer call, as its hooks see it (named
   // fields: a positional `false` here once landed on join_on_first_call).
-  ScriptSession(std::string scope, bool memory, bool timestamps)
+  ScriptSession(std::string scope, bool memory, bool timestamps, bool streaming, int64_t fold_every)
       : session(ScanOptions{.scope = std::move(scope), .threads = Threads::kCurrent, .torchscript_scopes = false,
-                            .memory = memory, .timestamps = timestamps}) {}
+                            .memory = memory, .timestamps = timestamps, .streaming = streaming,
+                            .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0))}) {}
   explicit ScriptSession(ScanOptions options) : session(std::move(options)) {}
   ~ScriptSession() override {
     if (handle == 0) return;
@@ -168,7 +169,7 @@ TORCH_LIBRARY(torchscan, m) {
   m.def("compiled_region(str backend) -> ()");
   m.impl("compiled_region", c10::DispatchKey::CompositeExplicitAutograd, [](std::string) {});
   m.class_<ScriptSession>("Session")
-      .def(torch::init<std::string, bool, bool>())
+      .def(torch::init<std::string, bool, bool, bool, int64_t>())
       .def("defer_formula", [](const Self& s, std::string op) { Raise(s->session.DeferOperatorFormula(op)); })
       .def("start", [](const Self& s) { Raise(s->session.Start()); })
       .def("stop", [](const Self& s) { Raise(s->session.Stop()); })
@@ -181,6 +182,7 @@ TORCH_LIBRARY(torchscan, m) {
       .def("active", [](const Self& s) { return s->session.active(); })
       .def("recorded_operators", [](const Self& s) { return s->session.RecordedOperators(); })
       .def("recorded_calls", [](const Self& s) { return static_cast<int64_t>(s->session.recorded_calls()); })
+      .def("held_calls", [](const Self& s) { return static_cast<int64_t>(s->session.held_calls()); })
       .def("deferred_calls", [](const Self& s) { return Value(s->session.DeferredCallsJson()); })
       .def("set_deferred_results",
            [](const Self& s, std::string json) { Raise(s->session.SetDeferredResultsJson(json)); })
@@ -206,10 +208,11 @@ TORCH_LIBRARY(torchscan, m) {
       // (a custom class has one __init__), so Session(scope, memory, trace)
       // keeps its meaning.
       .def_static("all_threads",
-                  [](std::string scope, bool timestamps) {
-                    return c10::make_intrusive<ScriptSession>(
-                        ScanOptions{.scope = std::move(scope), .threads = Threads::kAll, .torchscript_scopes = false,
-                                    .timestamps = timestamps});
+                  [](std::string scope, bool timestamps, bool streaming, int64_t fold_every) {
+                    return c10::make_intrusive<ScriptSession>(ScanOptions{
+                        .scope = std::move(scope), .threads = Threads::kAll, .torchscript_scopes = false,
+                        .timestamps = timestamps, .streaming = streaming,
+                        .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0))});
                   })
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
       .def_static("coverage_audit", []() { return CoverageAuditJson(); })

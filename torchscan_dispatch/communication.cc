@@ -496,19 +496,47 @@ bool IsCommunicationOp(const std::string& name) {
          absl::StartsWith(name, "symm_mem::");
 }
 
-nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catalog, const std::string& scope) {
+void CommunicationSums::Add(const CommunicationSums& o) {
+  for (const auto& call : o.calls) calls.push_back(call);
+  for (const auto& [packet, row] : o.op_sums) {
+    OpSums& mine = op_sums[packet];
+    mine.calls += row.calls;
+    mine.unavailable += row.unavailable;
+    mine.sent += row.sent;
+    mine.received += row.received;
+  }
+  for (const auto& [name, g] : o.groups) {
+    auto [it, inserted] = groups.try_emplace(name, g);
+    if (!inserted) it->second["calls"] = it->second["calls"].get<int64_t>() + g["calls"].get<int64_t>();
+  }
+  for (const auto& [name, uses] : o.used_conventions) used_conventions[name] += uses;
+  sent += o.sent;
+  received += o.received;
+  complete = complete && o.complete;
+  for (const auto& [packet, u] : o.unavailable) {
+    auto [it, inserted] = unavailable.try_emplace(packet, u);
+    if (!inserted) it->second.first += u.first;
+  }
+}
+
+nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catalog, const std::string& scope,
+                                 const CommunicationSums* before) {
+  CommunicationSums sums = before ? *before : CommunicationSums();
+  AccumulateCommunication(events, catalog, 0, sums);
+  return FinishCommunication(std::move(sums), scope);
+}
+
+void AccumulateCommunication(const BlockLog<Event>& events, OpCatalog& catalog, int64_t first_index,
+                             CommunicationSums& sums) {
   using json = nlohmann::json;
-  json calls = json::array();
-  struct OpSums {
-    int64_t calls = 0, unavailable = 0;
-    Count sent = 0, received = 0;
-  };
-  std::map<std::string, OpSums> op_sums;  // by operator packet
-  std::map<std::string, json> groups;
-  std::map<std::string, int> used_conventions;
-  Count sent = 0, received = 0;
-  bool complete = true;
-  std::map<std::string, std::pair<int64_t, std::string>> unavailable;  // packet -> (calls, first reason)
+  json& calls = sums.calls;
+  auto& op_sums = sums.op_sums;
+  auto& groups = sums.groups;
+  auto& used_conventions = sums.used_conventions;
+  Count& sent = sums.sent;
+  Count& received = sums.received;
+  bool& complete = sums.complete;
+  auto& unavailable = sums.unavailable;
   // Which calls are collectives, and which have one among their descendants
   // (children follow their parents, so one reverse pass sees them first).
   std::vector<char> is_comm(events.size(), 0), comm_below(events.size(), 0), counted(events.size(), 0);
@@ -534,7 +562,7 @@ nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catal
     const Spec unsupported{Kind::kUnsupported, -1, -1, -1, -1};
     const Spec& spec = it == Specs().end() ? unsupported : it->second;
     const Valued v = Value(e, info, spec, events, i);
-    json call = {{"index", i}, {"op", info.packet}, {"overload", info.overload}, {"collective", KindName(spec.kind)}};
+    json call = {{"index", first_index + static_cast<int64_t>(i)}, {"op", info.packet}, {"overload", info.overload}, {"collective", KindName(spec.kind)}};
     call["group"] = v.group ? GroupJson(*v.group) : json();
     // The reduction, when the recorder stored a ReduceOp (c10d) or the op names it (functional).
     for (const ArgMeta& a : e.args) {
@@ -545,7 +573,7 @@ nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catal
         if (s == op) call["reduce_op"] = s;
       }
     }
-    OpSums& row = op_sums[info.packet];
+    CommunicationSums::OpSums& row = op_sums[info.packet];
     ++row.calls;
     if (v.available) {
       call["status"] = "complete";
@@ -580,6 +608,17 @@ nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catal
     }
     calls.push_back(std::move(call));
   }
+}
+
+nlohmann::json FinishCommunication(CommunicationSums sums, const std::string& scope) {
+  using json = nlohmann::json;
+  json calls = std::move(sums.calls);
+  const auto& op_sums = sums.op_sums;
+  auto& groups = sums.groups;
+  const auto& used_conventions = sums.used_conventions;
+  const Count sent = sums.sent, received = sums.received;
+  const bool complete = sums.complete;
+  const auto& unavailable = sums.unavailable;
   const bool exact = sent.exact() && received.exact();
   const MetricStatus status = complete && exact ? MetricStatus::kComplete : MetricStatus::kPartial;
   json out;

@@ -9,6 +9,10 @@
 // functional op, resolved through c10d's group registry.
 #pragma once
 
+#include <map>
+#include <string>
+#include <utility>
+
 #include <ATen/core/ivalue.h>
 
 #include <string>
@@ -36,7 +40,31 @@ bool IsCommunicationOp(const std::string& name);
 // (MetricResults, unit bytes), "calls": [...], "by_operator", "groups",
 // "conventions", "diagnostics"} for the collectives among `events`; `scope`
 // is the totals' scope (ScanOptions::scope).
-nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catalog, const std::string& scope);
+// Starts from `before` (a streaming scan's folded collectives) when given.
+struct CommunicationSums;
+nlohmann::json CommunicationJson(const BlockLog<Event>& events, OpCatalog& catalog, const std::string& scope,
+                                 const CommunicationSums* before = nullptr);
+
+// The same in parts: sums that add up over disjoint sets of whole call trees
+// (streaming.h), then the section. `first_index`: the index the first of
+// `events` has among the scan's calls ("index" of a call).
+struct CommunicationSums {
+  struct OpSums {
+    int64_t calls = 0, unavailable = 0;
+    Count sent = 0, received = 0;
+  };
+  nlohmann::json calls = nlohmann::json::array();
+  std::map<std::string, OpSums> op_sums;  // by operator packet
+  std::map<std::string, nlohmann::json> groups;
+  std::map<std::string, int> used_conventions;
+  Count sent = 0, received = 0;
+  bool complete = true;
+  std::map<std::string, std::pair<int64_t, std::string>> unavailable;  // packet -> (calls, first reason)
+  void Add(const CommunicationSums& other);  // `other`'s calls came after these
+};
+void AccumulateCommunication(const BlockLog<Event>& events, OpCatalog& catalog, int64_t first_index,
+                             CommunicationSums& sums);
+nlohmann::json FinishCommunication(CommunicationSums sums, const std::string& scope);
 
 // {"rank", "world_size", "backend", "process_groups": [...]} of the default
 // process group when torch.distributed initialized one in this process

@@ -1,15 +1,43 @@
 #include "torchscan_dispatch/event_set.h"
 
+#include <algorithm>
+
 namespace torchscan {
+
+namespace {
+
+// A scope's bounds among the calls a recorder still holds (its own count the
+// scan's calls); a scope closed before them starts and ends at 0.
+void HeldBounds(Recorder::Scope& s, int64_t folded) {
+  s.begin_event = std::max<int64_t>(s.begin_event - folded, 0);
+  if (s.end_event >= 0) s.end_event = std::max<int64_t>(s.end_event - folded, 0);
+}
+
+}  // namespace
 
 EventSet::EventSet(const Recorder& r)
     : scopes(r.scopes()), label_sets(r.label_sets()), memory(&r.memory()), times(&r.call_times()), events_(&r.events()) {
   for (const auto& q : r.requests()) requests.push_back(q.id);
+  first_index = r.folded();
+  if (r.folder) {
+    folded_ = &r.folder->folded();
+    flows.push_back({0, r.events().size(), 1, r.folder->fields()});
+    for (auto& s : scopes) HeldBounds(s, r.folded());
+  }
+}
+
+Folded* EventSet::Folds() {
+  if (!owned_folded_) {
+    owned_folded_ = std::make_unique<Folded>();
+    folded_ = owned_folded_.get();
+  }
+  return owned_folded_.get();
 }
 
 void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const ReportFilter& filter) {
   const auto& src = r.events();
   if (!filter.threads.empty() && !filter.threads.count(thread)) return;
+  const int64_t held_from = r.folded();  // the scan's index of src[0]
   in_flight += static_cast<int64_t>(src.size() - count);
   // Which of the recorder's requests pass, decided once per request.
   std::vector<bool> kept_request(r.requests().size(), filter.requests.empty());
@@ -31,15 +59,16 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
   std::vector<int32_t> scope_at(src_scopes.size(), -1);
   for (size_t s = 0; s < src_scopes.size(); ++s) {
     const Recorder::Scope& from = src_scopes[s];
-    if (from.begin_event >= static_cast<int64_t>(count) && count < src.size()) continue;  // opened after the cut
+    if (from.begin_event - held_from >= static_cast<int64_t>(count) && count < src.size()) continue;  // opened after the cut
     if (!request_kept(from.request)) continue;
     Recorder::Scope to = from;
+    HeldBounds(to, held_from);
     to.thread = thread;
     to.request = from.request >= 0 ? RequestIndex(r.requests()[from.request].id) : -1;
     to.parent = from.parent >= 0 ? scope_at[from.parent] : -1;
     to.call_index = calls_per_path_[from.path]++;
-    to.begin_event = kept_before[std::min<size_t>(from.begin_event, count)];
-    to.end_event = from.end_event < 0 ? -1 : kept_before[std::min<size_t>(from.end_event, count)];
+    to.begin_event = kept_before[std::min<size_t>(to.begin_event, count)];
+    to.end_event = to.end_event < 0 ? -1 : kept_before[std::min<size_t>(to.end_event, count)];
     scope_at[s] = static_cast<int32_t>(scopes.size());
     scopes.push_back(std::move(to));
   }
@@ -57,6 +86,13 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
     to.labels = label_sets.Import(r.label_sets(), from.labels, label_set_at);
     if (from.request >= 0) to.request = RequestIndex(r.requests()[from.request].id);
   }
+  if (r.folder) {
+    // Folded calls cannot be told apart by request: streaming reports refuse request filters (session.cc).
+    std::vector<int32_t> request_at(r.requests().size(), -1);
+    for (size_t q = 0; q < request_at.size(); ++q) request_at[q] = RequestIndex(r.requests()[q].id);
+    Folds()->Add(r.folder->folded(), scope_at, request_at);
+    flows.push_back({static_cast<size_t>(base), static_cast<size_t>(next), thread, r.folder->fields()});
+  }
   times = all_timed_ ? &owned_times_ : nullptr;
 }
 
@@ -70,6 +106,12 @@ std::unique_ptr<EventSet> EventSet::ByRequest() const {
   auto out = std::make_unique<EventSet>();
   out->label_sets = label_sets;
   out->requests = requests;
+  if (folded_ != nullptr) {
+    // Rows by request: the folded requests' rows become the scopes' rows.
+    Folded* f = out->Folds();
+    f->scopes = folded_->requests;
+    f->calls = folded_->calls;
+  }
   for (const std::string& id : requests) {
     Recorder::Scope scope;
     scope.path = id;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "torchscan_dispatch/scan_state.h"
+#include "torchscan_dispatch/streaming.h"
 #include "torchscan_dispatch/torchscan.h"
 
 namespace torchscan {
@@ -33,6 +34,18 @@ struct EventSet {
   std::unique_ptr<EventSet> ByRequest() const;
 
   const BlockLog<Event>& events() const { return *events_; }
+  // Streaming scans (streaming.h): the sums of the calls the recorders folded
+  // before these, with rows by this set's scopes and requests (nullptr: none
+  // folded), and per thread the receptive-field state those calls left.
+  const Folded* folded() const { return folded_; }
+  struct ThreadFlow {
+    size_t begin = 0, end = 0;  // the thread's calls in events()
+    int64_t thread = 0;
+    FieldFlow fields;
+  };
+  std::vector<ThreadFlow> flows;
+  int64_t first_index = 0;  // the scan's index of events()[0] (borrowed sets: calls folded before)
+
   std::vector<Recorder::Scope> scopes;
   LabelTree label_sets;
   std::vector<std::string> requests;  // ids, by Event::request
@@ -47,10 +60,13 @@ struct EventSet {
 
  private:
   int32_t RequestIndex(const std::string& id);  // in `requests`, added if new
+  Folded* Folds();  // owned_folded_, created on first use
   BlockLog<Event> owned_;
   std::vector<int64_t> owned_times_;
   bool all_timed_ = true;  // every recorder added took timestamps
   const BlockLog<Event>* events_ = &owned_;
+  std::unique_ptr<Folded> owned_folded_;
+  const Folded* folded_ = nullptr;
   std::map<std::string, int32_t> request_index_;
   std::map<std::string, int32_t> calls_per_path_;
 };

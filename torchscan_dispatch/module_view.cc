@@ -17,15 +17,35 @@ OperatorPlan PlanModuleView(const BlockLog<Event>& events, OpCatalog& catalog) {
   });
 }
 
-reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const OperatorPlan& plan,
-                                     OpCatalog& catalog, const TallyContext& context,
-                                     std::vector<reports::LayerTally>* layers) {
-  reports::ModuleTally t;
-  t.torch_version = context.torch_version;
-  t.scope = context.scope;
-  Gaps gaps;
-  // (code, op, metric) -> (calls, first message)
-  std::map<std::tuple<std::string, std::string, int>, std::pair<int64_t, std::string>> issues;
+namespace {
+constexpr char kSumOverflow[] =
+    "adding its value took a sum past 2^128 - 1, the largest count TorchScan holds exactly; that sum "
+    "keeps its value before this call (a lower bound)";
+}  // namespace
+
+void ModuleSums::Add(const ModuleSums& o) {
+  for (int m = 0; m < 3; ++m) {
+    if (!AddCount(t.known[m], o.t.known[m])) issues.try_emplace({"count_overflow", "", m}, 1, kSumOverflow);
+    t.complete[m] = t.complete[m] && o.t.complete[m] && t.known[m].exact();
+  }
+  for (const auto& [packet, v] : o.t.by_operator) {
+    auto& mine = t.by_operator[packet];
+    for (int m = 0; m < 3; ++m) {
+      if (!AddCount(mine[m], v[m])) issues.try_emplace({"count_overflow", packet, m}, 1, kSumOverflow);
+    }
+  }
+  gaps.Add(o.gaps);
+  for (const auto& [key, issue] : o.issues) {
+    auto [it, inserted] = issues.try_emplace(key, issue);
+    if (!inserted) it->second.first += issue.first;  // the earlier calls' message stays first
+  }
+}
+
+void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& plan, OpCatalog& catalog,
+                          ModuleSums& sums, const TallyRows& rows) {
+  reports::ModuleTally& t = sums.t;
+  Gaps& gaps = sums.gaps;
+  auto& issues = sums.issues;
 
   for (size_t i = 0; i < events.size(); ++i) {
     if (plan.covered[i]) continue;
@@ -52,7 +72,7 @@ reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const Operat
       }
     }
     const FormulaResult* r[3] = {&costs.flops, &costs.macs, &costs.dmas};
-    reports::LayerTally* layer = layers && e.scope >= 0 ? &(*layers)[e.scope] : nullptr;
+    reports::LayerTally* const layers[2] = {rows.Scope(e), rows.Request(e)};
     for (int m = 0; m < 3; ++m) {
       const bool valued = r[m]->status != MetricStatus::kUnavailable;
       // A count past 2^128 - 1 (or negative: a formula defect) is refused, never wrapped.
@@ -71,17 +91,22 @@ reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const Operat
       } else if (incomplete && !reported) {
         note(r[m]->code.empty() ? "incomplete_operator_formula" : r[m]->code, r[m]->message);
       }
-      if (layer) {
+      for (reports::LayerTally* layer : layers) {
+        if (layer == nullptr) continue;
         sums_exact = AddCount(layer->known[m + 1], value) && sums_exact;
         layer->complete[m + 1] = layer->complete[m + 1] && !incomplete;
       }
-      if (!sums_exact) {
-        note("count_overflow",
-             "adding its value took a sum past 2^128 - 1, the largest count TorchScan holds exactly; that sum "
-             "keeps its value before this call (a lower bound)");
-      }
+      if (!sums_exact) note("count_overflow", kSumOverflow);
     }
   }
+}
+
+reports::ModuleTally FinishModuleView(ModuleSums sums, const TallyContext& context) {
+  reports::ModuleTally t = std::move(sums.t);
+  t.torch_version = context.torch_version;
+  t.scope = context.scope;
+  const Gaps& gaps = sums.gaps;
+  const auto& issues = sums.issues;
 
   gaps.AppendDiagnostics(t.diagnostics, {reports::kModuleMetricNames[0], reports::kModuleMetricNames[1],
                                           reports::kModuleMetricNames[2]},
@@ -99,6 +124,14 @@ reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const Operat
          std::nullopt, std::nullopt, context.unattributed_calls});
   }
   return t;
+}
+
+reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const OperatorPlan& plan, OpCatalog& catalog,
+                                     const TallyContext& context, std::vector<reports::LayerTally>* layers,
+                                     const ModuleSums* before) {
+  ModuleSums sums = before ? *before : ModuleSums();
+  AccumulateModuleView(events, plan, catalog, sums, TallyRows{layers});
+  return FinishModuleView(std::move(sums), context);
 }
 
 }  // namespace torchscan

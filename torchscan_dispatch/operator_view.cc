@@ -165,17 +165,40 @@ OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
   });
 }
 
-reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
-                                     const LabelTree& label_sets,
-                                     const OperatorPlan& plan, OpCatalog& catalog,
-                                     const Overrides& overrides, const TallyContext& context,
-                                     std::vector<reports::LayerTally>* layers) {
-  reports::FlopTally t;
-  t.torch_version = context.torch_version;
-  t.scope = context.scope;
-  Gaps gaps;
-  // (code, packet) -> (calls, first message)
-  std::map<std::pair<std::string, std::string>, std::pair<int64_t, std::string>> formula_issues;
+void Gaps::Add(const Gaps& other) {
+  for (const auto& [op, n] : other.uncounted) uncounted[op] += n;
+  for (const auto& [op, n] : other.excluded) excluded[op] += n;
+  for (const auto& [op, n] : other.raised) raised[op] += n;
+}
+
+void OperatorSums::Add(const OperatorSums& o) {
+  auto overflow = [&](const std::string& packet) { issues.try_emplace({"count_overflow", packet}, 1, kSumOverflow); };
+  if (!AddCount(t.known, o.t.known)) overflow("");
+  t.complete = t.complete && o.t.complete && t.known.exact();
+  for (const auto& [packet, v] : o.t.by_operator) {
+    if (!AddCount(t.by_operator[packet], v)) overflow(packet);
+  }
+  for (const auto& [label, ops] : o.t.by_module) {
+    for (const auto& [packet, v] : ops) t.by_module[label][packet] += v;
+  }
+  for (const auto& [packet, ig] : o.t.ignored) {
+    auto& mine = t.ignored[packet];
+    mine.calls += ig.calls;
+    mine.reason = ig.reason;
+  }
+  gaps.Add(o.gaps);
+  for (const auto& [key, issue] : o.issues) {
+    auto [it, inserted] = issues.try_emplace(key, issue);
+    if (!inserted) it->second.first += issue.first;  // the earlier calls' message stays first
+  }
+}
+
+void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& label_sets, const OperatorPlan& plan,
+                            OpCatalog& catalog, const Overrides& overrides, OperatorSums& sums,
+                            const TallyRows& rows) {
+  reports::FlopTally& t = sums.t;
+  Gaps& gaps = sums.gaps;
+  auto& formula_issues = sums.issues;
   std::vector<PacketFlops> per_set(label_sets.size());  // by_module, per label set
 
   for (size_t i = 0; i < events.size(); ++i) {
@@ -241,15 +264,23 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
     sums_exact = AddCount(t.known, value) && sums_exact;
     t.complete = t.complete && !incomplete && t.known.exact();
     if (value != 0 && e.labels != LabelTree::kEmpty) per_set[e.labels][info.packet] += value;
-    if (layers && e.scope >= 0) {
-      reports::LayerTally& layer = (*layers)[e.scope];
-      sums_exact = AddCount(layer.known[0], value) && sums_exact;
-      layer.complete[0] = layer.complete[0] && !incomplete;
+    for (reports::LayerTally* layer : {rows.Scope(e), rows.Request(e)}) {
+      if (layer == nullptr) continue;
+      sums_exact = AddCount(layer->known[0], value) && sums_exact;
+      layer->complete[0] = layer->complete[0] && !incomplete;
     }
     if (!sums_exact) issue("count_overflow", kSumOverflow);
   }
 
   AddToModules(t, label_sets, per_set);
+}
+
+reports::FlopTally FinishOperatorView(OperatorSums sums, const TallyContext& context) {
+  reports::FlopTally t = std::move(sums.t);
+  t.torch_version = context.torch_version;
+  t.scope = context.scope;
+  auto& formula_issues = sums.issues;
+  const Gaps& gaps = sums.gaps;
   for (const auto& [label, ops] : t.by_module) {
     for (const auto& [packet, flops] : ops) {
       if (!flops.exact()) formula_issues.try_emplace({"count_overflow", packet}, 1, kSumOverflow);
@@ -271,6 +302,15 @@ reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
          std::nullopt, std::nullopt, context.unattributed_calls});
   }
   return t;
+}
+
+reports::FlopTally TallyOperatorView(const BlockLog<Event>& events, const LabelTree& label_sets,
+                                     const OperatorPlan& plan, OpCatalog& catalog, const Overrides& overrides,
+                                     const TallyContext& context, std::vector<reports::LayerTally>* layers,
+                                     const OperatorSums* before) {
+  OperatorSums sums = before ? *before : OperatorSums();
+  AccumulateOperatorView(events, label_sets, plan, catalog, overrides, sums, TallyRows{layers});
+  return FinishOperatorView(std::move(sums), context);
 }
 
 }  // namespace torchscan

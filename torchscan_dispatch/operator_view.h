@@ -57,6 +57,7 @@ struct Gaps {
   std::map<std::string, int64_t> uncounted, excluded, raised;
 
   void AddOpaque(const OpInfo& info, bool inside_opaque);
+  void Add(const Gaps& other);
   // One diagnostic per gap and metric; `what` names the missing formula kind
   // ("FLOP formula", "module-view formula").
   void AppendDiagnostics(std::vector<reports::Diagnostic>& out, const std::vector<std::string>& metrics,
@@ -75,12 +76,45 @@ struct TallyContext {
   int64_t unattributed_calls = 0;  // other threads' calls that carried the mode key
 };
 
+// The operator view's sums before its diagnostics are written: what a
+// streaming scan keeps of the calls it folded (streaming.h). Sums of
+// disjoint sets of whole call trees add up to the sums of their union.
+struct OperatorSums {
+  reports::FlopTally t;  // totals, by_operator, by_module (label names), ignored; no diagnostics
+  Gaps gaps;
+  // (code, packet) -> (calls, first message)
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, std::string>> issues;
+  void Add(const OperatorSums& other);  // `other`'s calls came after these
+};
+
+// Rows a tally also adds each call's values to: its module scope's (row
+// e.scope - first_scope) and its request's (e.request - first_request);
+// a call outside any has none.
+struct TallyRows {
+  std::vector<reports::LayerTally>* by_scope = nullptr;
+  int32_t first_scope = 0;
+  std::vector<reports::LayerTally>* by_request = nullptr;
+  int32_t first_request = 0;
+  reports::LayerTally* Scope(const Event& e) const {
+    return by_scope && e.scope >= 0 ? &(*by_scope)[e.scope - first_scope] : nullptr;
+  }
+  reports::LayerTally* Request(const Event& e) const {
+    return by_request && e.request >= 0 ? &(*by_request)[e.request - first_request] : nullptr;
+  }
+};
+
 // `layers` (optional, one per recorded scope) receives each counted call's
 // value at index 0 under the scope the call ran in.
+void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& label_sets, const OperatorPlan& plan,
+                            OpCatalog& catalog, const Overrides& overrides, OperatorSums& sums,
+                            const TallyRows& rows = {});
+reports::FlopTally FinishOperatorView(OperatorSums sums, const TallyContext& context);
+// Accumulate and Finish, starting from `before` (the folded calls' sums) when given.
 reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
                                      const LabelTree& label_sets,
                                      const OperatorPlan& plan, OpCatalog& catalog,
                                      const Overrides& overrides, const TallyContext& context,
-                                     std::vector<reports::LayerTally>* layers = nullptr);
+                                     std::vector<reports::LayerTally>* layers = nullptr,
+                                     const OperatorSums* before = nullptr);
 
 }  // namespace torchscan

@@ -998,14 +998,27 @@ class Propagator {
 
 }  // namespace
 
-std::vector<std::optional<Field>> ComputeFields(const BlockLog<Event>& events, const OperatorPlan& plan,
-                                                OpCatalog& catalog, const std::vector<FieldQuery>& queries) {
+struct FieldFlow::State {
+  Propagator p;
+};
+
+FieldFlow::FieldFlow() : state_(std::make_unique<State>()) {}
+FieldFlow::~FieldFlow() = default;
+FieldFlow::FieldFlow(const FieldFlow& other) : state_(std::make_unique<State>(*other.state_)) {}
+FieldFlow& FieldFlow::operator=(const FieldFlow& other) {
+  state_ = std::make_unique<State>(*other.state_);
+  return *this;
+}
+
+std::vector<std::optional<Field>> FieldFlow::Run(const BlockLog<Event>& events, size_t begin, size_t end,
+                                                 const OperatorPlan& plan, OpCatalog& catalog,
+                                                 const std::vector<FieldQuery>& queries) {
   std::vector<size_t> order(queries.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return queries[a].before_event < queries[b].before_event; });
   std::vector<std::optional<Field>> answers(queries.size());
-  Propagator p;
+  Propagator& p = state_->p;
   size_t next = 0;
   auto answer_until = [&](int64_t event) {
     for (; next < order.size() && queries[order[next]].before_event <= event; ++next) {
@@ -1017,17 +1030,23 @@ std::vector<std::optional<Field>> ComputeFields(const BlockLog<Event>& events, c
       }
     }
   };
-  for (size_t i = 0; i < events.size(); ++i) {
+  for (size_t i = begin; i < end; ++i) {
     answer_until(static_cast<int64_t>(i));
     // A decomposition is followed through its children; one that made no
     // call (flatten of an already flat tensor returns its input) is its own step.
-    const bool has_children = i + 1 < events.size() && events[i + 1].parent == static_cast<int32_t>(i);
+    const bool has_children = i + 1 < end && events[i + 1].parent == static_cast<int32_t>(i);
     if (plan.covered[i] || plan.in_opaque[i] || (plan.kind[i] == CallKind::kDecomposition && has_children)) continue;
     if (events[i].raised) continue;
     p.Visit(events[i], catalog.Get(events[i].op));
   }
-  answer_until(static_cast<int64_t>(events.size()));
+  answer_until(static_cast<int64_t>(end));
   return answers;
+}
+
+std::vector<std::optional<Field>> ComputeFields(const BlockLog<Event>& events, const OperatorPlan& plan,
+                                                OpCatalog& catalog, const std::vector<FieldQuery>& queries) {
+  FieldFlow flow;
+  return flow.Run(events, 0, events.size(), plan, catalog, queries);
 }
 
 }  // namespace torchscan

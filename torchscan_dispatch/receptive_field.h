@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +46,25 @@ struct FieldQuery {
 // Propagates fields through the calls the module view values (decompositions
 // are followed into their children; uncounted calls are black boxes) and
 // answers each query; nullopt where no queried tensor was seen.
+// The same over consecutive sets of calls (a streaming scan folds its calls
+// in sets as they settle, streaming.h): the tensors' fields carry over from
+// one Run to the next, so each set's answers equal those of one run over all.
+class FieldFlow {
+ public:
+  FieldFlow();
+  ~FieldFlow();
+  FieldFlow(const FieldFlow& other);
+  FieldFlow& operator=(const FieldFlow& other);
+  // Calls [begin, end) of `events`; queries count calls of `events`.
+  std::vector<std::optional<Field>> Run(const BlockLog<Event>& events, size_t begin, size_t end,
+                                        const OperatorPlan& module_plan, OpCatalog& catalog,
+                                        const std::vector<FieldQuery>& queries);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 std::vector<std::optional<Field>> ComputeFields(const BlockLog<Event>& events, const OperatorPlan& module_plan,
                                                 OpCatalog& catalog, const std::vector<FieldQuery>& queries);
 

@@ -26,6 +26,7 @@ std::atomic<int64_t>& UnattributedCalls() {
 
 int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         absl::Span<const c10::IValue> args) {
+  if (C10_UNLIKELY(folder != nullptr) && open_ < 0 && events_.size() >= fold_every) FoldSettled();
   if (C10_UNLIKELY(torchscript_scopes) && open_ < 0) SyncTorchScriptScopes();
   if (C10_UNLIKELY(control_flow_stop_)) control_flow_stop_ = false;  // the stop was caught
   // A profiler started inside the scan takes the allocator reports while it runs.
@@ -133,7 +134,7 @@ int32_t Recorder::PushScope(std::string path) {
   scope.call_index = call_index;
   scope.parent = scope_;
   scope.request = request_;
-  scope.begin_event = static_cast<int64_t>(events_.size());
+  scope.begin_event = recorded();
   scopes_.push_back(std::move(scope));
   scopes_.back().begin_memory = static_cast<int64_t>(memory_.size());
   if (timestamps) scopes_.back().begin_ns = SteadyNowNs();
@@ -148,23 +149,24 @@ bool Recorder::PopScope(int32_t id, bool failed, std::vector<uintptr_t> outputs)
   // Scopes opened inside `id` and never closed belong to a forward that raised.
   for (int32_t s = scope_; s != id; s = scopes_[s].parent) {
     scopes_[s].failed = true;
-    scopes_[s].end_event = static_cast<int64_t>(events_.size());
+    scopes_[s].end_event = recorded();
     scopes_[s].end_memory = static_cast<int64_t>(memory_.size());
     if (timestamps) scopes_[s].end_ns = SteadyNowNs();
   }
-  scopes_[id].end_event = static_cast<int64_t>(events_.size());
+  scopes_[id].end_event = recorded();
   scopes_[id].end_memory = static_cast<int64_t>(memory_.size());
   if (timestamps) scopes_[id].end_ns = SteadyNowNs();
   scopes_[id].outputs = std::move(outputs);
   scopes_[id].failed = scopes_[id].failed || failed;
   scope_ = scopes_[id].parent;
+  if (C10_UNLIKELY(folder != nullptr) && open_ < 0 && events_.size() >= fold_every) FoldSettled();
   return true;
 }
 
 bool Recorder::BeginRequest(std::string id) {
   if (request_ >= 0) return false;
   request_ = static_cast<int32_t>(requests_.size());
-  requests_.push_back({std::move(id), static_cast<int64_t>(events_.size()), true});
+  requests_.push_back({std::move(id), recorded(), true});
   return true;
 }
 
@@ -172,6 +174,7 @@ bool Recorder::EndRequest() {
   if (request_ < 0) return false;
   requests_[request_].open = false;
   request_ = -1;
+  if (C10_UNLIKELY(folder != nullptr) && open_ < 0 && events_.size() >= fold_every) FoldSettled();
   return true;
 }
 
@@ -180,8 +183,8 @@ size_t Recorder::SettledPrefix() const {
   // that is not finished yet.
   int64_t cut = static_cast<int64_t>(events_.size());
   for (int32_t i = open_; i >= 0; i = events_[i].parent) cut = std::min<int64_t>(cut, i);
-  for (int32_t s = scope_; s >= 0; s = scopes_[s].parent) cut = std::min(cut, scopes_[s].begin_event);
-  if (request_ >= 0) cut = std::min(cut, requests_[request_].begin_event);
+  for (int32_t s = scope_; s >= 0; s = scopes_[s].parent) cut = std::min(cut, scopes_[s].begin_event - folded_);
+  if (request_ >= 0) cut = std::min(cut, requests_[request_].begin_event - folded_);
   return static_cast<size_t>(cut);
 }
 

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -87,6 +88,8 @@ struct Event {
   absl::Span<const ArgMeta> outputs;
 };
 
+class Folder;  // streaming.h
+
 // Records the calls of one scan on one thread. Nested scans chain through
 // `outer`; every recorder in the chain sees each call.
 class Recorder {
@@ -102,7 +105,19 @@ class Recorder {
   // backward (their last step saved it), so they count as finished, not failed.
   void ControlFlowStop();
 
+  // The calls held: events()[i] is the scan's call folded() + i (a streaming
+  // scan drops the calls it has folded). Module scopes' and requests'
+  // begin_event / end_event count all the scan's calls, folded ones included.
   const BlockLog<Event>& events() const { return events_; }
+  int64_t folded() const { return folded_; }
+  int64_t recorded() const { return folded_ + static_cast<int64_t>(events_.size()); }
+  // Streaming scans (ScanOptions::streaming): when no call, module call or
+  // request is open and at least `fold_every` calls are held (checked when
+  // a call starts and when a module call or request ends), `folder` folds
+  // them into its sums, and they are dropped.
+  std::shared_ptr<Folder> folder;
+  size_t fold_every = 0;
+
   Recorder* outer = nullptr;
   // Stops the scan that owns this recorder when an enclosing scan of the same
   // thread stops first (a workload that opened a scan and never closed it).
@@ -184,11 +199,13 @@ class Recorder {
   void LeaveTorchScriptFunction();   // ... and returned (or raised)
 
  private:
+  void FoldSettled();
   void SyncTorchScriptScopes();
   void CloseTorchScriptScopes(size_t keep, bool failed);
   std::vector<uintptr_t> LastTopLevelOutputs() const;
   BlockLog<Event> events_;
   Arena arena_;
+  int64_t folded_ = 0;
   int32_t open_ = -1;  // innermost call still running
   std::vector<int64_t> times_;
   MemoryLog memory_;

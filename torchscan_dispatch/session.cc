@@ -36,6 +36,7 @@
 #include "torchscan_dispatch/receptive_field.h"
 #include "torchscan_dispatch/operator_view.h"
 #include "torchscan_dispatch/scan_state.h"
+#include "torchscan_dispatch/streaming.h"
 #include "torchscan_dispatch/torchscan.h"
 #include "torchscan_dispatch/trace.h"
 #include "torchscan_dispatch/traffic.h"
@@ -284,6 +285,24 @@ Status Session::SetModuleHandler(std::string_view path, ModuleHandler handler, M
 
 namespace {
 absl::Status StopCurrentThreadScan(Session::State& s);
+
+// What a streaming scan cannot do: it keeps sums, not calls (streaming.h).
+absl::Status CheckStreaming(const Session::State& s) {
+  if (!s.options.streaming) return absl::OkStatus();
+  auto refuse = [](const char* what) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "torchscan: a streaming scan (ScanOptions::streaming) keeps sums, not calls, so it cannot take ", what,
+        "; start a full scan (streaming off) for it"));
+  };
+  if (s.options.memory) return refuse("memory attribution (ScanOptions::memory)");
+  if (s.options.timestamps) return refuse("traces (ScanOptions::timestamps)");
+  if (!s.module_handlers.empty()) return refuse("module handlers (Session::SetModuleHandler)");
+  if (!s.overrides.deferred.empty()) return refuse("deferred caller formulas (Session::DeferOperatorFormula)");
+  if (s.options.fold_every == 0) {
+    return absl::InvalidArgumentError("torchscan: ScanOptions::fold_every must be at least 1 (calls held before a fold)");
+  }
+  return absl::OkStatus();
+}
 }  // namespace
 
 Status Session::Start() {
@@ -298,12 +317,18 @@ Status Session::Start() {
           "torchscan: memory attribution covers scans of the current thread; use ScanOptions::threads = "
           "Threads::kCurrent with ScanOptions::memory = true");
     }
+    if (auto st = CheckStreaming(s); !st.ok()) return st;
     if (auto st = EnsureFallbackInstalled(); !st.ok()) return st;
     s.thread = std::this_thread::get_id();
     if (s.options.threads == Threads::kAll) {
       s.all = std::make_unique<AllThreadsScan>(s.options.torchscript_scopes, s.options.join_on_first_call,
                                                s.options.record_owned_children, s.options.torchscript_requests,
                                                s.options.timestamps);
+      if (s.options.streaming) {
+        const Overrides* overrides = &s.overrides;
+        s.all->make_folder = [overrides] { return std::make_shared<Folder>(overrides); };
+        s.all->fold_every = s.options.fold_every;
+      }
       if (auto st = s.all->Start(); !st.ok()) {
         s.all.reset();
         return st;
@@ -318,6 +343,10 @@ Status Session::Start() {
     s.recorder.torchscript_requests = s.options.torchscript_requests;
     s.recorder.record_owned_children = s.options.record_owned_children;
     s.recorder.timestamps = s.options.timestamps;
+    if (s.options.streaming) {
+      s.recorder.folder = std::make_shared<Folder>(&s.overrides);
+      s.recorder.fold_every = s.options.fold_every;
+    }
     if (s.options.torchscript_scopes) AcquireTorchScriptCallback();
     s.recorder.outer = ThreadTopRecorder();
     s.recorder.stop_orphaned = [&s] {
@@ -442,6 +471,18 @@ bool Session::active() const { return state_->phase == Phase::kActive; }
 
 size_t Session::recorded_calls() const {
   const State& s = *state_;
+  if (s.options.threads == Threads::kCurrent) return s.recorder.recorded();
+  size_t n = 0;
+  for (const auto& log : s.ThreadLogs()) {
+    log->Lock();
+    n += log->recorder.recorded();
+    log->Unlock();
+  }
+  return n;
+}
+
+size_t Session::held_calls() const {
+  const State& s = *state_;
   if (s.options.threads == Threads::kCurrent) return s.recorder.events().size();
   size_t n = 0;
   for (const auto& log : s.ThreadLogs()) {
@@ -460,13 +501,18 @@ std::vector<std::string> Session::RecordedOperators() const {
       names.insert(n.overload_name.empty() ? n.name : absl::StrCat(n.name, ".", n.overload_name));
     }
   };
+  auto add_folded = [&names](const Recorder& r) {
+    if (r.folder) names.insert(r.folder->folded().operators_seen.begin(), r.folder->folded().operators_seen.end());
+  };
   const State& s = *state_;
   if (s.options.threads == Threads::kCurrent) {
     add(s.recorder.events());
+    add_folded(s.recorder);
   } else {
     for (const auto& log : s.ThreadLogs()) {
       log->Lock();
       add(log->recorder.events());
+      add_folded(log->recorder);
       log->Unlock();
     }
   }
@@ -555,14 +601,18 @@ namespace {
 
 // The three report parts of one set of calls.
 nlohmann::json FlopJson(Session::State& s, Planned& p) {
+  const Folded* folded = p.set->folded();
   return reports::FlopReportJson(TallyOperatorView(p.set->events(), p.set->label_sets, p.Plan(s.catalog, s.overrides),
-                                                   s.catalog, s.overrides, s.Context()));
+                                                   s.catalog, s.overrides, s.Context(), nullptr,
+                                                   folded ? &folded->operators : nullptr));
 }
 
 std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, bool handlers = true);
 
 nlohmann::json ModuleJson(Session::State& s, Planned& p) {
-  reports::ModuleTally t = TallyModuleView(p.set->events(), p.ModulePlan(s.catalog), s.catalog, s.Context());
+  const Folded* folded = p.set->folded();
+  reports::ModuleTally t = TallyModuleView(p.set->events(), p.ModulePlan(s.catalog), s.catalog, s.Context(), nullptr,
+                                           folded ? &folded->modules : nullptr);
   if (!s.module_handlers.empty()) {
     // LayerTallies applies the handlers to the layers; the totals take them from the built-in rows.
     std::vector<reports::LayerTally> layers = LayerTallies(s, p, /*handlers=*/false);
@@ -587,14 +637,52 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, boo
     layers[i].thread = scopes[i].thread;
     if (scopes[i].request >= 0) layers[i].request = set.requests[scopes[i].request];
   }
-  const TallyContext ctx = s.Context();
-  TallyOperatorView(set.events(), set.label_sets, p.Plan(s.catalog, s.overrides), s.catalog, s.overrides, ctx, &layers);
-  TallyModuleView(set.events(), p.ModulePlan(s.catalog), s.catalog, ctx, &layers);
+  // Streaming scans: the folded module calls' values and fields come from the folds.
+  const Folded* folded = set.folded();
+  auto folded_row = [&](size_t i) -> const FoldedRow* {
+    return folded && i < folded->scopes.size() && folded->scopes[i].folded ? &folded->scopes[i] : nullptr;
+  };
+  for (size_t i = 0; i < scopes.size(); ++i) {
+    if (const FoldedRow* f = folded_row(i)) {
+      layers[i].known = f->known;
+      layers[i].complete = f->complete;
+    }
+  }
+  {
+    OperatorSums op_sums;  // the totals are FlopJson's; only the rows are wanted here
+    ModuleSums module_sums;
+    AccumulateOperatorView(set.events(), set.label_sets, p.Plan(s.catalog, s.overrides), s.catalog, s.overrides,
+                           op_sums, TallyRows{&layers});
+    AccumulateModuleView(set.events(), p.ModulePlan(s.catalog), s.catalog, module_sums, TallyRows{&layers});
+  }
   std::vector<FieldQuery> queries(scopes.size());
   for (size_t i = 0; i < scopes.size(); ++i) {
     queries[i] = {scopes[i].end_event < 0 ? size : scopes[i].end_event, scopes[i].outputs};
   }
-  const auto fields = ComputeFields(set.events(), p.ModulePlan(s.catalog), s.catalog, queries);
+  std::vector<std::optional<Field>> fields(scopes.size());
+  if (!folded) {
+    fields = ComputeFields(set.events(), p.ModulePlan(s.catalog), s.catalog, queries);
+  } else {
+    // Each thread's calls continue the data flow its folds left.
+    for (const EventSet::ThreadFlow& flow : set.flows) {
+      std::vector<size_t> mine;
+      std::vector<FieldQuery> asked;
+      for (size_t i = 0; i < scopes.size(); ++i) {
+        if (folded_row(i) || scopes[i].begin_event < static_cast<int64_t>(flow.begin) ||
+            scopes[i].begin_event > static_cast<int64_t>(flow.end) || (set.flows.size() > 1 && scopes[i].thread != flow.thread)) {
+          continue;
+        }
+        mine.push_back(i);
+        asked.push_back(queries[i]);
+      }
+      FieldFlow state = flow.fields;
+      auto answers = state.Run(set.events(), flow.begin, flow.end, p.ModulePlan(s.catalog), s.catalog, asked);
+      for (size_t k = 0; k < mine.size(); ++k) fields[mine[k]] = std::move(answers[k]);
+    }
+    for (size_t i = 0; i < scopes.size(); ++i) {
+      if (const FoldedRow* f = folded_row(i)) fields[i] = f->field;
+    }
+  }
   if (set.memory != nullptr && set.memory->enabled) {
     const MemoryResult& memory = p.Memory(s.catalog);
     for (size_t i = 0; i < scopes.size(); ++i) {
@@ -689,12 +777,21 @@ bool Unfiltered(const ReportFilter& f) { return f.threads.empty() && f.requests.
 
 namespace {
 
+// A streaming scan's folded calls are sums by thread, not by request.
+absl::Status CheckFilter(const Session::State& s, const ReportFilter& filter) {
+  if (!s.options.streaming || filter.requests.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "torchscan: a streaming scan keeps each request's totals (the scan report's \"requests\"), not its calls; "
+      "filter by request in a full scan (streaming off)");
+}
+
 // One report part of a stopped scan's calls (all of them, or those `filter` keeps).
 absl::StatusOr<std::string> StoppedReport(Session::State& s, const ReportFilter& filter,
                                           absl::FunctionRef<nlohmann::json(Planned&)> part) {
   if (s.phase != Phase::kStopped) {
     return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
   }
+  if (auto st = CheckFilter(s, filter); !st.ok()) return st;
   if (Unfiltered(filter)) return reports::DumpJson(part(s.Calls()));  // counts past 2^64 - 1 exact
   Planned p{s.Gather(filter)};
   return reports::DumpJson(part(p));
@@ -716,6 +813,11 @@ StatusOr<std::string> Session::ModuleReportJson(const ReportFilter& filter) {
 
 StatusOr<std::string> Session::TrafficJson(const ReportFilter& filter) {
   return Public([&]() -> absl::StatusOr<std::string> {
+    if (state_->options.streaming) {
+      return absl::InvalidArgumentError(
+          "torchscan: the traffic view values every call; a streaming scan keeps sums: start a full scan "
+          "(streaming off) for it");
+    }
     return StoppedReport(*state_, filter, [&](Planned& p) {
       State& s = *state_;
       const TrafficResult t = ComputeTraffic(p.set->events(), p.Plan(s.catalog, s.overrides), s.catalog, s.overrides);
@@ -789,6 +891,7 @@ StatusOr<std::vector<LayerRow>> Session::LayerRows(const ReportFilter& filter) {
     if (s.phase != Phase::kStopped) {
       return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
     }
+    if (auto st = CheckFilter(s, filter); !st.ok()) return st;
     std::vector<reports::LayerTally> tallies;
     if (Unfiltered(filter)) {
       tallies = LayerTallies(s, s.Calls());
@@ -830,12 +933,12 @@ std::vector<ThreadInfo> Session::ThreadsSeen() const {
   const State& s = *state_;
   std::vector<ThreadInfo> out;
   if (s.options.threads == Threads::kCurrent) {
-    out.push_back({1, "", static_cast<int64_t>(s.recorder.events().size())});
+    out.push_back({1, "", s.recorder.recorded()});
     return out;
   }
   for (const auto& log : s.ThreadLogs()) {
     log->Lock();
-    out.push_back({log->number, log->name, static_cast<int64_t>(log->recorder.events().size())});
+    out.push_back({log->number, log->name, log->recorder.recorded()});
     log->Unlock();
   }
   return out;
@@ -852,6 +955,7 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
           "need ScanOptions::threads = Threads::kAll");
     }
     const bool snapshot = s.phase == Phase::kActive;
+    if (auto st = CheckFilter(s, filter); !st.ok()) return st;
     // Every part of the report reads the same cut of each thread's log.
     const std::vector<Cut> cuts = s.options.threads == Threads::kAll ? s.Cuts() : std::vector<Cut>();
     Planned fresh;
@@ -867,10 +971,15 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
                     {"analysis_mode", s.options.structure ? "structure" : "full"},
                     {"snapshot", snapshot},
                     {"in_flight_calls", p.set->in_flight},
+                    {"streaming", s.options.streaming},
                     {"unattributed_calls", s.unattributed}};
     // Distributed jobs (communication.h): this rank's place and its collectives' bytes.
     if (const nlohmann::json d = DistributedContextJson(); !d.is_null()) j["context"].update(d);
-    j["communication"] = CommunicationJson(p.set->events(), s.catalog, s.options.scope);
+    {
+      CommunicationSums comm = p.set->folded() ? p.set->folded()->communication : CommunicationSums();
+      AccumulateCommunication(p.set->events(), s.catalog, p.set->first_index, comm);
+      j["communication"] = FinishCommunication(std::move(comm), s.options.scope);
+    }
     j["operator_flops"] = op_view ? FlopJson(s, p) : nlohmann::json();
     if (s.options.memory && p.set->memory != nullptr) j["memory"] = *MemoryPart(s, p);
     j["module_report"] = module_view ? ModuleJson(s, p) : nlohmann::json();
@@ -900,7 +1009,9 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
       ReportFilter one = filter;
       one.threads = {number};
       Planned part{s.Gather(one, &cuts)};
-      j["threads"].push_back({{"thread", number}, {"name", name}, {"calls", part.set->events().size()},
+      const int64_t folded_calls = part.set->folded() ? part.set->folded()->calls : 0;
+      j["threads"].push_back({{"thread", number}, {"name", name},
+                              {"calls", static_cast<int64_t>(part.set->events().size()) + folded_calls},
                               {"totals", total_of(part)}});
     }
     // Per request, in one pass: the calls re-scoped by request, tallied like layers.
@@ -908,13 +1019,25 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
     if (!p.set->requests.empty()) {
       Planned by_request{p.set->ByRequest()};
       std::vector<reports::LayerTally> rows(by_request.set->scopes.size());
-      const TallyContext ctx = s.Context();
-      if (op_view) {
-        TallyOperatorView(by_request.set->events(), by_request.set->label_sets, by_request.Plan(s.catalog, s.overrides),
-                          s.catalog, s.overrides, ctx, &rows);
-      }
-      if (module_view) TallyModuleView(by_request.set->events(), by_request.ModulePlan(s.catalog), s.catalog, ctx, &rows);
       std::vector<int64_t> calls(rows.size(), 0);
+      // Streaming scans: the folded requests' values and calls first.
+      if (const Folded* f = by_request.set->folded()) {
+        for (size_t q = 0; q < rows.size() && q < f->scopes.size(); ++q) {
+          rows[q].known = f->scopes[q].known;
+          rows[q].complete = f->scopes[q].complete;
+          calls[q] = f->scopes[q].calls;
+        }
+      }
+      if (op_view) {
+        OperatorSums sums;
+        AccumulateOperatorView(by_request.set->events(), by_request.set->label_sets,
+                               by_request.Plan(s.catalog, s.overrides), s.catalog, s.overrides, sums, TallyRows{&rows});
+      }
+      if (module_view) {
+        ModuleSums sums;
+        AccumulateModuleView(by_request.set->events(), by_request.ModulePlan(s.catalog), s.catalog, sums,
+                             TallyRows{&rows});
+      }
       for (size_t i = 0; i < by_request.set->events().size(); ++i) {
         const int32_t q = by_request.set->events()[i].scope;
         if (q >= 0) ++calls[q];

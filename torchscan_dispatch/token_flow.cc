@@ -274,7 +274,9 @@ class Pass {
     TokenFlowResult res;
     const auto& scopes = recorder_.scopes();
     const Recorder::Scope& scope = scopes[req_.scope];
-    const int64_t begin = scope.begin_event, end = scope.end_event;
+    // Scope bounds count the scan's calls; events_ holds those not folded (ClosedScope).
+    const int64_t base = recorder_.folded();
+    const int64_t begin = scope.begin_event - base, end = scope.end_event - base;
     // Steps by their first call; the outermost first where several start together.
     struct Range {
       int64_t begin, end;
@@ -284,8 +286,8 @@ class Pass {
     for (const TokenStep& s : req_.steps) {
       if (s.scope <= req_.scope || s.scope >= static_cast<int32_t>(scopes.size())) continue;
       const auto& sc = scopes[s.scope];
-      if (sc.end_event < 0 || sc.begin_event < begin || sc.end_event > end) continue;
-      steps.push_back({sc.begin_event, sc.end_event, &s});
+      if (sc.end_event < 0 || sc.begin_event - base < begin || sc.end_event - base > end) continue;
+      steps.push_back({sc.begin_event - base, sc.end_event - base, &s});
     }
     std::sort(steps.begin(), steps.end(), [](const Range& a, const Range& b) {
       return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
@@ -985,7 +987,7 @@ class Pass {
     const std::string& path = recorder_.scopes()[s.scope].path;
     const std::string who = path.empty() ? "(root)" : path;
     const auto& sc = recorder_.scopes()[s.scope];
-    Forget(sc.begin_event, sc.end_event, absl::StrCat("a tensor made inside ", who, " other than its primary output"));
+    Forget(sc.begin_event - recorder_.folded(), sc.end_event - recorder_.folded(), absl::StrCat("a tensor made inside ", who, " other than its primary output"));
     if (!s.reason.empty()) {
       Set(s.output, Lost(absl::StrCat(who, ": ", s.reason)));
       return;
@@ -1050,7 +1052,9 @@ nlohmann::json RelationJson(const TokenRelation& r) {
 }
 
 bool ClosedScope(const Recorder& r, int32_t scope) {
-  return scope >= 0 && scope < static_cast<int32_t>(r.scopes().size()) && r.scopes()[scope].end_event >= 0;
+  // Its calls are still held: a streaming scan drops calls it has folded.
+  return scope >= 0 && scope < static_cast<int32_t>(r.scopes().size()) && r.scopes()[scope].end_event >= 0 &&
+         r.scopes()[scope].begin_event >= r.folded();
 }
 
 }  // namespace
@@ -1060,7 +1064,7 @@ TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope) {
   if (!ClosedScope(recorder, scope)) return q;
   const auto& sc = recorder.scopes()[scope];
   const auto& events = recorder.events();
-  for (int64_t i = sc.begin_event; i < sc.end_event; ++i) {
+  for (int64_t i = sc.begin_event - recorder.folded(); i < sc.end_event - recorder.folded(); ++i) {
     const Event& e = events[i];
     const OpInfo& info = Catalog().Get(e.op);
     if (info.name == "aten::softmax" || info.name == "aten::_softmax") q.softmax = true;

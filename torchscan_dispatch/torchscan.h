@@ -145,6 +145,14 @@ struct ScanOptions {
   // Per-call start and end times, for TraceJson (with Threads::kAll, every
   // thread's). Off by default: the clock is read twice per call when on.
   bool timestamps = false;
+  // Streaming: memory that grows with module calls and requests, not with
+  // operator calls. Whenever no call, module call or request is open and at
+  // least `fold_every` calls are held, they are folded into the reports'
+  // sums and dropped; the reports are those of the same scan without it.
+  // Refused with memory, timestamps, module handlers and deferred caller
+  // formulas, and reports filtered by request (they need every call).
+  bool streaming = false;
+  size_t fold_every = 4096;
 };
 
 // Which calls a report covers; empty sets mean all. Requests and threads
@@ -234,6 +242,8 @@ class Session {
   Status Stop();   // same thread; innermost scan first
   bool active() const;
   size_t recorded_calls() const;
+  // Calls held in memory now: recorded_calls() less those a streaming scan folded.
+  size_t held_calls() const;
   // Distinct operator overloads recorded so far ("aten::add.Tensor"), sorted.
   std::vector<std::string> RecordedOperators() const;
 

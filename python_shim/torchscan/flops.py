@@ -78,7 +78,8 @@ class FlopScan:
     """
 
     def __init__(self, custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False,
-                 scope: str = "workload", memory: bool = False, trace: bool = False, threads: str = "current"):
+                 scope: str = "workload", memory: bool = False, trace: bool = False, streaming: bool = False,
+                 _fold_every: int = 4096, threads: str = "current"):
         if not isinstance(modules, bool):
             raise TypeError(f"torchscan: modules must be True or False, got {type(modules).__name__}")
         if not isinstance(memory, bool):
@@ -90,6 +91,12 @@ class FlopScan:
         if threads == "all" and memory:
             # The allocator reports are per thread (the profiler's slot).
             raise ValueError('torchscan: memory=True covers scans of the current thread; use threads="current"')
+        if not isinstance(streaming, bool):
+            raise TypeError(f"torchscan: streaming must be True or False, got {type(streaming).__name__}")
+        if streaming and (memory or trace or custom_mapping):
+            what = "memory=True" if memory else "trace=True" if trace else "custom_mapping"
+            raise ValueError(f"torchscan: a streaming scan keeps sums, not calls, so it cannot take {what}; "
+                             "use streaming=False for it")
         self._formulas = {}
         if custom_mapping is not None and not isinstance(custom_mapping, _MappingABC):
             raise TypeError("torchscan: custom_mapping must be a dict {torch.ops.aten.<op>: formula}, "
@@ -98,7 +105,10 @@ class FlopScan:
             if not callable(fn):
                 raise TypeError(f"torchscan: custom_mapping[{key}] must be callable, got {type(fn).__name__}")
             self._formulas[_op_name(key)] = fn
-        self._session = Session.all_threads(scope, trace) if threads == "all" else Session(scope, memory, trace)
+        if threads == "all":
+            self._session = Session.all_threads(scope, trace, streaming, int(_fold_every))
+        else:
+            self._session = Session(scope, memory, trace, streaming, int(_fold_every))
         for name in self._formulas:
             self._session.defer_formula(name)
         self._report = None
@@ -145,6 +155,14 @@ class FlopScan:
             # In a torch.distributed job: the rank's context and its collectives' bytes.
             _distributed.add_to_report(self._report, self._session)
         return self._report
+
+    def scan_report(self) -> dict:
+        """Everything the scan measured in one document (kind
+        torchscan_scan_report): both views, the layers, the collectives
+        (communication) and the requests, once the scan has stopped."""
+        if self._session.active():
+            raise RuntimeError("torchscan: the report is available once the scan has stopped")
+        return json.loads(self._session.scan_report())
 
     def module_report(self) -> dict:
         """The module view of the same calls: module_flops, macs and dmas
@@ -227,13 +245,17 @@ class FlopScan:
 
 
 def scan(custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False,
-         memory: bool = False, trace: bool = False, threads: str = "current") -> FlopScan:
+         memory: bool = False, trace: bool = False, streaming: bool = False,
+         threads: str = "current") -> FlopScan:
     """Scan the calling thread for the duration of a `with` block. memory:
     also record the allocator's reports (FlopScan.memory_report); trace: also
-    time every call (FlopScan.trace). threads="all": every thread that runs
-    ATen work while the scan is active, each joining on its first operator
-    (one such scan at a time; memory=True is refused)."""
-    return FlopScan(custom_mapping, modules=modules, memory=memory, trace=trace, threads=threads)
+    time every call (FlopScan.trace). streaming: fold calls into the reports'
+    sums whenever nothing is running, so memory stays flat over a long
+    workload (a training loop); the reports are the same. threads="all":
+    every thread that runs ATen work while the scan is active, each joining
+    on its first operator (one such scan at a time; memory=True is refused)."""
+    return FlopScan(custom_mapping, modules=modules, memory=memory, trace=trace, streaming=streaming,
+                    threads=threads)
 
 
 def measure_flops(workload: Callable[[], Any], *, custom_mapping: Optional[Mapping[Any, Callable]] = None,

@@ -1,0 +1,82 @@
+// Streaming scans (ScanOptions::streaming): memory that does not grow with
+// the number of calls. A recorder holds its calls until none of them, no
+// module call and no request is open and at least ScanOptions::fold_every
+// are held; the next call then has the recorder's Folder fold them into the
+// sums the reports are built from, and they are dropped.
+//
+// What the reports keep is additive over whole call trees: the operator
+// and module views' sums (with their gap and issue counts, written as
+// diagnostics only when a report is built), the collectives, each module
+// call's own values and each request's, and each module call's receptive
+// field, answered by a data flow whose state carries over from one fold to
+// the next (FieldFlow). So a report of a streaming scan equals that of the
+// same scan with every call held (tests/python/test_streaming.py), while
+// memory grows with module calls and requests, not with operator calls.
+//
+// What needs every call is refused in streaming scans: memory attribution
+// and traces (they time or attribute each call), module handlers and
+// deferred caller formulas (they value calls after the scan), and reports
+// filtered by request.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "torchscan_dispatch/communication.h"
+#include "torchscan_dispatch/module_view.h"
+#include "torchscan_dispatch/op_catalog.h"
+#include "torchscan_dispatch/operator_view.h"
+#include "torchscan_dispatch/receptive_field.h"
+#include "torchscan_dispatch/scan_state.h"
+
+namespace torchscan {
+
+// A folded module call's or request's own values (LayerTally order:
+// operator_flops, module_flops, macs, dmas).
+struct FoldedRow {
+  std::array<Count, 4> known = {0, 0, 0, 0};
+  std::array<bool, 4> complete = {true, true, true, true};
+  bool folded = false;           // this row holds values (its module call or request was folded)
+  int64_t calls = 0;             // requests: calls made in it
+  std::optional<Field> field;    // module calls: the output's field (nullopt: not seen)
+};
+
+// The sums of the folded calls of one recorder, or of several (EventSet).
+struct Folded {
+  int64_t calls = 0;
+  OperatorSums operators;
+  ModuleSums modules;
+  CommunicationSums communication;
+  std::vector<FoldedRow> scopes;    // by module scope; the scopes closed before the calls held
+  std::vector<FoldedRow> requests;  // by request
+  std::set<std::string> operators_seen;  // "aten::add.Tensor", for RecordedOperators
+
+  // Adds `other`'s rows for the scopes and requests `scope_at` / `request_at`
+  // map them to (-1: left out), and its sums.
+  void Add(const Folded& other, const std::vector<int32_t>& scope_at, const std::vector<int32_t>& request_at);
+};
+
+class Folder {
+ public:
+  explicit Folder(const Overrides* overrides) : overrides_(overrides) {}
+  // Folds every call `r` holds; called by the recorder (Recorder::FoldSettled)
+  // when nothing is open, before it drops them.
+  void Fold(const Recorder& r);
+  const Folded& folded() const { return folded_; }
+  // Each call's receptive-field state after the folded calls.
+  const FieldFlow& fields() const { return fields_; }
+
+ private:
+  const Overrides* overrides_;  // the session's caller formulas (fixed while the scan runs)
+  OpCatalog catalog_;           // this recorder's own: folds run on the recording thread
+  Folded folded_;
+  std::unordered_set<c10::OperatorHandle> seen_;  // operators named in folded_.operators_seen
+  FieldFlow fields_;
+};
+
+}  // namespace torchscan
