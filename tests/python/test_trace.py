@@ -247,6 +247,12 @@ def test_all_threads_scan_misuse():
         torch.ones(2).add_(1)
     with pytest.raises(RuntimeError, match=r"trace=True"):
         s.trace()
+    with pytest.raises(ValueError, match="cannot take trace=True"):  # sums only: no calls to draw
+        torchscan.scan(threads="all", streaming=True, trace=True)
+    a, b = torch.ones(2, 3), torch.ones(3, 4)
+    with torchscan.scan(threads="all", streaming=True) as s:  # all threads, folded as they go
+        torch.mm(a, b)
+    assert s.report()["total"]["value"] == 2 * 3 * 4 * 2
 
 
 # ------------------------------------------------------------------ attach
