@@ -130,6 +130,9 @@ def main(argv=None) -> int:
     parser.add_argument("--library", type=Path, default=None, help="libtorchscan_attach.so to preload")
     parser.add_argument("--report-on-sigterm", action="store_true",
                         help="on SIGTERM (a container's stop signal), write the report, then end as SIGTERM does")
+    parser.add_argument("--hold-calls", action="store_true",
+                        help="keep every recorded call until the report (a full scan) instead of folding calls "
+                             "into the report's sums as requests finish (streaming, the default)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- BINARY [ARGS...]")
     args = parser.parse_args(argv)
     held = hold_signal(args.signal) if args.signal else False
@@ -158,6 +161,8 @@ def main(argv=None) -> int:
         env["TORCHSCAN_ATTACH_SIGNAL"] = args.signal
         if held:
             env["TORCHSCAN_ATTACH_SIGNAL_HELD"] = "1"  # the library unblocks it
+    if args.hold_calls:
+        env["TORCHSCAN_ATTACH_STREAMING"] = "0"
     if args.report_on_sigterm:
         env["TORCHSCAN_ATTACH_REPORT_ON_TERM"] = "1"
         if term_held:

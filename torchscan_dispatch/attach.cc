@@ -407,6 +407,16 @@ __attribute__((constructor)) void Attach() {
   if (const char* tr = std::getenv("TORCHSCAN_ATTACH_TORCHSCRIPT_REQUESTS"); !tr || std::string(tr) != "0") {
     options.torchscript_requests = true;
   }
+  // Streaming (on by default): memory grows with module calls and requests,
+  // not with operator calls, and the exit report sums what was folded while
+  // the server ran. TORCHSCAN_ATTACH_STREAMING=0 holds every call.
+  if (const char* st = std::getenv("TORCHSCAN_ATTACH_STREAMING"); !st || std::string(st) != "0") {
+    options.streaming = true;
+    // How many calls are held before a fold (tests fold at every request).
+    if (const char* n = std::getenv("TORCHSCAN_ATTACH_FOLD_EVERY"); n && std::atoll(n) > 0) {
+      options.fold_every = static_cast<size_t>(std::atoll(n));
+    }
+  }
   attached->session = std::make_unique<Session>(options);
   if (Status st = attached->session->Start(); !st.ok()) {
     std::fprintf(stderr, "torchscan attach: not attaching: %s\n", st.message().c_str());

@@ -77,6 +77,7 @@ struct Planned {
 struct Cut {
   std::shared_ptr<ThreadLog> log;
   size_t count;
+  int64_t folded = 0;  // calls folded before them (streaming scans)
 };
 
 struct Session::State {
@@ -96,6 +97,8 @@ struct Session::State {
   OpCatalog catalog;
   MemoryAttribution memory;  // ScanOptions::memory
   Planned calls;  // every call of the scan, after Stop
+  // Streaming kAll scans: nonzero while a snapshot reads the logs at its cuts (no fold may move them).
+  std::shared_ptr<std::atomic<int>> folds_paused = std::make_shared<std::atomic<int>>(0);
 
   TallyContext Context() const { return {TORCHSCAN_BUILT_TORCH_VERSION, options.scope, unattributed}; }
 
@@ -109,7 +112,7 @@ struct Session::State {
     std::vector<Cut> cuts;
     for (const auto& log : ThreadLogs()) {
       log->Lock();
-      cuts.push_back({log, log->recorder.SettledPrefix()});
+      cuts.push_back({log, log->recorder.SettledPrefix(), log->recorder.folded()});
       log->Unlock();
     }
     return cuts;
@@ -330,7 +333,8 @@ Status Session::Start() {
                                                s.options.record_owned_children, s.options.torchscript_requests);
       if (s.options.streaming) {
         const Overrides* overrides = &s.overrides;
-        s.all->make_folder = [overrides] { return std::make_shared<Folder>(overrides); };
+        std::shared_ptr<const std::atomic<int>> paused = s.folds_paused;
+        s.all->make_folder = [overrides, paused] { return std::make_shared<Folder>(overrides, paused); };
         s.all->fold_every = s.options.fold_every;
       }
       if (auto st = s.all->Start(); !st.ok()) {
@@ -948,6 +952,12 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
     }
     const bool snapshot = s.phase == Phase::kActive;
     if (auto st = CheckFilter(s, filter); !st.ok()) return st;
+    // Threads keep recording meanwhile; folding waits until the report is built.
+    struct PauseFolds {
+      std::atomic<int>& n;
+      explicit PauseFolds(std::atomic<int>& c) : n(c) { ++n; }
+      ~PauseFolds() { --n; }
+    } pause(*s.folds_paused);
     // Every part of the report reads the same cut of each thread's log.
     const std::vector<Cut> cuts = s.options.threads == Threads::kAll ? s.Cuts() : std::vector<Cut>();
     Planned fresh;
@@ -993,7 +1003,8 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
       threads.emplace_back(1, "");
     } else {
       for (const Cut& cut : cuts) {
-        if (cut.count > 0) threads.emplace_back(cut.log->number, cut.log->name);  // threads that ran ATen work
+        // Threads that ran ATen work.
+        if (cut.count > 0 || cut.folded > 0) threads.emplace_back(cut.log->number, cut.log->name);
       }
     }
     for (const auto& [number, name] : threads) {
