@@ -38,6 +38,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <initializer_list>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -123,7 +125,7 @@ Attached* attached = nullptr;  // lives until the process ends
 // is skipped, never reused). Other processes writing the same path publish
 // whole files only; the temporary is removed if anything fails. Caller holds
 // attached->write_mu.
-bool PublishLocked(const std::string& path, const std::string& text) {
+bool PublishLocked(const std::string& path, std::initializer_list<std::string_view> pieces) {
   std::string tmp;
   int fd = -1;
   for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
@@ -137,12 +139,14 @@ bool PublishLocked(const std::string& path, const std::string& text) {
     return false;
   }
   const char* what = nullptr;
-  for (size_t done = 0; done < text.size() && !what;) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-    } else if (n < 0 && errno != EINTR) {
-      what = "write";
+  for (std::string_view text : pieces) {  // pieces, not one string: a report can be tens of MB
+    for (size_t done = 0; done < text.size() && !what;) {
+      const ssize_t n = write(fd, text.data() + done, text.size() - done);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+      } else if (n < 0 && errno != EINTR) {
+        what = "write";
+      }
     }
   }
   if (close(fd) != 0 && !what) what = "close";
@@ -176,7 +180,8 @@ void WriteReportLocked(const char* reason) {
                                  {"pid", getpid()},
                                  {"report_seconds", seconds},
                                  {"peak_rss_kib", PeakResidentKib()}};
-  PublishLocked(attached->output, "{\"attach\":" + attach.dump() + "," + text->substr(1) + "\n");
+  const std::string head = "{\"attach\":" + attach.dump() + ",";
+  PublishLocked(attached->output, {head, std::string_view(*text).substr(1), "\n"});
 }
 
 void WriteReport(const char* reason) {

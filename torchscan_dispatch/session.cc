@@ -779,6 +779,10 @@ LayerRow RowOf(reports::LayerTally& l) {
   return row;
 }
 
+// Where ScanReportJson splices the layers' text in (a control character no
+// report string holds unescaped, so the escaped form is unique).
+constexpr char kLayersPlaceholder[] = "\x01torchscan layers\x01";
+
 bool Unfiltered(const ReportFilter& f) { return f.threads.empty() && f.requests.empty(); }
 
 }  // namespace
@@ -985,7 +989,10 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
     j["operator_flops"] = op_view ? FlopJson(s, p) : nlohmann::json();
     if (s.options.memory && p.set->memory != nullptr) j["memory"] = *MemoryPart(s, p);
     j["module_report"] = module_view ? ModuleJson(s, p) : nlohmann::json();
-    j["layers"] = LayersOf(s, p, {op_view, module_view, module_view, module_view});
+    // The layers are spliced in as text at the end: with a row per module
+    // call they are most of the report, and as a JSON tree most of its memory and time.
+    const std::vector<reports::LayerTally> layers = LayerTallies(s, p);
+    j["layers"] = kLayersPlaceholder;
     // Per thread and per request: each one's own calls, valued alone.
     auto total_of = [&](Planned& part) {
       nlohmann::json t = nlohmann::json::object();
@@ -1057,7 +1064,14 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
       }
     }
     // Thread names and request ids are caller bytes: never fail on bad UTF-8.
-    return reports::DumpJson(j);  // replaces bad UTF-8; counts past 2^64 - 1 exact
+    const std::string text = reports::DumpJson(j);  // replaces bad UTF-8; counts past 2^64 - 1 exact
+    const std::string placeholder = nlohmann::json(kLayersPlaceholder).dump();
+    const size_t at = text.find(placeholder);
+    if (at == std::string::npos) return absl::InternalError("torchscan: the scan report lost its layers");
+    std::string out = text.substr(0, at);
+    reports::AppendLayersJson(layers, s.options.scope, {op_view, module_view, module_view, module_view}, out);
+    out.append(text, at + placeholder.size());
+    return out;
   }());
 }
 
