@@ -46,10 +46,12 @@ nlohmann::json MemoryMetricJson(MetricStatus status, int64_t bytes, const std::s
   return MetricJson({status, Count(bytes), "bytes", scope, "allocator_reports"});
 }
 
-nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope,
-                          const std::array<bool, 4>& requested) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const LayerTally& l : layers) {
+namespace {
+
+nlohmann::json LayerJson(const std::vector<LayerTally>& layers, const LayerTally& l, const std::string& scope,
+                         const std::array<bool, 4>& requested) {
+  nlohmann::json row;
+  {
     nlohmann::json metrics = nlohmann::json::object();
     nlohmann::json owners = nlohmann::json::object(), ownership = nlohmann::json::object();
     for (int m = 0; m < 4; ++m) {
@@ -80,18 +82,37 @@ nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::stri
       metrics["peak_memory"] = MemoryMetricJson(l.memory_status, l.peak_memory, scope);
       metrics["allocated_bytes"] = MemoryMetricJson(l.memory_status, l.allocated_bytes, scope);
     }
-    out.push_back({{"path", l.path},
-                   {"call_index", l.call_index},
-                   {"parent", l.parent >= 0 ? nlohmann::json(l.parent) : nlohmann::json()},
-                   {"depth", l.depth},
-                   {"failed", l.failed},
-                   {"metrics", metrics}});
-    if (l.thread > 0) out.back()["thread"] = l.thread;
-    if (!l.request.empty()) out.back()["request"] = l.request;
-    if (!owners.empty()) out.back()["metric_owners"] = owners;
-    if (!ownership.empty()) out.back()["metric_ownership"] = ownership;
+    row = {{"path", l.path},
+           {"call_index", l.call_index},
+           {"parent", l.parent >= 0 ? nlohmann::json(l.parent) : nlohmann::json()},
+           {"depth", l.depth},
+           {"failed", l.failed},
+           {"metrics", metrics}};
+    if (l.thread > 0) row["thread"] = l.thread;
+    if (!l.request.empty()) row["request"] = l.request;
+    if (!owners.empty()) row["metric_owners"] = owners;
+    if (!ownership.empty()) row["metric_ownership"] = ownership;
   }
+  return row;
+}
+
+}  // namespace
+
+nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope,
+                          const std::array<bool, 4>& requested) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const LayerTally& l : layers) out.push_back(LayerJson(layers, l, scope, requested));
   return out;
+}
+
+void AppendLayersJson(const std::vector<LayerTally>& layers, const std::string& scope,
+                      const std::array<bool, 4>& requested, std::string& out) {
+  out += '[';
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (i > 0) out += ',';
+    out += DumpJson(LayerJson(layers, layers[i], scope, requested));
+  }
+  out += ']';
 }
 
 }  // namespace torchscan::reports

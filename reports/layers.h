@@ -79,5 +79,10 @@ nlohmann::json MemoryMetricJson(MetricStatus status, int64_t bytes, const std::s
 // not_requested (structure mode, or a view left out).
 nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope,
                           const std::array<bool, 4>& requested = {true, true, true, true});
+// The same array as compact JSON text (DumpJson of LayersJson), appended to
+// `out` one row at a time: a scan with many layer calls never holds them all
+// as a JSON tree (Session::ScanReportJson).
+void AppendLayersJson(const std::vector<LayerTally>& layers, const std::string& scope,
+                      const std::array<bool, 4>& requested, std::string& out);
 
 }  // namespace torchscan::reports

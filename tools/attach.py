@@ -6,10 +6,11 @@
 Preloads libtorchscan_attach.so into the binary, which scans every thread's
 ATen work from before main() and writes the scan report (JSON, kind
 "torchscan_scan_report") to --output when the process exits normally and each
-time --signal arrives. --trace: it also times every call and, after the
-final report, writes the scan as a Chrome / Perfetto trace there. Before running the binary it checks that the binary
-is dynamically linked against LibTorch and that its torch version and C++ ABI
-match the library's; otherwise it refuses and says why.
+time --signal arrives. --trace: it also times every call (holding every
+call, as --hold-calls does) and, after the final report, writes the scan as
+a Chrome / Perfetto trace there. Before running the binary it checks that
+the binary is dynamically linked against LibTorch and that its torch
+version and C++ ABI match the library's; otherwise it refuses and says why.
 
 The launcher becomes the binary (exec, same pid). From the moment it has
 parsed its arguments, --signal sent to that pid no longer kills it: the
@@ -130,10 +131,13 @@ def main(argv=None) -> int:
     parser.add_argument("--signal", choices=SIGNALS, help="also write the report each time this signal arrives")
     parser.add_argument("--trace", metavar="PATH",
                         help="also time every call and write the scan as a Chrome / Perfetto trace (JSON) here "
-                             "when the final report is written")
+                             "when the final report is written (implies --hold-calls: a trace needs every call)")
     parser.add_argument("--library", type=Path, default=None, help="libtorchscan_attach.so to preload")
     parser.add_argument("--report-on-sigterm", action="store_true",
                         help="on SIGTERM (a container's stop signal), write the report, then end as SIGTERM does")
+    parser.add_argument("--hold-calls", action="store_true",
+                        help="keep every recorded call until the report (a full scan) instead of folding calls "
+                             "into the report's sums as requests finish (streaming, the default)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- BINARY [ARGS...]")
     args = parser.parse_args(argv)
     held = hold_signal(args.signal) if args.signal else False
@@ -170,6 +174,8 @@ def main(argv=None) -> int:
         env["TORCHSCAN_ATTACH_SIGNAL"] = args.signal
         if held:
             env["TORCHSCAN_ATTACH_SIGNAL_HELD"] = "1"  # the library unblocks it
+    if args.hold_calls:
+        env["TORCHSCAN_ATTACH_STREAMING"] = "0"
     if args.report_on_sigterm:
         env["TORCHSCAN_ATTACH_REPORT_ON_TERM"] = "1"
         if term_held:

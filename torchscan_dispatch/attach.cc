@@ -40,6 +40,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <initializer_list>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -126,7 +128,7 @@ Attached* attached = nullptr;  // lives until the process ends
 // is skipped, never reused). Other processes writing the same path publish
 // whole files only; the temporary is removed if anything fails. Caller holds
 // attached->write_mu.
-bool PublishLocked(const std::string& path, const std::string& text) {
+bool PublishLocked(const std::string& path, std::initializer_list<std::string_view> pieces) {
   std::string tmp;
   int fd = -1;
   for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
@@ -140,12 +142,14 @@ bool PublishLocked(const std::string& path, const std::string& text) {
     return false;
   }
   const char* what = nullptr;
-  for (size_t done = 0; done < text.size() && !what;) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-    } else if (n < 0 && errno != EINTR) {
-      what = "write";
+  for (std::string_view text : pieces) {  // pieces, not one string: a report can be tens of MB
+    for (size_t done = 0; done < text.size() && !what;) {
+      const ssize_t n = write(fd, text.data() + done, text.size() - done);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+      } else if (n < 0 && errno != EINTR) {
+        what = "write";
+      }
     }
   }
   if (close(fd) != 0 && !what) what = "close";
@@ -179,7 +183,8 @@ void WriteReportLocked(const char* reason) {
                                  {"pid", getpid()},
                                  {"report_seconds", seconds},
                                  {"peak_rss_kib", PeakResidentKib()}};
-  PublishLocked(attached->output, "{\"attach\":" + attach.dump() + "," + text->substr(1) + "\n");
+  const std::string head = "{\"attach\":" + attach.dump() + ",";
+  PublishLocked(attached->output, {head, std::string_view(*text).substr(1), "\n"});
 }
 
 // After the final report, the scan stopped: the trace needs every call's
@@ -191,7 +196,7 @@ void WriteTraceLocked() {
     std::fprintf(stderr, "torchscan attach: no trace (%s)\n", text.status().message().c_str());
     return;
   }
-  PublishLocked(attached->trace, *text + "\n");
+  PublishLocked(attached->trace, {*text, "\n"});
 }
 
 void WriteReport(const char* reason) {
@@ -433,8 +438,20 @@ __attribute__((constructor)) void Attach() {
   if (const char* tr = std::getenv("TORCHSCAN_ATTACH_TORCHSCRIPT_REQUESTS"); !tr || std::string(tr) != "0") {
     options.torchscript_requests = true;
   }
-  // A trace needs every thread's call times: two clock reads per call.
+  // A trace needs every thread's call times (two clock reads per call) and
+  // every call held: --trace implies TORCHSCAN_ATTACH_STREAMING=0.
   options.timestamps = !attached->trace.empty();
+  // Streaming (on by default): memory grows with module calls and requests,
+  // not with operator calls, and the exit report sums what was folded while
+  // the server ran. TORCHSCAN_ATTACH_STREAMING=0 holds every call.
+  const char* st = std::getenv("TORCHSCAN_ATTACH_STREAMING");
+  if (!options.timestamps && (!st || std::string(st) != "0")) {
+    options.streaming = true;
+    // How many calls are held before a fold (tests fold at every request).
+    if (const char* n = std::getenv("TORCHSCAN_ATTACH_FOLD_EVERY"); n && std::atoll(n) > 0) {
+      options.fold_every = static_cast<size_t>(std::atoll(n));
+    }
+  }
   attached->session = std::make_unique<Session>(options);
   if (Status st = attached->session->Start(); !st.ok()) {
     std::fprintf(stderr, "torchscan attach: not attaching: %s\n", st.message().c_str());

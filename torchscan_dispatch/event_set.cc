@@ -38,6 +38,7 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
   const auto& src = r.events();
   if (!filter.threads.empty() && !filter.threads.count(thread)) return;
   const int64_t held_from = r.folded();  // the scan's index of src[0]
+  count = std::min(count, src.size());   // a cut is taken with folds paused (Session::ScanReportJson)
   in_flight += static_cast<int64_t>(src.size() - count);
   // Which of the recorder's requests pass, decided once per request.
   std::vector<bool> kept_request(r.requests().size(), filter.requests.empty());

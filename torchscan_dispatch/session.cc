@@ -77,6 +77,7 @@ struct Planned {
 struct Cut {
   std::shared_ptr<ThreadLog> log;
   size_t count;
+  int64_t folded = 0;  // calls folded before them (streaming scans)
 };
 
 struct Session::State {
@@ -96,6 +97,8 @@ struct Session::State {
   OpCatalog catalog;
   MemoryAttribution memory;  // ScanOptions::memory
   Planned calls;  // every call of the scan, after Stop
+  // Streaming kAll scans: nonzero while a snapshot reads the logs at its cuts (no fold may move them).
+  std::shared_ptr<std::atomic<int>> folds_paused = std::make_shared<std::atomic<int>>(0);
 
   TallyContext Context() const { return {TORCHSCAN_BUILT_TORCH_VERSION, options.scope, unattributed}; }
 
@@ -109,7 +112,7 @@ struct Session::State {
     std::vector<Cut> cuts;
     for (const auto& log : ThreadLogs()) {
       log->Lock();
-      cuts.push_back({log, log->recorder.SettledPrefix()});
+      cuts.push_back({log, log->recorder.SettledPrefix(), log->recorder.folded()});
       log->Unlock();
     }
     return cuts;
@@ -326,7 +329,8 @@ Status Session::Start() {
                                                s.options.timestamps);
       if (s.options.streaming) {
         const Overrides* overrides = &s.overrides;
-        s.all->make_folder = [overrides] { return std::make_shared<Folder>(overrides); };
+        std::shared_ptr<const std::atomic<int>> paused = s.folds_paused;
+        s.all->make_folder = [overrides, paused] { return std::make_shared<Folder>(overrides, paused); };
         s.all->fold_every = s.options.fold_every;
       }
       if (auto st = s.all->Start(); !st.ok()) {
@@ -771,6 +775,10 @@ LayerRow RowOf(reports::LayerTally& l) {
   return row;
 }
 
+// Where ScanReportJson splices the layers' text in (a control character no
+// report string holds unescaped, so the escaped form is unique).
+constexpr char kLayersPlaceholder[] = "\x01torchscan layers\x01";
+
 bool Unfiltered(const ReportFilter& f) { return f.threads.empty() && f.requests.empty(); }
 
 }  // namespace
@@ -956,6 +964,12 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
     }
     const bool snapshot = s.phase == Phase::kActive;
     if (auto st = CheckFilter(s, filter); !st.ok()) return st;
+    // Threads keep recording meanwhile; folding waits until the report is built.
+    struct PauseFolds {
+      std::atomic<int>& n;
+      explicit PauseFolds(std::atomic<int>& c) : n(c) { ++n; }
+      ~PauseFolds() { --n; }
+    } pause(*s.folds_paused);
     // Every part of the report reads the same cut of each thread's log.
     const std::vector<Cut> cuts = s.options.threads == Threads::kAll ? s.Cuts() : std::vector<Cut>();
     Planned fresh;
@@ -983,7 +997,10 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
     j["operator_flops"] = op_view ? FlopJson(s, p) : nlohmann::json();
     if (s.options.memory && p.set->memory != nullptr) j["memory"] = *MemoryPart(s, p);
     j["module_report"] = module_view ? ModuleJson(s, p) : nlohmann::json();
-    j["layers"] = LayersOf(s, p, {op_view, module_view, module_view, module_view});
+    // The layers are spliced in as text at the end: with a row per module
+    // call they are most of the report, and as a JSON tree most of its memory and time.
+    const std::vector<reports::LayerTally> layers = LayerTallies(s, p);
+    j["layers"] = kLayersPlaceholder;
     // Per thread and per request: each one's own calls, valued alone.
     auto total_of = [&](Planned& part) {
       nlohmann::json t = nlohmann::json::object();
@@ -1001,7 +1018,8 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
       threads.emplace_back(1, "");
     } else {
       for (const Cut& cut : cuts) {
-        if (cut.count > 0) threads.emplace_back(cut.log->number, cut.log->name);  // threads that ran ATen work
+        // Threads that ran ATen work.
+        if (cut.count > 0 || cut.folded > 0) threads.emplace_back(cut.log->number, cut.log->name);
       }
     }
     for (const auto& [number, name] : threads) {
@@ -1054,7 +1072,14 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
       }
     }
     // Thread names and request ids are caller bytes: never fail on bad UTF-8.
-    return reports::DumpJson(j);  // replaces bad UTF-8; counts past 2^64 - 1 exact
+    const std::string text = reports::DumpJson(j);  // replaces bad UTF-8; counts past 2^64 - 1 exact
+    const std::string placeholder = nlohmann::json(kLayersPlaceholder).dump();
+    const size_t at = text.find(placeholder);
+    if (at == std::string::npos) return absl::InternalError("torchscan: the scan report lost its layers");
+    std::string out = text.substr(0, at);
+    reports::AppendLayersJson(layers, s.options.scope, {op_view, module_view, module_view, module_view}, out);
+    out.append(text, at + placeholder.size());
+    return out;
   }());
 }
 

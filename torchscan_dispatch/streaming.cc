@@ -91,7 +91,7 @@ void Folder::Fold(const Recorder& r) {
 }
 
 void Recorder::FoldSettled() {
-  if (scope_ >= 0 || request_ >= 0 || jit_request_pending_ || events_.size() == 0) return;
+  if (scope_ >= 0 || request_ >= 0 || jit_request_pending_ || events_.size() == 0 || folder->paused()) return;
   const size_t first_scope = folder->folded().scopes.size();
   folder->Fold(*this);
   folded_ += static_cast<int64_t>(events_.size());

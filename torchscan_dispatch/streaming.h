@@ -20,6 +20,8 @@
 #pragma once
 
 #include <array>
+#include <atomic>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -63,7 +65,11 @@ struct Folded {
 
 class Folder {
  public:
-  explicit Folder(const Overrides* overrides) : overrides_(overrides) {}
+  // `paused`: while it is nonzero no fold starts (a snapshot is reading the
+  // threads' logs at cuts it took, see Session::ScanReportJson).
+  Folder(const Overrides* overrides, std::shared_ptr<const std::atomic<int>> paused = nullptr)
+      : overrides_(overrides), paused_(std::move(paused)) {}
+  bool paused() const { return paused_ && paused_->load() != 0; }
   // Folds every call `r` holds; called by the recorder (Recorder::FoldSettled)
   // when nothing is open, before it drops them.
   void Fold(const Recorder& r);
@@ -73,6 +79,7 @@ class Folder {
 
  private:
   const Overrides* overrides_;  // the session's caller formulas (fixed while the scan runs)
+  std::shared_ptr<const std::atomic<int>> paused_;
   OpCatalog catalog_;           // this recorder's own: folds run on the recording thread
   Folded folded_;
   std::unordered_set<c10::OperatorHandle> seen_;  // operators named in folded_.operators_seen

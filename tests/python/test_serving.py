@@ -166,10 +166,34 @@ def test_attach_launcher_scans_an_unmodified_server(served, tmp_path):
                                                                  if l["path"]])
 
 
-def test_attach_report_on_signal_while_requests_are_in_flight(served, tmp_path):
+def test_attach_streams_by_default_and_reports_what_holding_every_call_reports(served, tmp_path):
+    # One worker, so requests, threads and layer rows come in the same order
+    # in both runs. Streaming folds after every request (fold every call);
+    # --hold-calls keeps all of them until the exit report.
+    requests = 5
+    reports = {}
+    for mode, launcher, env in (("held", ["--hold-calls"], {}),
+                                ("streamed", [], {"TORCHSCAN_ATTACH_FOLD_EVERY": "1"})):
+        out = tmp_path / f"{mode}.json"
+        proc = attach(served, out, requests, 1, launcher=launcher, env={**os.environ, **env})
+        _, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr
+        reports[mode] = json.loads(out.read_text())
+    held, streamed = reports["held"], reports["streamed"]
+    assert held["context"].pop("streaming") is False and streamed["context"].pop("streaming") is True
+    for r in (held, streamed):
+        r.pop("attach")  # pid, timing and memory of each run
+        check_report(r, served, requests)
+    assert streamed == held
+
+
+@pytest.mark.parametrize("fold_every", ["4096", "1"])
+def test_attach_report_on_signal_while_requests_are_in_flight(served, tmp_path, fold_every):
+    # Streaming (the default), folding as the scan's default does and after every request.
     requests, per_request = 120, served["flops"]["total"]["value"]
     out = tmp_path / "signalled.json"
-    proc = attach(served, out, requests, 2, signal_name="USR1", pace_ms=10)
+    proc = attach(served, out, requests, 2, signal_name="USR1", pace_ms=10,
+                  env={**os.environ, "TORCHSCAN_ATTACH_FOLD_EVERY": fold_every})
     snapshots = []
     try:
         for line in proc.stdout:

@@ -4,6 +4,7 @@ The reports must equal those of the same scan holding every call, on every
 zoo workload, with module scopes (layer rows and receptive fields), module
 labels (by_module) and several folds per workload; memory must not grow
 with the calls."""
+import contextlib
 import json
 
 import pytest
@@ -19,20 +20,21 @@ _ZOO = workloads()
 
 class _Scopes:
     """Module scopes the way crawl_module opens them (a scope per module call,
-    closed with its output tensors' identities), for any workload."""
+    closed with its output tensors' identities), in every given session."""
 
-    def __init__(self, session):
-        self._session = session
+    def __init__(self, sessions):
+        self._sessions = sessions
         self._open = []
 
     def __enter__(self):
         def pre(mod, args):
-            self._open.append(self._session.push_module_scope(type(mod).__name__))
+            self._open.append([s.push_module_scope(type(mod).__name__) for s in self._sessions])
 
         def post(mod, args, out):
             flat = out if isinstance(out, (tuple, list)) else (out,)
             ids = [t._cdata for t in flat if isinstance(t, torch.Tensor)]
-            self._session.pop_module_scope(self._open.pop(), False, ids)
+            for s, scope in zip(self._sessions, self._open.pop()):
+                s.pop_module_scope(scope, False, ids)
 
         self._hooks = [nn.modules.module.register_module_forward_pre_hook(pre),
                        nn.modules.module.register_module_forward_hook(post)]
@@ -44,30 +46,52 @@ class _Scopes:
         return False
 
 
-def _reports(run, streaming, fold_every, repeats=3):
+def _reports(run, modes, repeats=3):
+    """One run of the workload under nested scans, one per (streaming,
+    fold_every) mode, outermost first: every scan sees the same calls and
+    the same tensors (receptive fields follow tensor identities, which
+    differ from one run to the next)."""
     torch.manual_seed(0)
-    s = FlopScan(modules=True, streaming=streaming, _fold_every=fold_every)
-    with s:
-        with _Scopes(s._session):
+    scans = [FlopScan(modules=True, streaming=streaming, _fold_every=fold_every) for streaming, fold_every in modes]
+    with contextlib.ExitStack() as stack:
+        for s in scans:
+            stack.enter_context(s)
+        with _Scopes([s._session for s in scans]):
             for _ in range(repeats):
                 run()
-    scan = s.scan_report()
-    assert scan["context"].pop("streaming") is streaming
-    return {"flops": s.report(), "module": s.module_report(), "scan": scan,
-            "calls": s._session.recorded_calls(), "held": s._session.held_calls()}
+    out = []
+    for s, (streaming, _) in zip(scans, modes):
+        scan = s.scan_report()
+        assert scan["context"].pop("streaming") is streaming
+        out.append({"flops": s.report(), "module": s.module_report(), "scan": scan,
+                    "calls": s._session.recorded_calls(), "held": s._session.held_calls()})
+    return out
+
+
+def _first_difference(a, b, where=""):
+    """Where two JSON values first differ, for the failure message."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return _first_difference(a.get(k), b.get(k), f"{where}.{k}")
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return _first_difference(x, y, f"{where}[{i}]")
+    return where, a, b
 
 
 @pytest.mark.parametrize("name", sorted(_ZOO))
 def test_streaming_reports_equal_full_reports_on_the_zoo(name):
     run = _ZOO[name]
     run()  # warm-up: lazy initialisation (optimizer state, caches) happens outside the scans
-    full = _reports(run, False, 4096)
+    # A full scan around two streaming ones: folding at every moment nothing
+    # is open, and once 50 calls are held.
+    full, *streamed = _reports(run, [(False, 4096), (True, 1), (True, 50)])
     assert full["held"] == full["calls"] > 0
-    # Folding at every moment nothing is open, and every 50 calls.
-    for fold_every in (1, 50):
-        streamed = _reports(run, True, fold_every)
+    for fold_every, st in zip((1, 50), streamed):
         for part in ("flops", "module", "scan"):
-            assert streamed[part] == full[part], (name, fold_every, part)
-        assert streamed["calls"] == full["calls"]
-    # Each repeat is a root module call, so only the last one's calls are held.
-    assert streamed["held"] < full["calls"]
+            assert st[part] == full[part], (name, fold_every, part, _first_difference(st[part], full[part]))
+        assert st["calls"] == full["calls"]
+        # Each repeat is a root module call: at most the last one's calls are held.
+        assert st["held"] < full["calls"]
