@@ -630,6 +630,7 @@ nlohmann::json ModuleJson(Session::State& s, Planned& p) {
 std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, bool handlers) {
   const EventSet& set = *p.set;
   const auto& scopes = set.scopes;
+  if (scopes.empty()) return {};  // no module calls: no pass over the calls
   const int64_t size = static_cast<int64_t>(set.events().size());
   std::vector<reports::LayerTally> layers(scopes.size());
   for (size_t i = 0; i < scopes.size(); ++i) {
@@ -1002,12 +1003,13 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
     const std::vector<reports::LayerTally> layers = LayerTallies(s, p);
     j["layers"] = kLayersPlaceholder;
     // Per thread and per request: each one's own calls, valued alone.
-    auto total_of = [&](Planned& part) {
+    // `whole`: the part is every call of the report, whose views are valued above.
+    auto total_of = [&](Planned& part, bool whole) {
       nlohmann::json t = nlohmann::json::object();
-      if (op_view) t["operator_flops"] = FlopJson(s, part)["total"];
+      if (op_view) t["operator_flops"] = whole ? j["operator_flops"]["total"] : FlopJson(s, part)["total"];
       if (module_view) {
         // Keep the report alive while iterating: items() of a temporary's member dangles.
-        const nlohmann::json module = ModuleJson(s, part);
+        const nlohmann::json module = whole ? j["module_report"] : ModuleJson(s, part);
         for (const auto& [name, metric] : module["totals"].items()) t[name] = metric;
       }
       return t;
@@ -1022,15 +1024,23 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
         if (cut.count > 0 || cut.folded > 0) threads.emplace_back(cut.log->number, cut.log->name);
       }
     }
+    size_t kept = 0;
+    for (const auto& [number, name] : threads) kept += filter.threads.empty() || filter.threads.count(number);
     for (const auto& [number, name] : threads) {
       if (!filter.threads.empty() && !filter.threads.count(number)) continue;
-      ReportFilter one = filter;
-      one.threads = {number};
-      Planned part{s.Gather(one, &cuts)};
-      const int64_t folded_calls = part.set->folded() ? part.set->folded()->calls : 0;
+      // The only thread with calls holds all of them: its totals are the report's, not valued again.
+      const bool whole = kept == 1;
+      Planned part;
+      if (!whole) {
+        ReportFilter one = filter;
+        one.threads = {number};
+        part.set = s.Gather(one, &cuts);
+      }
+      const EventSet& set = whole ? *p.set : *part.set;
+      const int64_t folded_calls = set.folded() ? set.folded()->calls : 0;
       j["threads"].push_back({{"thread", number}, {"name", name},
-                              {"calls", static_cast<int64_t>(part.set->events().size()) + folded_calls},
-                              {"totals", total_of(part)}});
+                              {"calls", static_cast<int64_t>(set.events().size()) + folded_calls},
+                              {"totals", total_of(part, whole)}});
     }
     // Per request, in one pass: the calls re-scoped by request, tallied like layers.
     j["requests"] = nlohmann::json::array();

@@ -156,6 +156,11 @@ class FlopScan:
             _distributed.add_to_report(self._report, self._session)
         return self._report
 
+    def held_calls(self) -> int:
+        """Calls the scan holds in memory now: all it recorded, less those a
+        streaming scan (scan(streaming=True)) has folded into its sums."""
+        return self._session.held_calls()
+
     def scan_report(self) -> dict:
         """Everything the scan measured in one document (kind
         torchscan_scan_report): both views, the layers, the collectives
