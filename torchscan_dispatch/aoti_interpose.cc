@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "torchscan_dispatch/torchscan.h"
@@ -96,25 +97,25 @@ namespace torch::inductor {
 
 Tensors AOTIModelPackageLoader::run(const Tensors& inputs, void* stream_handle) {
   static const auto real = Real<Tensors (*)(AOTIModelPackageLoader*, const Tensors&, void*)>(kLoaderRun);
-  Run run;
+  Run marked;
   return real(this, inputs, stream_handle);
 }
 
 Tensors AOTIModelPackageLoader::boxed_run(Tensors&& inputs, void* stream_handle) {
   static const auto real = Real<Tensors (*)(AOTIModelPackageLoader*, Tensors&&, void*)>(kLoaderBoxedRun);
-  Run run;
+  Run marked;
   return real(this, std::move(inputs), stream_handle);
 }
 
 Tensors AOTIModelContainerRunner::run(const Tensors& inputs, void* stream_handle) {
   static const auto real = Real<Tensors (*)(AOTIModelContainerRunner*, const Tensors&, void*)>(kRunnerRun);
-  Run run;
+  Run marked;
   return real(this, inputs, stream_handle);
 }
 
 Tensors AOTIModelContainerRunner::boxed_run(Tensors&& inputs, void* stream_handle) {
   static const auto real = Real<Tensors (*)(AOTIModelContainerRunner*, Tensors&&, void*)>(kRunnerBoxedRun);
-  Run run;
+  Run marked;
   return real(this, std::move(inputs), stream_handle);
 }
 

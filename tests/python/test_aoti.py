@@ -154,6 +154,27 @@ def test_bad_arguments_say_what_to_pass(package, torchscan):
 
 # --- an attached C++ server ----------------------------------------------------
 
+def defined_symbols(library):
+    out = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True,
+                         check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+
+def test_the_attach_library_interposes_on_libtorchs_own_run_functions():
+    # attach.lds names the mangled symbols by hand: a torch release that
+    # renamed them would leave the interposer unexported (GNU ld ignores a
+    # name it does not find), and an attached server undercounting again.
+    exported = defined_symbols(ATTACH_LIBRARY)
+    aoti = {s for s in exported if "AOTIModel" in s}
+    assert exported == {"pthread_create", "torchscan_attach_marks_aotinductor"} | aoti
+    assert {s.split("AOTIModel")[1] for s in aoti} == {
+        "PackageLoader3runERKSt6vectorIN2at6TensorESaIS4_EEPv",
+        "PackageLoader9boxed_runEOSt6vectorIN2at6TensorESaIS4_EEPv",
+        "ContainerRunner3runERKSt6vectorIN2at6TensorESaIS4_EEPv",
+        "ContainerRunner9boxed_runEOSt6vectorIN2at6TensorESaIS4_EEPv"}
+    assert aoti <= defined_symbols(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+
+
 def serve(package, *extra, output=None, env=None, requests=3, workers=2, via="run"):
     cmd = [str(SERVER), "--package", str(package["path"]), "--requests", str(requests), "--workers",
            str(workers), "--input", ",".join(map(str, INPUT_SHAPE)), "--via", via, *extra]
