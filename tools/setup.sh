@@ -36,7 +36,7 @@ $PY -m pip install -q -c tools/constraints.txt -r tools/requirements-test.txt
 # Also the attach library (tools/attach.py) and the example servers the tests drive.
 log "bazel build //:torchscan"
 bazel build //:torchscan //torchscan_dispatch:libtorchscan_attach.so //tests:libconflicting_fallback.so \
-  //tests:example_server //tests:example_server_scanned 2>&1 |
+  //tests:example_server //tests:example_server_scanned //tests:aoti_server 2>&1 |
   # Quiet, but keep Bazel's action count ("1 process: 1 internal" = nothing
   # rebuilt); awk, unlike grep, exits 0 on empty output, so a failed build
   # (pipefail) stops setup instead of installing a stale libtorchscan.so.

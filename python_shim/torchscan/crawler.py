@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from torch.utils._pytree import tree_flatten
 
+from torchscan import _aoti
 from torchscan import distributed as _distributed
 from torchscan import handlers as _handlers
 from torchscan import token_flow, tokens
@@ -273,7 +274,13 @@ def _eval(module: nn.Module, modules: list) -> None:
 def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, device, custom_mapping, memory,
                   custom_modules=None, trace=False) -> dict:
     if not isinstance(module, nn.Module):
-        raise TypeError(f"torchscan.crawl_module: module must be a torch.nn.Module, got {type(module).__name__}")
+        hint = ""
+        if _aoti.is_exported_program(module):
+            hint = "; for an ExportedProgram, pass ep.module() (its layers are one flat graph)"
+        elif _aoti.is_aoti_model(module):
+            hint = f"; {_aoti.AOTI_HINT}"
+        raise TypeError(f"torchscan.crawl_module: module must be a torch.nn.Module, got {type(module).__name__}"
+                        + hint)
     if not isinstance(memory, bool):
         raise TypeError(f"torchscan.crawl_module: memory must be True or False, got {type(memory).__name__}")
     if not isinstance(trace, bool):

@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from torchscan import _checkpoint, _compiled
+from torchscan import _aoti, _checkpoint, _compiled
 from torchscan import distributed as _distributed
 from torchscan._library import Session
 from torchscan._modules import ModuleLabels
@@ -275,7 +275,16 @@ def measure_flops(workload: Callable[[], Any], *, custom_mapping: Optional[Mappi
     default: it adds Python hooks to every module call.
     Errors raised by the workload propagate unchanged. A generator or async
     function is refused (calling it runs none of its body): pass a plain function.
+    A torch.export ExportedProgram is run on the inputs it was exported with
+    (`ep.module()(*args, **kwargs)` from `ep.example_inputs`): the way to
+    count a model deployed with AOTInductor, whose compiled kernels a scan
+    cannot see.
     """
+    if _aoti.is_exported_program(workload):
+        workload = _aoti.exported_workload(workload, "measure_flops")
+    elif _aoti.is_aoti_model(workload):
+        raise TypeError("torchscan.measure_flops(workload): got an AOTInductor model, not a zero-argument "
+                        f"workload; {_aoti.AOTI_HINT}. For its lower bound, pass lambda: model(*args)")
     if not callable(workload):
         raise TypeError("torchscan.measure_flops(workload): workload must be a zero-argument callable, "
                         f"got {type(workload).__name__}")

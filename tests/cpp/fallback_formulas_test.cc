@@ -521,5 +521,22 @@ TEST(GroupedMatmul, PackedRowsCountTwoPerInputElementPerOutputColumn) {
   EXPECT_EQ(r.value, 144);
 }
 
+TEST(CompiledRegion, IsUnknownWorkNamingTheBackend) {
+  // A compiled region's kernels ran outside the dispatcher: never a count,
+  // always the compiled_region code, and the wording fits the backend.
+  const FormulaResult inductor =
+      Evaluate("torchscan::compiled_region", CallBuilder("torchscan::compiled_region").Str("inductor"));
+  EXPECT_EQ(inductor.status, MetricStatus::kUnavailable);
+  EXPECT_EQ(inductor.code, "compiled_region");
+  EXPECT_NE(inductor.message.find("torch.compile graph (inductor)"), std::string::npos) << inductor.message;
+  const FormulaResult aoti =
+      Evaluate("torchscan::compiled_region", CallBuilder("torchscan::compiled_region").Str("aotinductor"));
+  EXPECT_EQ(aoti.status, MetricStatus::kUnavailable);
+  EXPECT_EQ(aoti.code, "compiled_region");
+  // It names AOTInductor and says what to count instead.
+  EXPECT_NE(aoti.message.find("AOTInductor package (aotinductor)"), std::string::npos) << aoti.message;
+  EXPECT_NE(aoti.message.find("torch.export.export(model, args)"), std::string::npos) << aoti.message;
+}
+
 }  // namespace
 }  // namespace torchscan
