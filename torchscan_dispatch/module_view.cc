@@ -83,7 +83,7 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
       sums_exact = AddCount(t.known[m], value) && sums_exact;
       t.complete[m] = t.complete[m] && !incomplete && t.known[m].exact();
       auto note = [&](const std::string& code, const std::string& message) {
-        auto& issue = issues[{code, info.packet, m}];
+        auto& issue = issues[{IssueKey(code, message), info.packet, m}];
         if (issue.first++ == 0) issue.second = message;
       };
       if (refused && !reported) {
@@ -113,7 +113,7 @@ reports::ModuleTally FinishModuleView(ModuleSums sums, const TallyContext& conte
                          "module-view formula");
   for (const auto& [key, issue] : issues) {
     const auto& [code, op, m] = key;
-    t.diagnostics.push_back({code, "warning", reports::kModuleMetricNames[m],
+    t.diagnostics.push_back({IssueCode(code), "warning", reports::kModuleMetricNames[m],
                              absl::StrCat(op, ": ", issue.second), op, std::nullopt, issue.first});
   }
   if (context.unattributed_calls > 0) {

@@ -47,6 +47,12 @@ OpCall CallOf(const Event& e, const OpInfo& info) {
 
 }  // namespace
 
+std::string IssueKey(const std::string& code, const std::string& message) {
+  return code == "compiled_region" ? absl::StrCat(code, "\x1f", message) : code;
+}
+
+std::string IssueCode(const std::string& key) { return key.substr(0, key.find('\x1f')); }
+
 bool AddCount(Count& sum, const Count& value) {
   const bool was_exact = sum.exact();
   sum += value;
@@ -209,7 +215,7 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
     bool incomplete = false;  // whether it leaves work uncounted
     bool sums_exact = true;   // no sum passed 2^128 - 1 with this call
     auto issue = [&](const std::string& code, const std::string& message) {
-      auto& entry = formula_issues[{code, info.packet}];
+      auto& entry = formula_issues[{IssueKey(code, message), info.packet}];
       if (entry.first++ == 0) entry.second = message;
     };
     if (e.raised) {
@@ -288,7 +294,7 @@ reports::FlopTally FinishOperatorView(OperatorSums sums, const TallyContext& con
   }
   gaps.AppendDiagnostics(t.diagnostics, {"operator_flops"}, "FLOP formula");
   for (const auto& [key, issue] : formula_issues) {
-    t.diagnostics.push_back({key.first, "warning", "operator_flops",
+    t.diagnostics.push_back({IssueCode(key.first), "warning", "operator_flops",
                              absl::StrCat(key.second, ": ", issue.second), key.second,
                              std::nullopt, issue.first});
   }

@@ -64,6 +64,14 @@ struct Gaps {
                          const std::string& what) const;
 };
 
+// Formula issues are grouped by code and operator, keeping the first call's
+// message. A compiled region's message names what compiled it (torch.compile
+// or AOTInductor), and one scan may run both: its issues are grouped by
+// message too. IssueKey is the code part of a group's key; IssueCode
+// recovers the code from it.
+std::string IssueKey(const std::string& code, const std::string& message);
+std::string IssueCode(const std::string& key);
+
 // sum += value; false when this addition took `sum` past 2^128 - 1 (it
 // then keeps its value before it: a lower bound).
 bool AddCount(Count& sum, const Count& value);

@@ -89,6 +89,27 @@ def test_package_runs_are_partial_with_an_aotinductor_diagnostic(package, torchs
     torch.testing.assert_close(compiled(x), package["model"](x))
 
 
+def test_a_compiled_graph_and_a_package_get_a_diagnostic_each(package, torchscan):
+    # One torch.compile graph run and two package runs in one scan: two
+    # compiled_region diagnostics, each worded for what compiled it and
+    # counting its own runs, in the operator view and in the module view.
+    compiled = torch._inductor.aoti_load_package(str(package["path"]))
+    doubled = torch.compile(lambda t: (t * 2).sin())
+    t = torch.ones(4)
+    doubled(t)  # compiled outside the scan
+    x = package["x"]
+    with torch.no_grad():
+        with torchscan.scan() as s:
+            doubled(t), compiled(x), compiled(x)
+    for diagnostics, metric in ((s.report()["diagnostics"], "operator_flops"),
+                                (s.module_report()["diagnostics"], "module_flops")):
+        regions = [d for d in diagnostics if d["code"] == "compiled_region" and d["metric"] == metric]
+        assert sorted((("AOTInductor" in d["message"]), d["calls"]) for d in regions) == [(False, 1), (True, 2)]
+        assert all(d["operator"] == "torchscan.compiled_region" for d in regions)
+        (graph,) = [d for d in regions if "AOTInductor" not in d["message"]]
+        assert "torch.compile graph (inductor)" in graph["message"]
+
+
 def test_runner_entry_points_are_marked_too(package, torchscan, tmp_path):
     # torch._export.aot_load and the bare runner take the package's model .so.
     with zipfile.ZipFile(package["path"]) as z:
