@@ -94,8 +94,8 @@ def check(binary: str, command: list, env: dict) -> None:
     if not torch_libraries(binary):
         refuse(f"{binary} is not dynamically linked against LibTorch (ldd finds no libc10.so / "
                "libtorch_cpu.so). A statically linked binary cannot be scanned from outside; for a wrapper "
-               "command (taskset, a shell script), attach the LibTorch binary it runs instead, e.g. "
-               "taskset -c 0 python3 tools/attach.py ... -- ./server")
+               "command (taskset, a shell script) or a host that loads LibTorch with dlopen, pass --wrapper, "
+               "or run the launcher under the wrapper: taskset -c 0 python3 tools/attach.py ... -- ./server")
     try:
         trace = subprocess.run([binary, *command[1:]], env={**env, "LD_TRACE_LOADED_OBJECTS": "1"},
                                capture_output=True, text=True, timeout=60)
@@ -135,6 +135,11 @@ def main(argv=None) -> int:
     parser.add_argument("--library", type=Path, default=None, help="libtorchscan_attach.so to preload")
     parser.add_argument("--report-on-sigterm", action="store_true",
                         help="on SIGTERM (a container's stop signal), write the report, then end as SIGTERM does")
+    parser.add_argument("--wrapper", action="store_true",
+                        help="the command is not itself a LibTorch binary: a wrapper (taskset, a shell script) "
+                             "that runs one, or a host that loads LibTorch later with dlopen. Skips the checks "
+                             "and preloads libtorchscan_preload.so, which attaches once LibTorch is in a process; "
+                             "the attach library still refuses another torch when it loads")
     parser.add_argument("--hold-calls", action="store_true",
                         help="keep every recorded call until the report (a full scan) instead of folding calls "
                              "into the report's sums as requests finish (streaming, the default)")
@@ -164,8 +169,17 @@ def main(argv=None) -> int:
         refuse(f"{command[0]} is not an executable file")
 
     env = dict(os.environ)
-    env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
-    check(binary, command, env)
+    if args.wrapper:
+        # No check can see the LibTorch binary behind a wrapper or a later
+        # dlopen: the libraries decide when they load (the attach library
+        # prints why it does not attach, and the program runs unscanned).
+        library = library.parent / "libtorchscan_preload.so"
+        if not library.exists():
+            refuse(f"{library} does not exist; build it with `bash tools/setup.sh`")
+        env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
+    else:
+        env["LD_PRELOAD"] = ":".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
+        check(binary, command, env)
 
     env["TORCHSCAN_ATTACH_OUTPUT"] = str(Path(args.output).resolve())
     if args.trace is not None:

@@ -29,7 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBS = {"libtorchscan.so.0": "bazel-bin/torchscan_dispatch/libtorchscan.so",
-        "libtorchscan_attach.so": "bazel-bin/torchscan_dispatch/libtorchscan_attach.so"}
+        "libtorchscan_attach.so": "bazel-bin/torchscan_dispatch/libtorchscan_attach.so",
+        "libtorchscan_preload.so": "bazel-bin/torchscan_dispatch/libtorchscan_preload.so"}
 
 
 def _version() -> str:

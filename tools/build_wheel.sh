@@ -6,6 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/env.sh
-bazel build //:torchscan //torchscan_dispatch:libtorchscan_attach.so 2>&1 |
+bazel build //:torchscan //torchscan_dispatch:libtorchscan_attach.so //torchscan_dispatch:libtorchscan_preload.so 2>&1 |
   awk '/^INFO: [0-9]+ process/ || !/^(INFO|Loading|Analyzing)/'
 exec "${TORCHSCAN_PYTHON:-python3}" tools/build_wheel.py "$@"

@@ -6,6 +6,7 @@
 #   PREFIX/lib/libtorchscan.so.<version>   SONAME libtorchscan.so.<major>,
 #                               plus the .so.<major> and .so links
 #   PREFIX/lib/libtorchscan_attach.so      the attach library (tools/attach.py --library)
+#   PREFIX/lib/libtorchscan_preload.so     what tools/attach.py --wrapper preloads (beside the attach library)
 #   PREFIX/lib/cmake/TorchScan/            find_package(TorchScan CONFIG) -> TorchScan::torchscan
 #   PREFIX/lib/pkgconfig/torchscan.pc      pkg-config --cflags --libs torchscan
 #
@@ -31,7 +32,7 @@ SONAME=$(sed -n 's/.*-soname,\(libtorchscan\.so\.[0-9]*\).*/\1/p' torchscan_disp
   exit 1
 }
 
-bazel build //:torchscan //torchscan_dispatch:libtorchscan_attach.so 2>&1 |
+bazel build //:torchscan //torchscan_dispatch:libtorchscan_attach.so //torchscan_dispatch:libtorchscan_preload.so 2>&1 |
   awk '/^INFO: [0-9]+ process/ || !/^(INFO|Loading|Analyzing)/'
 
 # Headers: the public ones, their in-repository include paths rewritten to
@@ -54,6 +55,7 @@ install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan.so "$LIB/libtorchscan.
 ln -sf "libtorchscan.so.$VERSION" "$LIB/libtorchscan.so.$MAJOR"
 ln -sf "libtorchscan.so.$MAJOR" "$LIB/libtorchscan.so"
 install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan_attach.so "$LIB/libtorchscan_attach.so"
+install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan_preload.so "$LIB/libtorchscan_preload.so"
 
 # The torch the library was built against: consumers must build against it.
 read -r TORCH_DIR TORCH_VERSION ABI < <($PY -c "import os, torch; print(os.path.dirname(torch.__file__), torch.__version__, int(torch._C._GLIBCXX_USE_CXX11_ABI))")

@@ -35,20 +35,23 @@ $PY -m pip install -q -c tools/constraints.txt -r tools/requirements-test.txt
 # 3. Build the plugin against the installed torch and put it beside the shim.
 # Also the attach library (tools/attach.py) and the example servers the tests drive.
 log "bazel build //:torchscan"
-bazel build //:torchscan //torchscan_dispatch:libtorchscan_attach.so //tests:libconflicting_fallback.so \
-  //tests:example_server //tests:example_server_scanned //tests:aoti_server 2>&1 |
+bazel build //:torchscan //torchscan_dispatch:libtorchscan_attach.so //torchscan_dispatch:libtorchscan_preload.so \
+  //tests:libconflicting_fallback.so //tests:example_server //tests:example_server_scanned //tests:aoti_server \
+  //tests:dlopen_host //tests:libexample_server.so 2>&1 |
   # Quiet, but keep Bazel's action count ("1 process: 1 internal" = nothing
   # rebuilt); awk, unlike grep, exits 0 on empty output, so a failed build
   # (pipefail) stops setup instead of installing a stale libtorchscan.so.
   awk '/^INFO: [0-9]+ process/ || !/^(INFO|Loading|Analyzing)/'
 test -f bazel-bin/torchscan_dispatch/libtorchscan.so
 test -f bazel-bin/torchscan_dispatch/libtorchscan_attach.so
+test -f bazel-bin/torchscan_dispatch/libtorchscan_preload.so
 mkdir -p python_shim/torchscan/_lib
 # Named by its SONAME: the attach library needs it as libtorchscan.so.0
 # beside itself, and a process that loads both then has one engine.
 rm -f python_shim/torchscan/_lib/libtorchscan.so
 install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan.so python_shim/torchscan/_lib/libtorchscan.so.0
 install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan_attach.so python_shim/torchscan/_lib/libtorchscan_attach.so
+install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan_preload.so python_shim/torchscan/_lib/libtorchscan_preload.so
 
 # 4. `import torchscan` from anywhere: a .pth file naming the shim folder.
 SITE=$($PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

@@ -426,9 +426,13 @@ __attribute__((constructor)) void Attach() {
   unsetenv("TORCHSCAN_ATTACH_SIGNAL_HELD");
   unsetenv("TORCHSCAN_ATTACH_REPORT_ON_TERM");
   unsetenv("TORCHSCAN_ATTACH_TERM_HELD");
+  // Loaded by libtorchscan_preload.so after the program started (a host that
+  // dlopened LibTorch): threads that exist already join on their first operator.
+  const bool late = std::getenv("TORCHSCAN_ATTACH_LATE") != nullptr;
+  unsetenv("TORCHSCAN_ATTACH_LATE");
   ScanOptions options;
   options.threads = Threads::kAll;
-  options.join_on_first_call = false;     // threads join at creation (pthread_create below)
+  options.join_on_first_call = late;      // otherwise threads join at creation (pthread_create below)
   options.record_owned_children = false;  // same reports, fewer calls recorded
   if (const char* ts = std::getenv("TORCHSCAN_ATTACH_TORCHSCRIPT_SCOPES"); ts && std::string(ts) == "0") {
     options.torchscript_scopes = false;
@@ -466,14 +470,23 @@ __attribute__((constructor)) void Attach() {
 }  // namespace
 }  // namespace torchscan
 
-// Interposes on the binary's pthread_create (the only symbol this library
-// exports, see attach.lds).
-extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*fn)(void*), void* arg) {
-  using Create = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
-  static const Create real = reinterpret_cast<Create>(dlsym(RTLD_NEXT, "pthread_create"));
+using Create = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+
+// A thread start through `real`, joining the scan when attached. Also what
+// libtorchscan_preload.so (preload.cc) calls from its own pthread_create
+// when it loaded this library after the program started.
+extern "C" int torchscan_attach_pthread_create(Create real, pthread_t* thread, const pthread_attr_t* attr,
+                                               void* (*fn)(void*), void* arg) {
   if (torchscan::attached == nullptr) return real(thread, attr, fn, arg);
   auto* start = new torchscan::Start{fn, arg};
   const int rc = real(thread, attr, &torchscan::StartJoined, start);
   if (rc != 0) delete start;
   return rc;
+}
+
+// Interposes on the binary's pthread_create (see attach.lds for what this
+// library exports).
+extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*fn)(void*), void* arg) {
+  static const Create real = reinterpret_cast<Create>(dlsym(RTLD_NEXT, "pthread_create"));
+  return torchscan_attach_pthread_create(real, thread, attr, fn, arg);
 }

@@ -16,6 +16,8 @@
 // spares every ATen call the RecordFunction input boxing.
 //
 // Prints "served K" after each request and "elapsed_seconds S" at the end.
+// Built as `libexample_server.so` (EXAMPLE_SERVER_LIBRARY) it is a library
+// whose example_server_main a host without LibTorch dlopens and calls.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/jit/api/module.h>
@@ -58,7 +60,13 @@ int Usage(const char* why) {
 
 }  // namespace
 
+#ifdef EXAMPLE_SERVER_LIBRARY
+// libexample_server.so: the same server as a library a host dlopens
+// (tests/cpp/dlopen_host.cc), which is how LibTorch first enters that host.
+extern "C" __attribute__((visibility("default"))) int example_server_main(int argc, char** argv) {
+#else
 int main(int argc, char** argv) {
+#endif
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];

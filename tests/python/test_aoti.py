@@ -187,7 +187,9 @@ def test_the_attach_library_interposes_on_libtorchs_own_run_functions():
     # name it does not find), and an attached server undercounting again.
     exported = defined_symbols(ATTACH_LIBRARY)
     aoti = {s for s in exported if "AOTIModel" in s}
-    assert exported == {"pthread_create", "torchscan_attach_marks_aotinductor"} | aoti
+    assert exported == {"pthread_create", "torchscan_attach_pthread_create", "torchscan_attach_marks_aotinductor"} | aoti
+    # libtorchscan_preload.so (tools/attach.py --wrapper) stands in for the same four.
+    assert defined_symbols(ATTACH_LIBRARY.parent / "libtorchscan_preload.so") == {"dlopen", "pthread_create"} | aoti
     assert {s.split("AOTIModel")[1] for s in aoti} == {
         "PackageLoader3runERKSt6vectorIN2at6TensorESaIS4_EEPv",
         "PackageLoader9boxed_runEOSt6vectorIN2at6TensorESaIS4_EEPv",
@@ -196,10 +198,12 @@ def test_the_attach_library_interposes_on_libtorchs_own_run_functions():
     assert aoti <= defined_symbols(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
 
 
-def serve(package, *extra, output=None, env=None, requests=3, workers=2, via="run"):
+def serve(package, *extra, output=None, env=None, requests=3, workers=2, via="run", wrapper=False):
     cmd = [str(SERVER), "--package", str(package["path"]), "--requests", str(requests), "--workers",
            str(workers), "--input", ",".join(map(str, INPUT_SHAPE)), "--via", via, *extra]
-    if output is not None:
+    if wrapper:  # attached through a wrapper command: libtorchscan_preload.so stands in for the interposers
+        cmd = [sys.executable, str(ATTACH), "--output", str(output), "--wrapper", "--", "taskset", "-c", "0"] + cmd
+    elif output is not None:
         cmd = [sys.executable, str(ATTACH), "--output", str(output), "--"] + cmd
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr
@@ -211,12 +215,13 @@ def serve(package, *extra, output=None, env=None, requests=3, workers=2, via="ru
     return run
 
 
-@pytest.mark.parametrize("via", ["run", "boxed_run", "runner"])
-def test_attached_server_running_a_package_is_partial(package, tmp_path, via):
+@pytest.mark.parametrize("via,wrapper", [("run", False), ("boxed_run", False), ("runner", False),
+                                         ("run", True), ("runner", True)])
+def test_attached_server_running_a_package_is_partial(package, tmp_path, via, wrapper):
     assert SERVER.exists(), f"{SERVER} is missing: bazel build //tests:aoti_server"
     requests = 3
     out = tmp_path / "report.json"
-    serve(package, output=out, requests=requests, via=via)
+    serve(package, output=out, requests=requests, via=via, wrapper=wrapper)
     report = json.loads(out.read_text())
     flops = report["operator_flops"]
     # Once per request, whatever the entry point: AOTIModelPackageLoader::run
