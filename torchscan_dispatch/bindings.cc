@@ -183,6 +183,8 @@ TORCH_LIBRARY(torchscan, m) {
       .def("recorded_operators", [](const Self& s) { return s->session.RecordedOperators(); })
       .def("recorded_calls", [](const Self& s) { return static_cast<int64_t>(s->session.recorded_calls()); })
       .def("held_calls", [](const Self& s) { return static_cast<int64_t>(s->session.held_calls()); })
+      .def("begin_request", [](const Self& s, std::string id) { Raise(s->session.BeginRequest(id)); })
+      .def("end_request", [](const Self& s) { Raise(s->session.EndRequest()); })
       .def("deferred_calls", [](const Self& s) { return Value(s->session.DeferredCallsJson()); })
       .def("set_deferred_results",
            [](const Self& s, std::string json) { Raise(s->session.SetDeferredResultsJson(json)); })

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import warnings
@@ -155,6 +156,19 @@ class FlopScan:
             # In a torch.distributed job: the rank's context and its collectives' bytes.
             _distributed.add_to_report(self._report, self._session)
         return self._report
+
+    @contextlib.contextmanager
+    def request(self, request_id: str):
+        """Tags the calling thread's calls made inside the `with` block as one
+        request: the scan report's `requests` give its totals, its layer
+        rows carry its id, and a trace links its slices. Requests do not nest."""
+        if not isinstance(request_id, str) or not request_id:
+            raise TypeError(f"torchscan: a request id must be a non-empty string, got {request_id!r}")
+        self._session.begin_request(request_id)
+        try:
+            yield self
+        finally:
+            self._session.end_request()
 
     def held_calls(self) -> int:
         """Calls the scan holds in memory now: all it recorded, less those a

@@ -149,3 +149,35 @@ def test_streaming_equals_full_on_unusual_call_trees(hostile, name):
         assert st["held"] < full["calls"]
     if name in ("raising", "compiled"):  # the raised call and the compiled graph stay visible
         assert full["flops"]["total"]["status"] == "partial"
+
+
+def test_python_requests_are_totalled_alike_in_full_and_streaming_scans():
+    # mm of (2,3)@(3,4): 2*2*3*4 = 48 FLOPs per call; q1 makes one, q2 two.
+    a, b = torch.ones(2, 3), torch.ones(3, 4)
+    reports = []
+    for streaming in (False, True):
+        with FlopScan(streaming=streaming, _fold_every=1) as s:
+            with s.request("q1"):
+                torch.mm(a, b)
+            with s.request("q2"):
+                torch.mm(a, b)
+                torch.mm(a, b)
+            torch.mm(a, b)  # outside any request
+        r = s.scan_report()
+        assert [(q["request"], q["totals"]["operator_flops"]["value"]) for q in r["requests"]] == [("q1", 48),
+                                                                                                   ("q2", 96)]
+        assert r["operator_flops"]["total"]["value"] == 4 * 48
+        r["context"].pop("streaming")
+        reports.append(r)
+    assert reports[0] == reports[1]
+    with FlopScan() as s:
+        with pytest.raises(RuntimeError, match="already open"):
+            with s.request("outer"):
+                with s.request("inner"):
+                    pass
+        with pytest.raises(TypeError, match="non-empty string"):
+            with s.request(""):
+                pass
+    with pytest.raises(RuntimeError, match="not active"):
+        with s.request("late"):
+            pass

@@ -390,3 +390,22 @@ def test_committed_trace_figure_is_the_example_models_forward():
     assert tracks == ["scanned thread"] and not flows
     # Nested operator calls under them, the first conv's included.
     assert "aten.conv2d" in titles and "aten.convolution" in titles
+
+
+def test_python_requests_are_flows_in_a_trace():
+    # Two requests of one and two mm calls: only q2 has slices to link, so one
+    # flow, from its first mm to its second, each slice naming its request.
+    a, b = torch.ones(2, 3), torch.ones(3, 4)
+    with torchscan.scan(trace=True) as s:
+        with s.request("q1"):
+            torch.mm(a, b)
+        with s.request("q2"):
+            torch.mm(a, b)
+            torch.mm(a, b)
+    trace = s.trace()
+    _check_format(trace)
+    mms = [e for e in _slices(trace, "operator") if e["name"] == "aten.mm"]
+    assert [e["args"]["request"] for e in mms] == ["q1", "q2", "q2"]
+    linked = [e for e in mms if "bind_id" in e]
+    assert len(linked) == 2 and linked[0]["bind_id"] == linked[1]["bind_id"]
+    assert linked[0].get("flow_out") and linked[1].get("flow_in")
