@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "torchscan_dispatch/aoti_runs.h"
 #include "torchscan_dispatch/torchscan.h"
 
 namespace {
@@ -80,14 +81,9 @@ struct Run {
   Run& operator=(const Run&) = delete;
 };
 
-// The mangled names, checked against `nm -D --defined-only libtorch_cpu.so`
-// of torch 2.13 and exported by attach.lds.
-constexpr char kLoaderRun[] = "_ZN5torch8inductor22AOTIModelPackageLoader3runERKSt6vectorIN2at6TensorESaIS4_EEPv";
-constexpr char kLoaderBoxedRun[] =
-    "_ZN5torch8inductor22AOTIModelPackageLoader9boxed_runEOSt6vectorIN2at6TensorESaIS4_EEPv";
-constexpr char kRunnerRun[] = "_ZN5torch8inductor24AOTIModelContainerRunner3runERKSt6vectorIN2at6TensorESaIS4_EEPv";
-constexpr char kRunnerBoxedRun[] =
-    "_ZN5torch8inductor24AOTIModelContainerRunner9boxed_runEOSt6vectorIN2at6TensorESaIS4_EEPv";
+// The mangled names (aoti_runs.h), checked against `nm -D --defined-only
+// libtorch_cpu.so` of torch 2.13 and exported by attach.lds.
+using torchscan::kAotiRuns;
 
 }  // namespace
 
@@ -96,25 +92,25 @@ constexpr char kRunnerBoxedRun[] =
 namespace torch::inductor {
 
 Tensors AOTIModelPackageLoader::run(const Tensors& inputs, void* stream_handle) {
-  static const auto real = Real<Tensors (*)(AOTIModelPackageLoader*, const Tensors&, void*)>(kLoaderRun);
+  static const auto real = Real<Tensors (*)(AOTIModelPackageLoader*, const Tensors&, void*)>(kAotiRuns[torchscan::kLoaderRun]);
   Run marked;
   return real(this, inputs, stream_handle);
 }
 
 Tensors AOTIModelPackageLoader::boxed_run(Tensors&& inputs, void* stream_handle) {
-  static const auto real = Real<Tensors (*)(AOTIModelPackageLoader*, Tensors&&, void*)>(kLoaderBoxedRun);
+  static const auto real = Real<Tensors (*)(AOTIModelPackageLoader*, Tensors&&, void*)>(kAotiRuns[torchscan::kLoaderBoxedRun]);
   Run marked;
   return real(this, std::move(inputs), stream_handle);
 }
 
 Tensors AOTIModelContainerRunner::run(const Tensors& inputs, void* stream_handle) {
-  static const auto real = Real<Tensors (*)(AOTIModelContainerRunner*, const Tensors&, void*)>(kRunnerRun);
+  static const auto real = Real<Tensors (*)(AOTIModelContainerRunner*, const Tensors&, void*)>(kAotiRuns[torchscan::kRunnerRun]);
   Run marked;
   return real(this, inputs, stream_handle);
 }
 
 Tensors AOTIModelContainerRunner::boxed_run(Tensors&& inputs, void* stream_handle) {
-  static const auto real = Real<Tensors (*)(AOTIModelContainerRunner*, Tensors&&, void*)>(kRunnerBoxedRun);
+  static const auto real = Real<Tensors (*)(AOTIModelContainerRunner*, Tensors&&, void*)>(kAotiRuns[torchscan::kRunnerBoxedRun]);
   Run marked;
   return real(this, std::move(inputs), stream_handle);
 }

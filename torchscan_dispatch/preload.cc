@@ -32,6 +32,8 @@
 #include <cstring>
 #include <string>
 
+#include "torchscan_dispatch/aoti_runs.h"
+
 namespace {
 
 using Create = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
@@ -89,13 +91,7 @@ void LoadAttach(bool late) {
 }  // namespace
 
 #if defined(__x86_64__)
-// Mangled names as attach.lds spells them (AOTIModelPackageLoader::run and
-// ::boxed_run, AOTIModelContainerRunner::run and ::boxed_run).
-#define TORCHSCAN_AOTI_RUNS(X)                                                        \
-  X(0, _ZN5torch8inductor22AOTIModelPackageLoader3runERKSt6vectorIN2at6TensorESaIS4_EEPv) \
-  X(1, _ZN5torch8inductor22AOTIModelPackageLoader9boxed_runEOSt6vectorIN2at6TensorESaIS4_EEPv) \
-  X(2, _ZN5torch8inductor24AOTIModelContainerRunner3runERKSt6vectorIN2at6TensorESaIS4_EEPv) \
-  X(3, _ZN5torch8inductor24AOTIModelContainerRunner9boxed_runEOSt6vectorIN2at6TensorESaIS4_EEPv)
+// The functions and their names: aoti_runs.h.
 
 // Where each run function jumps: never null once this library's
 // initialiser ran in a process that has LibTorch (a call can only come from
@@ -112,15 +108,11 @@ TORCHSCAN_AOTI_RUNS(TORCHSCAN_TRAMPOLINE)
 
 namespace {
 void ResolveAotiRuns() {
-  static const char* const kNames[4] = {
-#define TORCHSCAN_NAME(i, name) #name,
-      TORCHSCAN_AOTI_RUNS(TORCHSCAN_NAME)
-#undef TORCHSCAN_NAME
-  };
+  using torchscan::kAotiRuns;
   pthread_mutex_lock(&load_mu);
   for (int i = 0; i < 4; ++i) {
-    void* fn = attach_handle ? dlsym(attach_handle, kNames[i]) : nullptr;  // marks the run, then LibTorch's
-    if (fn == nullptr) fn = dlsym(RTLD_NEXT, kNames[i]);                  // LibTorch's own
+    void* fn = attach_handle ? dlsym(attach_handle, kAotiRuns[i]) : nullptr;  // marks the run, then LibTorch's
+    if (fn == nullptr) fn = dlsym(RTLD_NEXT, kAotiRuns[i]);                  // LibTorch's own
     if (fn != nullptr) __atomic_store_n(&torchscan_preload_aoti[i], fn, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&load_mu);

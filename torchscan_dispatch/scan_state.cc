@@ -26,7 +26,7 @@ std::atomic<int64_t>& UnattributedCalls() {
 
 int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         absl::Span<const c10::IValue> args) {
-  if (C10_UNLIKELY(folder != nullptr) && open_ < 0 && events_.size() >= fold_every) FoldSettled();
+  MaybeFold();
   if (C10_UNLIKELY(torchscript_scopes) && open_ < 0) SyncTorchScriptScopes();
   if (C10_UNLIKELY(control_flow_stop_)) control_flow_stop_ = false;  // the stop was caught
   // A profiler started inside the scan takes the allocator reports while it runs.
@@ -159,7 +159,7 @@ bool Recorder::PopScope(int32_t id, bool failed, std::vector<uintptr_t> outputs)
   scopes_[id].outputs = std::move(outputs);
   scopes_[id].failed = scopes_[id].failed || failed;
   scope_ = scopes_[id].parent;
-  if (C10_UNLIKELY(folder != nullptr) && open_ < 0 && events_.size() >= fold_every) FoldSettled();
+  MaybeFold();
   return true;
 }
 
@@ -174,7 +174,7 @@ bool Recorder::EndRequest() {
   if (request_ < 0) return false;
   requests_[request_].open = false;
   request_ = -1;
-  if (C10_UNLIKELY(folder != nullptr) && open_ < 0 && events_.size() >= fold_every) FoldSettled();
+  MaybeFold();
   return true;
 }
 

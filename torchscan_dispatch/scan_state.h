@@ -199,6 +199,10 @@ class Recorder {
   void LeaveTorchScriptFunction();   // ... and returned (or raised)
 
  private:
+  // Streaming: folds the calls held when nothing is open and fold_every are held.
+  void MaybeFold() {
+    if (C10_UNLIKELY(folder != nullptr) && open_ < 0 && events_.size() >= fold_every) FoldSettled();
+  }
   void FoldSettled();
   void SyncTorchScriptScopes();
   void CloseTorchScriptScopes(size_t keep, bool failed);

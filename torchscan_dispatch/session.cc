@@ -473,28 +473,26 @@ Status Session::ExitModuleLabel(std::string_view label) {
 
 bool Session::active() const { return state_->phase == Phase::kActive; }
 
-size_t Session::recorded_calls() const {
-  const State& s = *state_;
-  if (s.options.threads == Threads::kCurrent) return s.recorder.recorded();
+namespace {
+// `count` summed over the recorders of the scan (each thread log locked).
+size_t SumOverRecorders(const Session::State& s, absl::FunctionRef<size_t(const Recorder&)> count) {
+  if (s.options.threads == Threads::kCurrent) return count(s.recorder);
   size_t n = 0;
   for (const auto& log : s.ThreadLogs()) {
     log->Lock();
-    n += log->recorder.recorded();
+    n += count(log->recorder);
     log->Unlock();
   }
   return n;
 }
+}  // namespace
+
+size_t Session::recorded_calls() const {
+  return SumOverRecorders(*state_, [](const Recorder& r) { return static_cast<size_t>(r.recorded()); });
+}
 
 size_t Session::held_calls() const {
-  const State& s = *state_;
-  if (s.options.threads == Threads::kCurrent) return s.recorder.events().size();
-  size_t n = 0;
-  for (const auto& log : s.ThreadLogs()) {
-    log->Lock();
-    n += log->recorder.events().size();
-    log->Unlock();
-  }
-  return n;
+  return SumOverRecorders(*state_, [](const Recorder& r) { return r.events().size(); });
 }
 
 std::vector<std::string> Session::RecordedOperators() const {
@@ -648,10 +646,7 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, boo
     return folded && i < folded->scopes.size() && folded->scopes[i].folded ? &folded->scopes[i] : nullptr;
   };
   for (size_t i = 0; i < scopes.size(); ++i) {
-    if (const FoldedRow* f = folded_row(i)) {
-      layers[i].known = f->known;
-      layers[i].complete = f->complete;
-    }
+    if (const FoldedRow* f = folded_row(i)) StartRow(layers[i], *f);
   }
   {
     OperatorSums op_sums;  // the totals are FlopJson's; only the rows are wanted here
@@ -1051,8 +1046,7 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
       // Streaming scans: the folded requests' values and calls first.
       if (const Folded* f = by_request.set->folded()) {
         for (size_t q = 0; q < rows.size() && q < f->scopes.size(); ++q) {
-          rows[q].known = f->scopes[q].known;
-          rows[q].complete = f->scopes[q].complete;
+          StartRow(rows[q], f->scopes[q]);
           calls[q] = f->scopes[q].calls;
         }
       }

@@ -48,6 +48,13 @@ struct FoldedRow {
   std::optional<Field> field;    // module calls: the output's field (nullopt: not seen)
 };
 
+// A report row (a module call's or a request's) starting from what its
+// folded calls gave; the calls still held are tallied onto it.
+inline void StartRow(reports::LayerTally& row, const FoldedRow& folded) {
+  row.known = folded.known;
+  row.complete = folded.complete;
+}
+
 // The sums of the folded calls of one recorder, or of several (EventSet).
 struct Folded {
   int64_t calls = 0;
