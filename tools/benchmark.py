@@ -452,18 +452,18 @@ def rss():  # resident bytes now (VmRSS), not the high-water mark
                 return int(line.split()[1]) * 1024
 
 n, streaming = int(sys.argv[1]), sys.argv[2] == "streaming"
-a = torch.ones(4)
+a, b = torch.ones(4), torch.ones(4)
 for _ in range(1000):  # warm-up: the allocator's and the dispatcher's caches
-    torch.add(a, a)
+    torch.add(a, b)
 s = FlopScan(streaming=streaming)
 with s:
-    torch.add(a, a)
+    torch.add(a, b)
 s.report()
 before = rss()
 s = FlopScan(streaming=streaming)
 with s:
     for _ in range(n):
-        torch.add(a, a)
+        torch.add(a, b)
 during = rss()
 held = s._session.held_calls()
 t0 = time.perf_counter()
@@ -479,7 +479,7 @@ print(json.dumps({"calls": s._session.recorded_calls(), "held_calls": held, "rss
 
 
 def bench_scale(n_calls: int) -> Dict[str, Any]:
-    """n_calls of torch.add(a, b) on 4-element tensors in one scan, full and
+    """n_calls of torch.add(a, b) on two 4-element tensors in one scan, full and
     streaming, each in a fresh process: the resident memory the scan grew by
     while it ran (divided by the calls: bytes per call), the calls still
     held, and the time to build its FlopReport and its scan report."""

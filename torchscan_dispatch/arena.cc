@@ -53,6 +53,20 @@ void Arena::Clear() {
   used_ = capacity_ = 0;
 }
 
+void Arena::Rewind(const Mark& m) {
+  while (blocks_.size() > m.blocks) {
+    ReleaseBlock(blocks_.back());
+    blocks_.pop_back();
+  }
+  while (large_.size() > m.large) {
+    delete[] large_.back();
+    large_.pop_back();
+  }
+  current_ = m.current;
+  used_ = m.used;
+  capacity_ = m.capacity;
+}
+
 void Arena::NewBlock(size_t at_least) {
   if (at_least > kBlockBytes) {
     // A single oversized record: give it its own allocation, keep the

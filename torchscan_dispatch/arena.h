@@ -28,6 +28,26 @@ class Arena {
   ~Arena();
   void Clear();  // gives every block back: nothing allocated before stays valid
 
+  // Rewinding: what was allocated after GetMark() is given back by Rewind().
+  struct Mark {
+    size_t blocks = 0, large = 0;
+    unsigned char* current = nullptr;
+    size_t used = 0, capacity = 0;
+  };
+  Mark GetMark() const { return {blocks_.size(), large_.size(), current_, used_, capacity_}; }
+  void Rewind(const Mark& m);
+
+  // Grows the last allocation `p` (of `had` elements) to `n` in place when
+  // it is the last one made and its block has room; false otherwise.
+  template <class T>
+  bool Grow(T* p, size_t had, size_t n) {
+    unsigned char* end = reinterpret_cast<unsigned char*>(p + had);
+    if (p == nullptr || end != current_ + used_ || used_ + (n - had) * sizeof(T) > capacity_) return false;
+    used_ += (n - had) * sizeof(T);
+    return true;
+  }
+
+
   template <class T>
   T* Alloc(size_t n) {
     static_assert(std::is_trivially_destructible_v<T>, "arena memory is never destroyed");

@@ -292,8 +292,8 @@ std::optional<Count> OwnSlice(const ArgMeta& a, const ArgMeta* splits, int64_t r
 
 Valued Value(const Event& e, const OpInfo& info, const Spec& spec, const BlockLog<Event>& events, size_t index) {
   Valued v;
-  auto arg = [&](int i) -> const ArgMeta& { return i >= 0 && i < static_cast<int>(e.args.size()) ? e.args[i] : OpCall::kNoneArg; };
-  if (e.raised) {
+  auto arg = [&](int i) -> const ArgMeta& { return i >= 0 && i < static_cast<int>(e.args().size()) ? e.args()[i] : OpCall::kNoneArg; };
+  if (e.raised()) {
     v.reason = "the call raised: what it moved is unknown";
     return v;
   }
@@ -312,7 +312,7 @@ Valued Value(const Event& e, const OpInfo& info, const Spec& spec, const BlockLo
         int32_t p = events[j].parent;
         while (p > static_cast<int32_t>(index)) p = events[p].parent;
         if (p != static_cast<int32_t>(index)) break;  // left the subtree
-        for (const ArgMeta& a : events[j].args) {
+        for (const ArgMeta& a : events[j].args()) {
           if (a.kind == ArgKind::kString) {
             if (auto g = FindGroup(std::string(a.str())); g && g->name == std::string(a.str())) v.group = g;
           }
@@ -344,7 +344,7 @@ Valued Value(const Event& e, const OpInfo& info, const Spec& spec, const BlockLo
     v.reason = "its tensors have no concrete dense shape (nested, symbolic or sparse): their bytes are unknown";
     return v;
   }
-  if (spec.kind == Kind::kAllReduce && e.args.size() > 3 && info.name == "c10d::allreduce_" && !arg(3).is_none()) {
+  if (spec.kind == Kind::kAllReduce && e.args().size() > 3 && info.name == "c10d::allreduce_" && !arg(3).is_none()) {
     v.reason = "a sparse all-reduce (sparse_indices given): its payload depends on the indices' values";
     return v;
   }
@@ -416,8 +416,8 @@ Valued Value(const Event& e, const OpInfo& info, const Spec& spec, const BlockLo
       } else if (spec.out == -2) {
         // Functional all_to_all_single: the output is the return.
         in_own = OwnSlice(arg(spec.data), &arg(spec.splits_in), rank, n);
-        out_bytes = e.outputs.empty() ? std::nullopt : ArgBytes(e.outputs[0]);
-        out_own = e.outputs.empty() ? std::nullopt : OwnSlice(e.outputs[0], &arg(spec.splits_out), rank, n);
+        out_bytes = e.outputs().empty() ? std::nullopt : ArgBytes(e.outputs()[0]);
+        out_own = e.outputs().empty() ? std::nullopt : OwnSlice(e.outputs()[0], &arg(spec.splits_out), rank, n);
       } else {
         // shard_dim_alltoall: n equal slices each way (on shard_dim / gather_dim),
         // the output as large as the input.
@@ -540,14 +540,14 @@ void AccumulateCommunication(const BlockLog<Event>& events, OpCatalog& catalog, 
   // Which calls are collectives, and which have one among their descendants
   // (children follow their parents, so one reverse pass sees them first).
   std::vector<char> is_comm(events.size(), 0), comm_below(events.size(), 0), counted(events.size(), 0);
-  for (size_t i = 0; i < events.size(); ++i) is_comm[i] = IsCommunicationOp(catalog.Get(events[i].op).name);
+  for (size_t i = 0; i < events.size(); ++i) is_comm[i] = IsCommunicationOp(catalog.Get(events[i].op()).name);
   for (size_t i = events.size(); i-- > 0;) {
     const int32_t p = events[i].parent;
     if (p >= 0 && (is_comm[i] || comm_below[i])) comm_below[p] = 1;
   }
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
-    const OpInfo& info = catalog.Get(e.op);
+    const OpInfo& info = catalog.Get(e.op());
     if (!is_comm[i]) continue;
     // A legacy c10d_functional op decomposes into the functional ones, which
     // name the group: they are counted, not it.
@@ -565,7 +565,7 @@ void AccumulateCommunication(const BlockLog<Event>& events, OpCatalog& catalog, 
     json call = {{"index", first_index + static_cast<int64_t>(i)}, {"op", info.packet}, {"overload", info.overload}, {"collective", KindName(spec.kind)}};
     call["group"] = v.group ? GroupJson(*v.group) : json();
     // The reduction, when the recorder stored a ReduceOp (c10d) or the op names it (functional).
-    for (const ArgMeta& a : e.args) {
+    for (const ArgMeta& a : e.args()) {
       if (a.kind != ArgKind::kString) continue;
       const std::string s(a.str());
       static const char* const kOps[] = {"sum", "avg", "product", "min", "max", "band", "bor", "bxor", "premul_sum"};

@@ -29,8 +29,8 @@ std::optional<c10::DeviceType> UnreportedDevice(const BlockLog<Event>& events) {
     return std::nullopt;
   };
   for (size_t i = 0; i < events.size(); ++i) {
-    if (auto d = check(events[i].args)) return d;
-    if (auto d = check(events[i].outputs)) return d;
+    if (auto d = check(events[i].args())) return d;
+    if (auto d = check(events[i].outputs())) return d;
   }
   return std::nullopt;
 }
@@ -118,7 +118,7 @@ MemoryResult ComputeMemory(const BlockLog<Event>& events, const std::vector<Reco
     m.total_allocated += e.bytes;
     int32_t top = e.event;
     while (top >= 0 && events[top].parent >= 0) top = events[top].parent;
-    OperatorMemory& op = m.by_operator[top >= 0 ? catalog.Get(events[top].op).packet : kOutside];
+    OperatorMemory& op = m.by_operator[top >= 0 ? catalog.Get(events[top].op()).packet : kOutside];
     ++op.blocks;
     const bool temporary = top >= 0 && e.match >= 0 && Inside(events, log.entries[e.match].event, top);
     (temporary ? op.temporary : op.allocated) += e.bytes;

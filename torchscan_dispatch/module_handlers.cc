@@ -118,14 +118,18 @@ HandlerOutcome RunModuleHandlers(const std::map<std::string, RegisteredModuleHan
     calls[i].depth = scopes[i].parent >= 0 ? calls[static_cast<size_t>(scopes[i].parent)].depth + 1 : 0;
   }
   const auto& events = set.events();
+  // Handlers see each tensor's address as its identity, comparable across
+  // the calls they are given.
   for (size_t k = 0; k < events.size(); ++k) {
     const Event& e = events[k];
+    const ResolvedCall* rc = nullptr;
     for (int32_t q = e.scope; q >= 0; q = scopes[static_cast<size_t>(q)].parent) {
       if (handler_of[static_cast<size_t>(q)] == nullptr) continue;
-      const OpInfo& info = catalog.Get(e.op);
+      const OpInfo& info = catalog.Get(e.op());
       const bool nested = e.parent >= 0 && InCall(scopes, events[static_cast<size_t>(e.parent)].scope, q);
-      calls[static_cast<size_t>(q)].ops.push_back({info.name, FormulaCall(info, e.args, e.outputs), q == e.scope,
-                                                   nested});
+      if (rc == nullptr) rc = &out.calls.emplace_back(e);
+      calls[static_cast<size_t>(q)].ops.push_back({info.name, FormulaCall(info, rc->args(), rc->outputs()),
+                                                   q == e.scope, nested});
     }
   }
   for (size_t i = 0; i < n; ++i) {

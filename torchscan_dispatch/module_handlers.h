@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -43,6 +44,8 @@ struct HandlerOutcome {
   // about (0: all requested metrics).
   std::vector<std::vector<std::pair<int, reports::Diagnostic>>> diagnostics;
   bool any = false;  // some handler matched a call
+  // The metadata the handlers' OpCalls showed, kept with what they said.
+  std::deque<ResolvedCall> calls;
 };
 
 // Runs the handler of every call whose path has one (not failed calls).

@@ -9,10 +9,10 @@ namespace torchscan {
 
 OperatorPlan PlanModuleView(const BlockLog<Event>& events, OpCatalog& catalog) {
   return PlanView(events, catalog, [&](const Event& e) {
-    const OpInfo& info = catalog.Get(e.op);
+    const OpInfo& info = catalog.Get(e.op());
     if (info.module) return CallKind::kFormula;
     if (info.zero_cost != ZeroCostReason::kNone) return CallKind::kZeroCost;
-    if (catalog.RanDecomposition(e.op, e.keys)) return CallKind::kDecomposition;
+    if (catalog.RanDecomposition(e.op(), e.keys())) return CallKind::kDecomposition;
     return CallKind::kOpaque;
   });
 }
@@ -50,13 +50,13 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
   for (size_t i = 0; i < events.size(); ++i) {
     if (plan.covered[i]) continue;
     const Event& e = events[i];
-    const OpInfo& info = catalog.Get(e.op);
-    const OpCall call = FormulaCall(info, e.args, e.outputs);
+    const OpInfo& info = catalog.Get(e.op());
+    const OpCall call = FormulaCall(info, e.args(), e.outputs());
     // This call's three results; a call with no value leaves all three incomplete.
     const FormulaResult missing = FormulaResult::Unavailable("", "");
     ModuleCosts costs = {missing, missing, missing};
     bool reported = false;  // a gap diagnostic covers it already
-    if (e.raised) {
+    if (e.raised()) {
       ++gaps.raised[info.packet];
       reported = true;
     } else {

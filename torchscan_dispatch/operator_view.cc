@@ -42,7 +42,7 @@ void AddToModules(reports::FlopTally& t, const LabelTree& sets, std::vector<Pack
 }
 
 OpCall CallOf(const Event& e, const OpInfo& info) {
-  return FormulaCall(info, e.args, e.outputs);
+  return FormulaCall(info, e.args(), e.outputs());
 }
 
 }  // namespace
@@ -122,8 +122,8 @@ void Gaps::AppendDiagnostics(std::vector<reports::Diagnostic>& out, const std::v
 static bool MadeByAutogradKernel(const BlockLog<Event>& events, const Event& e, OpCatalog& catalog) {
   const Event& parent = events[e.parent];
   constexpr auto kLayer = c10::DispatchKey::FuncTorchDynamicLayerBackMode;
-  const bool same_state = parent.keys.has(kLayer) ? e.keys.has(kLayer) : e.keys.has_any(c10::autograd_dispatch_keyset);
-  return same_state && catalog.RanAutogradKernel(parent.op, parent.keys);
+  const bool same_state = parent.keys().has(kLayer) ? e.keys().has(kLayer) : e.keys().has_any(c10::autograd_dispatch_keyset);
+  return same_state && catalog.RanAutogradKernel(parent.op(), parent.keys());
 }
 
 OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,
@@ -135,8 +135,8 @@ OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
     plan.kind[i] = classify(e);
-    if (C10_UNLIKELY(e.keys.has(c10::DispatchKey::FuncTorchBatched) ||
-                     e.keys.has(c10::DispatchKey::FuncTorchGradWrapper))) {
+    if (C10_UNLIKELY(e.keys().has(c10::DispatchKey::FuncTorchBatched) ||
+                     e.keys().has(c10::DispatchKey::FuncTorchGradWrapper))) {
       // Under torch.func transforms this call sees wrapped tensors (vmap's
       // logical per-sample shapes, grad/jvp's wrappers); the transform makes
       // the physical calls (batched kernels, tangent products), its children.
@@ -161,12 +161,12 @@ OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,
 OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
                               const Overrides& overrides) {
   return PlanView(events, catalog, [&](const Event& e) {
-    const OpInfo& info = catalog.Get(e.op);
+    const OpInfo& info = catalog.Get(e.op());
     if (overrides.Find(info.name)) return CallKind::kFormula;
     if (overrides.IsDeferred(info.name)) return CallKind::kDeferred;
     if (info.builtin) return CallKind::kFormula;
     if (info.zero_cost != ZeroCostReason::kNone) return CallKind::kZeroCost;
-    if (catalog.RanDecomposition(e.op, e.keys)) return CallKind::kDecomposition;
+    if (catalog.RanDecomposition(e.op(), e.keys())) return CallKind::kDecomposition;
     return CallKind::kOpaque;
   });
 }
@@ -210,7 +210,7 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
   for (size_t i = 0; i < events.size(); ++i) {
     if (plan.covered[i]) continue;
     const Event& e = events[i];
-    const OpInfo& info = catalog.Get(e.op);
+    const OpInfo& info = catalog.Get(e.op());
     Count value = 0;          // what this call adds to the known total
     bool incomplete = false;  // whether it leaves work uncounted
     bool sums_exact = true;   // no sum passed 2^128 - 1 with this call
@@ -218,7 +218,7 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
       auto& entry = formula_issues[{IssueKey(code, message), info.packet}];
       if (entry.first++ == 0) entry.second = message;
     };
-    if (e.raised) {
+    if (e.raised()) {
       // Its kernel threw and the model caught it: its work is unknown.
       ++gaps.raised[info.packet];
       incomplete = true;

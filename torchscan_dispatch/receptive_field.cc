@@ -138,24 +138,25 @@ enum class Slider { kConv, kMaxPool, kAvgPool, kAdaptive, kUpsample };
 class Propagator {
  public:
   void Visit(const Event& e, const OpInfo& info) {
-    const OpCall call = FormulaCall(info, e.args, e.outputs);
+    const ResolvedCall rc(e);  // identities followed from call to call
+    const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
     // A call with no tensor arguments (at::ones, arange, ...) creates a
     // source, as do fills; its identities may be reused addresses of freed
     // tensors: forget those (a later use seeds them as untracked).
-    const bool from_tensors = std::any_of(e.args.begin(), e.args.end(), [](const ArgMeta& a) {
+    const bool from_tensors = std::any_of(rc.args().begin(), rc.args().end(), [](const ArgMeta& a) {
       return a.is_tensor() || (a.kind == ArgKind::kTensorList && !a.tensors().empty());
     });
     const absl::string_view name = info.name;
     if (!from_tensors || name == "aten::fill_" || name == "aten::zero_" || name == "aten::normal_" ||
         name == "aten::uniform_") {
-      for (const ArgMeta& o : e.outputs) {
+      for (const ArgMeta& o : rc.outputs()) {
         if (o.is_tensor()) layouts_.erase(o.tensor().identity);
       }
       return;
     }
-    if (e.outputs.empty()) return;
-    if (e.outputs[0].kind == ArgKind::kTensorList) {
-      const auto outs = e.outputs[0].tensors();
+    if (rc.outputs().empty()) return;
+    if (rc.outputs()[0].kind == ArgKind::kTensorList) {
+      const auto outs = rc.outputs()[0].tensors();
       int64_t offset = 0;
       for (size_t j = 0; j < outs.size(); ++j) {
         if (!outs[j].defined) continue;
@@ -163,8 +164,8 @@ class Propagator {
       }
       return;
     }
-    if (!e.outputs[0].is_tensor()) return;
-    const TensorMeta& out = e.outputs[0].tensor();
+    if (!rc.outputs()[0].is_tensor()) return;
+    const TensorMeta& out = rc.outputs()[0].tensor();
     if (!out.defined || out.nested) {
       layouts_.erase(out.identity);
       return;
@@ -175,7 +176,7 @@ class Propagator {
     }
     // Further outputs of the same shape (indices, values) share the layout;
     // others (saved statistics) are not positions of the output.
-    for (const ArgMeta& o : e.outputs) {
+    for (const ArgMeta& o : rc.outputs()) {
       if (!o.is_tensor() || !o.tensor().defined) continue;
       if (o.tensor().sizes() == out.sizes()) {
         layouts_[o.tensor().identity] = l;
@@ -1036,8 +1037,8 @@ std::vector<std::optional<Field>> FieldFlow::Run(const BlockLog<Event>& events, 
     // call (flatten of an already flat tensor returns its input) is its own step.
     const bool has_children = i + 1 < end && events[i + 1].parent == static_cast<int32_t>(i);
     if (plan.covered[i] || plan.in_opaque[i] || (plan.kind[i] == CallKind::kDecomposition && has_children)) continue;
-    if (events[i].raised) continue;
-    p.Visit(events[i], catalog.Get(events[i].op));
+    if (events[i].raised()) continue;
+    p.Visit(events[i], catalog.Get(events[i].op()));
   }
   answer_until(static_cast<int64_t>(end));
   return answers;

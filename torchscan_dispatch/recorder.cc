@@ -12,11 +12,11 @@ namespace torchscan {
 namespace {
 
 // Fills `m` from `t`; sizes and strides share one arena allocation.
-void FillTensor(Arena& arena, const at::Tensor& t, TensorMeta& m) {
+void FillTensor(Arena& arena, const at::Tensor& t, TensorMeta& m, CallTensors& ids) {
   m = TensorMeta();
   if (!t.defined()) return;
   m.defined = true;
-  m.identity = reinterpret_cast<uintptr_t>(t.unsafeGetTensorImpl());
+  m.identity = ids.Number(reinterpret_cast<uintptr_t>(t.unsafeGetTensorImpl()));
   m.dtype = t.scalar_type();
   m.device = t.device().type();
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
@@ -39,12 +39,12 @@ void FillTensor(Arena& arena, const at::Tensor& t, TensorMeta& m) {
   }
 }
 
-ArgMeta Record(Arena& arena, const c10::IValue& v) {
+ArgMeta Record(Arena& arena, const c10::IValue& v, CallTensors& ids) {
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     if (!t.defined()) return ArgMeta::None();
     TensorMeta* m = arena.Alloc<TensorMeta>(1);
-    FillTensor(arena, t, *m);
+    FillTensor(arena, t, *m, ids);
     return ArgMeta::Tensor(m);
   }
   if (v.isNone()) return ArgMeta::None();
@@ -86,7 +86,7 @@ ArgMeta Record(Arena& arena, const c10::IValue& v) {
   if (v.isTensorList()) {
     const auto list = v.toTensorList();
     TensorMeta* out = arena.Alloc<TensorMeta>(list.size());
-    for (size_t i = 0; i < list.size(); ++i) FillTensor(arena, list.get(i), out[i]);
+    for (size_t i = 0; i < list.size(); ++i) FillTensor(arena, list.get(i), out[i], ids);
     return ArgMeta::Tensors(out, list.size());
   }
   if (v.isList()) {
@@ -107,7 +107,7 @@ ArgMeta Record(Arena& arena, const c10::IValue& v) {
     TensorMeta* out = arena.Alloc<TensorMeta>(list.size());
     for (size_t i = 0; i < list.size(); ++i) {
       if (list[i].isTensor()) {
-        FillTensor(arena, list[i].toTensor(), out[i]);
+        FillTensor(arena, list[i].toTensor(), out[i], ids);
       } else if (list[i].isNone()) {
         out[i] = TensorMeta();
       } else {
@@ -127,12 +127,226 @@ ArgMeta Record(Arena& arena, const c10::IValue& v) {
   return ArgMeta::Other();
 }
 
+// Copies the metadata of `values` into `arena`, numbering their tensors in `ids`.
+absl::Span<const ArgMeta> RecordValues(Arena& arena, absl::Span<const c10::IValue> values, CallTensors& ids) {
+  ArgMeta* out = arena.Alloc<ArgMeta>(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = Record(arena, values[i], ids);
+  return {out, values.size()};
+}
+
+}  // namespace
+// ---- Call-local tensor numbers.
+
+void CallTensors::Reset(const uintptr_t* ids, size_t n) {
+  ids_.assign(ids, ids + n);
+  index_.clear();
+  if (ids_.size() > kLinear) {
+    for (size_t i = 0; i < ids_.size(); ++i) index_.emplace(ids_[i], static_cast<uint32_t>(i + 1));
+  }
+}
+
+uint32_t CallTensors::Number(uintptr_t address) {
+  if (ids_.size() <= kLinear) {
+    for (size_t i = 0; i < ids_.size(); ++i) {
+      if (ids_[i] == address) return static_cast<uint32_t>(i + 1);
+    }
+    ids_.push_back(address);
+    if (ids_.size() > kLinear) {  // a long tensor list: from now on by hash
+      for (size_t i = 0; i < ids_.size(); ++i) index_.emplace(ids_[i], static_cast<uint32_t>(i + 1));
+    }
+    return static_cast<uint32_t>(ids_.size());
+  }
+  auto [it, added] = index_.emplace(address, static_cast<uint32_t>(ids_.size() + 1));
+  if (added) ids_.push_back(address);
+  return it->second;
+}
+
+// ---- Signatures: hashed and compared by content.
+
+namespace {
+
+inline void Mix(uint64_t& h, uint64_t v) {
+  h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+}
+
+void MixTensor(uint64_t& h, const TensorMeta& t) {
+  Mix(h, static_cast<uint64_t>(t.defined) | static_cast<uint64_t>(t.nested) << 1 |
+             static_cast<uint64_t>(t.strided) << 2 | static_cast<uint64_t>(t.dtype) << 8 |
+             static_cast<uint64_t>(t.device) << 16 | static_cast<uint64_t>(static_cast<uint32_t>(t.ndim)) << 32);
+  Mix(h, t.identity);
+  for (int64_t s : t.sizes()) Mix(h, static_cast<uint64_t>(s));
+  Mix(h, t.stride_data != nullptr);
+  for (int64_t s : t.strides()) Mix(h, static_cast<uint64_t>(s));
+}
+
+uint64_t HashValues(uint64_t h, absl::Span<const ArgMeta> values) {
+  Mix(h, values.size());
+  for (const ArgMeta& a : values) {
+    Mix(h, static_cast<uint64_t>(a.kind) | static_cast<uint64_t>(a.count) << 8);
+    switch (a.kind) {
+      case ArgKind::kTensor: MixTensor(h, a.tensor()); break;
+      case ArgKind::kInt:
+      case ArgKind::kBool: Mix(h, static_cast<uint64_t>(a.to_int())); break;
+      case ArgKind::kDouble: {
+        uint64_t bits;
+        const double d = a.to_double();
+        std::memcpy(&bits, &d, sizeof bits);
+        Mix(h, bits);
+        break;
+      }
+      case ArgKind::kIntList:
+      case ArgKind::kBoolList:
+        for (int64_t v : a.ints()) Mix(h, static_cast<uint64_t>(v));
+        break;
+      case ArgKind::kDoubleList:
+        for (double d : a.doubles()) {
+          uint64_t bits;
+          std::memcpy(&bits, &d, sizeof bits);
+          Mix(h, bits);
+        }
+        break;
+      case ArgKind::kTensorList:
+        for (const TensorMeta& t : a.tensors()) MixTensor(h, t);
+        break;
+      case ArgKind::kString:
+        for (char c : a.str()) Mix(h, static_cast<unsigned char>(c));
+        break;
+      case ArgKind::kNone:
+      case ArgKind::kOther: break;
+    }
+  }
+  return h;
+}
+
+bool SameInts(c10::ArrayRef<int64_t> a, c10::ArrayRef<int64_t> b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(int64_t)) == 0);
+}
+
+bool SameTensor(const TensorMeta& a, const TensorMeta& b) {
+  return a.defined == b.defined && a.nested == b.nested && a.strided == b.strided && a.identity == b.identity &&
+         a.dtype == b.dtype && a.device == b.device && a.ndim == b.ndim && SameInts(a.sizes(), b.sizes()) &&
+         (a.stride_data == nullptr) == (b.stride_data == nullptr) && SameInts(a.strides(), b.strides());
+}
+
+// Bitwise for doubles: a NaN scalar equals itself, 0.0 and -0.0 differ.
+bool SameDoubles(c10::ArrayRef<double> a, c10::ArrayRef<double> b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+}
+
+bool SameValues(absl::Span<const ArgMeta> a, absl::Span<const ArgMeta> b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const ArgMeta &x = a[i], &y = b[i];
+    if (x.kind != y.kind || x.count != y.count) return false;
+    switch (x.kind) {
+      case ArgKind::kTensor:
+        if (!SameTensor(x.tensor(), y.tensor())) return false;
+        break;
+      case ArgKind::kInt:
+      case ArgKind::kBool:
+        if (x.to_int() != y.to_int()) return false;
+        break;
+      case ArgKind::kDouble: {
+        const double dx = x.to_double(), dy = y.to_double();
+        if (!SameDoubles({&dx, 1}, {&dy, 1})) return false;
+        break;
+      }
+      case ArgKind::kIntList:
+      case ArgKind::kBoolList:
+        if (!SameInts(x.ints(), y.ints())) return false;
+        break;
+      case ArgKind::kDoubleList:
+        if (!SameDoubles(x.doubles(), y.doubles())) return false;
+        break;
+      case ArgKind::kTensorList:
+        for (size_t k = 0; k < x.count; ++k) {
+          if (!SameTensor(x.tensors()[k], y.tensors()[k])) return false;
+        }
+        break;
+      case ArgKind::kString:
+        if (x.str() != y.str()) return false;
+        break;
+      case ArgKind::kNone:
+      case ArgKind::kOther: break;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
-absl::Span<const ArgMeta> RecordValues(Arena& arena, absl::Span<const c10::IValue> values) {
-  ArgMeta* out = arena.Alloc<ArgMeta>(values.size());
-  for (size_t i = 0; i < values.size(); ++i) out[i] = Record(arena, values[i]);
-  return {out, values.size()};
+bool CallTable::Eq::operator()(const CallSig* a, const CallSig* b) const {
+  if (a == b) return true;
+  if (a->hash != b->hash || a->started != b->started || a->finished != b->finished || a->raised != b->raised) {
+    return false;
+  }
+  // A finished call's signature extends the one it ran with: the operator,
+  // keys and operands are that one's.
+  if (a->started != nullptr) return SameValues(a->outputs, b->outputs);
+  return a->op == b->op && a->keys == b->keys && SameValues(a->args, b->args);
+}
+
+const CallSig* CallTable::Intern(const CallSig& probe, const Arena::Mark& mark) {
+  if (auto it = sigs_.find(&probe); it != sigs_.end()) {
+    arena_.Rewind(mark);  // what the probe recorded
+    return *it;
+  }
+  const CallSig* kept = &kept_.Emplace(probe);
+  sigs_.insert(kept);
+  return kept;
+}
+
+const CallSig* CallTable::Start(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                absl::Span<const c10::IValue> args, CallTensors& tensors) {
+  const Arena::Mark mark = arena_.GetMark();
+  tensors.Reset(nullptr, 0);
+  CallSig probe(op, keys);
+  CallSig* s = &probe;
+  s->args = RecordValues(arena_, args, tensors);
+  s->arg_tensors = s->tensors = static_cast<uint32_t>(tensors.addresses().size());
+  uint64_t h = std::hash<c10::OperatorHandle>()(op);
+  Mix(h, keys.raw_repr());
+  s->hash = HashValues(h, s->args);
+  return Intern(probe, mark);
+}
+
+const CallSig* CallTable::Finish(const CallSig* started, absl::Span<const c10::IValue> outputs,
+                                 CallTensors& tensors) {
+  const Arena::Mark mark = arena_.GetMark();
+  CallSig probe(started->op, started->keys);
+  CallSig* s = &probe;
+  s->args = started->args;
+  s->arg_tensors = started->arg_tensors;
+  s->started = started;
+  s->finished = true;
+  s->outputs = RecordValues(arena_, outputs, tensors);
+  s->tensors = static_cast<uint32_t>(tensors.addresses().size());
+  uint64_t h = started->hash;
+  Mix(h, 1);
+  s->hash = HashValues(h, s->outputs);
+  return Intern(probe, mark);
+}
+
+const CallSig* CallTable::Stop(const CallSig* started, bool raised) {
+  const Arena::Mark mark = arena_.GetMark();
+  CallSig probe(started->op, started->keys);
+  CallSig* s = &probe;
+  s->args = started->args;
+  s->arg_tensors = s->tensors = started->arg_tensors;
+  s->started = started;
+  s->finished = true;
+  s->raised = raised;
+  uint64_t h = started->hash;
+  Mix(h, raised ? 2 : 3);
+  s->hash = HashValues(h, s->outputs);
+  return Intern(probe, mark);
+}
+
+void CallTable::Clear() {
+  sigs_.clear();
+  kept_.Clear();
+  arena_.Clear();
 }
 
 }  // namespace torchscan

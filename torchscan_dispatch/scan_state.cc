@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "torchscan_dispatch/recorder.h"
 
@@ -35,14 +36,39 @@ int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
     memory_.shadowed = true;
   }
   const int32_t index = static_cast<int32_t>(events_.size());
-  Event& e = events_.Emplace(op, keys, open_);
+  Event& e = events_.Emplace(open_);
   e.request = request_;
   e.labels = labels_;
   e.scope = scope_;
-  e.args = RecordValues(arena_, args);
+  e.sig = calls_.Start(op, keys, args, tensors_);
+  e.ids = KeepIds(nullptr, 0, tensors_.addresses());
   if (C10_UNLIKELY(timestamps)) times_.insert(times_.end(), {SteadyNowNs(), -1});
   open_ = index;
   return index;
+}
+
+ResolvedCall::ResolvedCall(const Event& e) : nargs_(e.args().size()) {
+  size_t tensors = 0;
+  for (auto values : {e.args(), e.outputs()}) {
+    for (const ArgMeta& a : values) tensors += a.kind == ArgKind::kTensor ? 1 : a.kind == ArgKind::kTensorList ? a.count : 0;
+  }
+  tensors_.reserve(tensors);  // no reallocation below: the values point into it
+  values_.reserve(e.args().size() + e.outputs().size());
+  for (auto values : {e.args(), e.outputs()}) {
+    for (const ArgMeta& a : values) {
+      if (a.kind == ArgKind::kTensor) {
+        TensorMeta& t = tensors_.emplace_back(a.tensor());
+        t.identity = e.identity(a.tensor());
+        values_.push_back(ArgMeta::Tensor(&t));
+      } else if (a.kind == ArgKind::kTensorList) {
+        const size_t first = tensors_.size();
+        for (const TensorMeta& m : a.tensors()) tensors_.emplace_back(m).identity = e.identity(m);
+        values_.push_back(ArgMeta::Tensors(tensors_.data() + first, a.count));
+      } else {
+        values_.push_back(a);
+      }
+    }
+  }
 }
 
 int32_t LabelTree::Intern(std::string_view label) {
@@ -188,18 +214,28 @@ size_t Recorder::SettledPrefix() const {
   return static_cast<size_t>(cut);
 }
 
+const uintptr_t* Recorder::KeepIds(const uintptr_t* kept, size_t had, const std::vector<uintptr_t>& ids) {
+  if (ids.size() == had) return kept;
+  uintptr_t* out = const_cast<uintptr_t*>(kept);
+  // A call that made no call of its own was the last to keep any: in place.
+  if (!arena_.Grow(out, had, ids.size())) out = arena_.Alloc<uintptr_t>(ids.size());
+  std::memcpy(out, ids.data(), ids.size() * sizeof(uintptr_t));
+  return out;
+}
+
 void Recorder::End(int32_t index, absl::Span<const c10::IValue> outputs) {
   Event& e = events_[index];
-  e.outputs = RecordValues(arena_, outputs);
-  e.finished = true;
+  const uint32_t had = e.sig->tensors;
+  tensors_.Reset(e.ids, had);
+  e.sig = calls_.Finish(e.sig, outputs, tensors_);
+  e.ids = KeepIds(e.ids, had, tensors_.addresses());
   if (C10_UNLIKELY(timestamps)) times_[2 * static_cast<size_t>(index) + 1] = SteadyNowNs();
   open_ = e.parent;
 }
 
 void Recorder::Abort(int32_t index) {
   Event& e = events_[index];
-  e.raised = !control_flow_stop_;  // a control-flow stop finishes it (outputs lost)
-  e.finished = true;
+  e.sig = calls_.Stop(e.sig, !control_flow_stop_);  // a control-flow stop finishes it (outputs lost)
   if (C10_UNLIKELY(timestamps)) times_[2 * static_cast<size_t>(index) + 1] = SteadyNowNs();
   open_ = e.parent;
   if (open_ < 0) control_flow_stop_ = false;

@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
 #include "formulas/op_call.h"
 #include "torchscan_dispatch/arena.h"
 #include "torchscan_dispatch/memory.h"
+#include "torchscan_dispatch/recorder.h"
 
 namespace torchscan {
 
@@ -72,20 +74,47 @@ class LabelTree {
   absl::flat_hash_map<std::pair<int32_t, int32_t>, int32_t> children_;  // (parent, label) -> node
 };
 
-// One intercepted operator call. Children follow their parent in `events`
+// One intercepted operator call: its shared signature (what it was) and the
+// addresses of its tensors. Children follow their parent in `events`
 // (pre-order), so a reverse walk visits children before parents.
 struct Event {
-  Event(const c10::OperatorHandle& o, c10::DispatchKeySet k, int32_t p) : op(o), keys(k), parent(p) {}
-  c10::OperatorHandle op;
-  c10::DispatchKeySet keys;  // the set the call was redispatched with
-  int32_t parent;            // -1: called from outside any operator
-  int32_t labels = 0;        // module label set active at the call (Recorder::labels)
-  int32_t scope = -1;        // innermost module scope active at the call (Recorder::scopes)
-  int32_t request = -1;      // request active at the call (Recorder::requests)
-  bool finished = false;
-  bool raised = false;       // the kernel threw (the exception propagated)
-  absl::Span<const ArgMeta> args;
-  absl::Span<const ArgMeta> outputs;
+  explicit Event(int32_t p) : parent(p) {}
+  const CallSig* sig = nullptr;
+  const uintptr_t* ids = nullptr;  // the call's tensors: ids[n - 1] is the one numbered n (CallSig)
+  int32_t parent;                  // -1: called from outside any operator
+  int32_t labels = 0;              // module label set active at the call (Recorder::labels)
+  int32_t scope = -1;              // innermost module scope active at the call (Recorder::scopes)
+  int32_t request = -1;            // request active at the call (Recorder::requests)
+
+  const c10::OperatorHandle& op() const { return sig->op; }
+  c10::DispatchKeySet keys() const { return sig->keys; }  // the set the call was redispatched with
+  // Metadata with call-local tensor numbers; a view that follows tensors
+  // from call to call reads them through ResolvedCall.
+  absl::Span<const ArgMeta> args() const { return sig->args; }
+  absl::Span<const ArgMeta> outputs() const { return sig->outputs; }
+  bool finished() const { return sig->finished; }
+  bool raised() const { return sig->raised; }  // the kernel threw (the exception propagated)
+  // The address of the tensor `t` of this call's metadata (0: undefined).
+  uintptr_t identity(const TensorMeta& t) const { return t.identity ? ids[t.identity - 1] : 0; }
+};
+// What a full scan keeps per call, with 8 bytes per distinct tensor of the call.
+static_assert(sizeof(Event) == 32);
+
+// A call's operands and returns as before sharing: each tensor's identity is
+// its address, comparable from one call to the next. Shares the signature's
+// sizes and strides; a view builds one on the stack for the call it reads.
+class ResolvedCall {
+ public:
+  explicit ResolvedCall(const Event& e);
+  ResolvedCall(const ResolvedCall&) = delete;
+  ResolvedCall& operator=(const ResolvedCall&) = delete;
+  absl::Span<const ArgMeta> args() const { return {values_.data(), nargs_}; }
+  absl::Span<const ArgMeta> outputs() const { return {values_.data() + nargs_, values_.size() - nargs_}; }
+
+ private:
+  absl::InlinedVector<ArgMeta, 8> values_;  // the args, then the outputs
+  absl::InlinedVector<TensorMeta, 6> tensors_;
+  size_t nargs_;
 };
 
 class Folder;  // streaming.h
@@ -204,11 +233,15 @@ class Recorder {
     if (C10_UNLIKELY(folder != nullptr) && open_ < 0 && events_.size() >= fold_every) FoldSettled();
   }
   void FoldSettled();
+  // `kept` (`had` addresses, the last ids kept or nullptr) extended to `ids`.
+  const uintptr_t* KeepIds(const uintptr_t* kept, size_t had, const std::vector<uintptr_t>& ids);
   void SyncTorchScriptScopes();
   void CloseTorchScriptScopes(size_t keep, bool failed);
   std::vector<uintptr_t> LastTopLevelOutputs() const;
   BlockLog<Event> events_;
-  Arena arena_;
+  CallTable calls_;           // the calls' signatures
+  CallTensors tensors_;       // the call being recorded's tensors
+  Arena arena_;               // the calls' Event::ids
   int64_t folded_ = 0;
   int32_t open_ = -1;  // innermost call still running
   std::vector<int64_t> times_;

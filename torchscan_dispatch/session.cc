@@ -499,7 +499,7 @@ std::vector<std::string> Session::RecordedOperators() const {
   std::set<std::string> names;
   auto add = [&names](const BlockLog<Event>& events) {
     for (size_t i = 0; i < events.size(); ++i) {
-      const auto& n = events[i].op.operator_name();
+      const auto& n = events[i].op().operator_name();
       names.insert(n.overload_name.empty() ? n.name : absl::StrCat(n.name, ".", n.overload_name));
     }
   };
@@ -549,24 +549,24 @@ StatusOr<std::string> Session::DeferredCallsJson() {
     const OperatorPlan& plan = s.Calls().Plan(s.catalog, s.overrides);
     nlohmann::json calls = nlohmann::json::array();
     for (size_t i = 0; i < events.size(); ++i) {
-      if (plan.covered[i] || plan.kind[i] != CallKind::kDeferred || events[i].raised) continue;
+      if (plan.covered[i] || plan.kind[i] != CallKind::kDeferred || events[i].raised()) continue;
       const Event& e = events[i];
-      const OpInfo& info = s.catalog.Get(e.op);
+      const OpInfo& info = s.catalog.Get(e.op());
       nlohmann::json args = nlohmann::json::array(), kwargs = nlohmann::json::object();
-      const auto& schema_args = e.op.schema().arguments();
-      for (size_t a = 0; a < e.args.size() && a < schema_args.size(); ++a) {
+      const auto& schema_args = e.op().schema().arguments();
+      for (size_t a = 0; a < e.args().size() && a < schema_args.size(); ++a) {
         if (schema_args[a].kwarg_only()) {
-          kwargs[schema_args[a].name()] = ArgJson(e.args[a]);
+          kwargs[schema_args[a].name()] = ArgJson(e.args()[a]);
         } else {
-          args.push_back(ArgJson(e.args[a]));
+          args.push_back(ArgJson(e.args()[a]));
         }
       }
       nlohmann::json out;
-      if (e.outputs.size() == 1) {
-        out = ArgJson(e.outputs[0]);
+      if (e.outputs().size() == 1) {
+        out = ArgJson(e.outputs()[0]);
       } else {
         out = nlohmann::json::array();
-        for (const auto& o : e.outputs) out.push_back(ArgJson(o));
+        for (const auto& o : e.outputs()) out.push_back(ArgJson(o));
       }
       calls.push_back({{"index", i}, {"op", info.packet}, {"overload", info.overload},
                        {"args", args}, {"kwargs", kwargs}, {"out", out}});

@@ -83,8 +83,8 @@ void Folder::Fold(const Recorder& r) {
     if (q >= first_request) ++folded_.requests[q].calls;
   }
   for (size_t i = 0; i < events.size(); ++i) {
-    if (!seen_.insert(events[i].op).second) continue;
-    const auto& n = events[i].op.operator_name();
+    if (!seen_.insert(events[i].op()).second) continue;
+    const auto& n = events[i].op().operator_name();
     folded_.operators_seen.insert(n.overload_name.empty() ? n.name : absl::StrCat(n.name, ".", n.overload_name));
   }
   folded_.calls += static_cast<int64_t>(events.size());
@@ -97,6 +97,10 @@ void Recorder::FoldSettled() {
   folded_ += static_cast<int64_t>(events_.size());
   events_.Clear();
   arena_.Clear();
+  // Signatures outlive folds (the next calls are mostly the same ones), up
+  // to a bound that keeps a scan of ever-new shapes flat.
+  constexpr size_t kKeptSignatures = 1 << 14;
+  if (calls_.size() > kKeptSignatures) calls_.Clear();
   // The folded scopes' fields are answered: their output identities are not needed again.
   for (size_t s = first_scope; s < scopes_.size(); ++s) std::vector<uintptr_t>().swap(scopes_[s].outputs);
 }

@@ -417,9 +417,10 @@ class Pass {
   // they are not followed from here on (their base included).
   void Aliases(int64_t i) {
     const Event& e = events_[i];
-    if (e.raised) return;
-    const OpInfo& info = Catalog().Get(e.op);
-    const OpCall call = FormulaCall(info, e.args, e.outputs);
+    if (e.raised()) return;
+    const OpInfo& info = Catalog().Get(e.op());
+    const ResolvedCall rc(e);  // identities followed from call to call
+    const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
     const absl::string_view name = N(call.name);
     const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
     // In-place calls that change a tensor's metadata, not its values, leave its views alone.
@@ -458,12 +459,13 @@ class Pass {
   // The calling event's own outputs (`parent`, -1: none) are its rule's.
   void Forget(int64_t from, int64_t to, const std::string& lost, int64_t parent = -1) {
     std::unordered_set<uintptr_t> keep;
-    if (parent >= 0) EachTensor(events_[parent].outputs, [&](const TensorMeta& t) { keep.insert(t.identity); });
+    if (parent >= 0) EachTensor(ResolvedCall(events_[parent]).outputs(), [&](const TensorMeta& t) { keep.insert(t.identity); });
     for (int64_t j = from; j < to; ++j) {
       const Event& e = events_[j];
       std::unordered_set<uintptr_t> ins = keep;
-      EachTensor(e.args, [&](const TensorMeta& t) { ins.insert(t.identity); });
-      EachTensor(e.outputs, [&](const TensorMeta& t) {
+      const ResolvedCall rc(e);
+      EachTensor(rc.args(), [&](const TensorMeta& t) { ins.insert(t.identity); });
+      EachTensor(rc.outputs(), [&](const TensorMeta& t) {
         if (ins.count(t.identity)) return;
         if (lost.empty()) {
           Clear(t.identity);
@@ -924,9 +926,10 @@ class Pass {
   int64_t VisitCall(int64_t i, int64_t end) {
     const Event& e = events_[i];
     const int64_t next = SubtreeEnd(i, end);
-    if (e.raised) return next;
-    const OpInfo& info = Catalog().Get(e.op);
-    const OpCall call = FormulaCall(info, e.args, e.outputs);
+    if (e.raised()) return next;
+    const OpInfo& info = Catalog().Get(e.op());
+    const ResolvedCall rc(e);  // identities followed from call to call
+    const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
     bool tracked = false;
     EachTensor(call.args, [&](const TensorMeta& t) { tracked = Get(t) != nullptr || tracked; });
     const absl::string_view name = N(call.name);
@@ -964,7 +967,7 @@ class Pass {
     // ran its CompositeImplicitAutograd decomposition) and wrote all its
     // outputs; a kernel's own work between its calls (sort copies, then
     // sorts in place) is unseen. Otherwise this is where the analysis stops.
-    if (next > i + 1 && !IsAttention(name) && Catalog().RanDecomposition(e.op, e.keys)) {
+    if (next > i + 1 && !IsAttention(name) && Catalog().RanDecomposition(e.op(), e.keys())) {
       const int64_t mark = generation_;
       for (int64_t j = i + 1; j < next;) j = Visit(j, next);
       bool produced = true;
@@ -1066,15 +1069,16 @@ TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope) {
   const auto& events = recorder.events();
   for (int64_t i = sc.begin_event - recorder.folded(); i < sc.end_event - recorder.folded(); ++i) {
     const Event& e = events[i];
-    const OpInfo& info = Catalog().Get(e.op);
+    const OpInfo& info = Catalog().Get(e.op());
     if (info.name == "aten::softmax" || info.name == "aten::_softmax") q.softmax = true;
     if (!IsAttention(info.name)) continue;
     q.attention = true;
     const SdpaArgs at = SdpaOf(info.name);
     // The kernel SDPA dispatches to gets a mask SDPA derived (a boolean one
     // made additive): the pass reads the outer call's.
-    if (at.mask < 0 || (e.parent >= 0 && IsAttention(Catalog().Get(events[e.parent].op).name))) continue;
-    const OpCall call = FormulaCall(info, e.args, e.outputs);
+    if (at.mask < 0 || (e.parent >= 0 && IsAttention(Catalog().Get(events[e.parent].op()).name))) continue;
+    const ResolvedCall rc(e);  // identities followed from call to call
+    const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
     const ArgMeta& m = call.arg(at.mask);
     if (m.is_tensor() && m.tensor().defined &&
         std::find(q.masks.begin(), q.masks.end(), m.tensor().identity) == q.masks.end()) {

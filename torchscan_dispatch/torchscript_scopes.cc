@@ -71,9 +71,9 @@ std::vector<uintptr_t> Recorder::LastTopLevelOutputs() const {
   if (events_.size() == 0) return out;
   int32_t i = static_cast<int32_t>(events_.size()) - 1;
   while (events_[i].parent >= 0) i = events_[i].parent;
-  if (!events_[i].finished || events_[i].raised) return out;
-  for (const ArgMeta& a : events_[i].outputs) {
-    if (a.kind == ArgKind::kTensor) out.push_back(a.tensor().identity);
+  if (!events_[i].finished() || events_[i].raised()) return out;
+  for (const ArgMeta& a : events_[i].outputs()) {
+    if (a.kind == ArgKind::kTensor) out.push_back(events_[i].identity(a.tensor()));
   }
   return out;
 }

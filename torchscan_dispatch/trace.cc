@@ -84,20 +84,20 @@ nlohmann::json TraceJson(const EventSet& set, const std::vector<TraceThread>& th
     }
     const Event& e = events[i];
     const int64_t end = times[2 * i + 1] >= 0 ? times[2 * i + 1] : last;
-    nlohmann::json args = {{"inputs", Shapes(e.args)}, {"outputs", Shapes(e.outputs)}};
+    nlohmann::json args = {{"inputs", Shapes(e.args())}, {"outputs", Shapes(e.outputs())}};
     if (const KernelTraffic* k = kernel[i]) {
       args["flops"] = k->flops_status == MetricStatus::kComplete ? reports::CountJson(k->flops) : nlohmann::json();
       args["bytes_read"] = k->read.recorded_bytes;
       args["bytes_written"] = k->written.recorded_bytes;
       args["kernel"] = KernelClassName(k->kind);
     }
-    if (e.raised) args["raised"] = true;
+    if (e.raised()) args["raised"] = true;
     request_args(args, e.request);
     used.insert(tid(thread));
     // Calls outside any module call are a request's slices too (a server's
     // input preparation); calls inside one are reached through it.
     if (e.request >= 0 && e.parent < 0 && e.scope < 0) chains[e.request].emplace_back(times[2 * i], out.size());
-    out.push_back({{"ph", "X"}, {"pid", 1}, {"tid", tid(thread)}, {"cat", "operator"}, {"name", catalog.Get(e.op).packet},
+    out.push_back({{"ph", "X"}, {"pid", 1}, {"tid", tid(thread)}, {"cat", "operator"}, {"name", catalog.Get(e.op()).packet},
                    {"ts", Micros(times[2 * i], origin)}, {"dur", Micros(end, times[2 * i])}, {"args", args}});
   }
   // Requests as flows: one per request (id: its index + 1), through its

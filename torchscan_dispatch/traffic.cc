@@ -260,12 +260,13 @@ TrafficResult ComputeTraffic(const BlockLog<Event>& events, const OperatorPlan& 
   for (size_t i = 0; i < events.size(); ++i) {
     if (plan.covered[i]) continue;
     const Event& e = events[i];
-    const OpInfo& info = catalog.Get(e.op);
+    const OpInfo& info = catalog.Get(e.op());
     const CallKind kind = plan.kind[i];
     if (kind == CallKind::kDecomposition) continue;  // its children are the kernels
     const bool has_children = i + 1 < events.size() && events[i + 1].parent == static_cast<int32_t>(i);
     if (kind == CallKind::kOpaque && has_children) continue;  // its children are visited (and counted)
-    const OpCall call = FormulaCall(info, e.args, e.outputs);
+    const ResolvedCall rc(e);  // identities followed from call to call
+    const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
     if (kind == CallKind::kZeroCost && (info.zero_cost == ZeroCostReason::kView ||
                                         info.zero_cost == ZeroCostReason::kMetadata ||
                                         info.zero_cost == ZeroCostReason::kAllocation)) {
@@ -294,7 +295,7 @@ TrafficResult ComputeTraffic(const BlockLog<Event>& events, const OperatorPlan& 
     }
     const bool in_place = InPlace(info.name);
     // A call that handed back its own operand (dropout in eval, x.to(x.dtype)) moved nothing.
-    if (!in_place && !e.outputs.empty()) {
+    if (!in_place && !e.outputs().empty()) {
       absl::flat_hash_set<uintptr_t> ins;
       ForEachTensor(call.args, [&](size_t, const TensorMeta& t) { ins.insert(t.identity); });
       bool all_same = true, any = false;
@@ -308,8 +309,8 @@ TrafficResult ComputeTraffic(const BlockLog<Event>& events, const OperatorPlan& 
     KernelTraffic k;
     k.event = static_cast<int32_t>(i);
     const bool caller = overrides.Find(info.name) != nullptr;
-    k.kind = e.raised ? KernelClass::kUnknown : Classify(info, call, kind, caller);
-    if (e.raised || kind == CallKind::kOpaque) {
+    k.kind = e.raised() ? KernelClass::kUnknown : Classify(info, call, kind, caller);
+    if (e.raised() || kind == CallKind::kOpaque) {
       k.flops_status = MetricStatus::kUnavailable;
     } else if (kind == CallKind::kFormula) {
       const CallerFormula* f = overrides.Find(info.name);
@@ -459,7 +460,7 @@ nlohmann::json TrafficJson(const BlockLog<Event>& events, const std::vector<Reco
   for (const KernelTraffic& k : traffic.kernels) {
     const Event& e = events[k.event];
     ks.push_back({{"event", k.event},
-                  {"op", catalog.Get(e.op).packet},
+                  {"op", catalog.Get(e.op()).packet},
                   {"class", KernelClassName(k.kind)},
                   {"scope", e.scope},
                   {"flops", CountJson(k.flops)},
