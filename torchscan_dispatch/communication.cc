@@ -540,15 +540,20 @@ void AccumulateCommunication(const BlockLog<Event>& events, OpCatalog& catalog, 
   // Which calls are collectives, and which have one among their descendants
   // (children follow their parents, so one reverse pass sees them first).
   std::vector<char> is_comm(events.size(), 0), comm_below(events.size(), 0), counted(events.size(), 0);
-  for (size_t i = 0; i < events.size(); ++i) is_comm[i] = IsCommunicationOp(catalog.Get(events[i].op()).name);
+  absl::flat_hash_map<const CallSig*, char> comm;  // once per signature
+  for (size_t i = 0; i < events.size(); ++i) {
+    auto [it, fresh] = comm.try_emplace(events[i].sig, 0);
+    if (fresh) it->second = IsCommunicationOp(catalog.Get(events[i].op()).name);
+    is_comm[i] = it->second;
+  }
   for (size_t i = events.size(); i-- > 0;) {
     const int32_t p = events[i].parent;
     if (p >= 0 && (is_comm[i] || comm_below[i])) comm_below[p] = 1;
   }
   for (size_t i = 0; i < events.size(); ++i) {
+    if (!is_comm[i]) continue;
     const Event& e = events[i];
     const OpInfo& info = catalog.Get(e.op());
-    if (!is_comm[i]) continue;
     // A legacy c10d_functional op decomposes into the functional ones, which
     // name the group: they are counted, not it.
     if (comm_below[i] && absl::StartsWith(info.name, "c10d_functional::")) continue;

@@ -1,23 +1,42 @@
 #include "torchscan_dispatch/module_view.h"
 
+#include <array>
 #include <map>
+#include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace torchscan {
 
 OperatorPlan PlanModuleView(const BlockLog<Event>& events, OpCatalog& catalog) {
+  absl::flat_hash_map<const CallSig*, CallKind> kinds;  // the operator and keys decide: once per signature
   return PlanView(events, catalog, [&](const Event& e) {
+    auto [it, fresh] = kinds.try_emplace(e.sig, CallKind::kOpaque);
+    if (!fresh) return it->second;
     const OpInfo& info = catalog.Get(e.op());
-    if (info.module) return CallKind::kFormula;
-    if (info.zero_cost != ZeroCostReason::kNone) return CallKind::kZeroCost;
-    if (catalog.RanDecomposition(e.op(), e.keys())) return CallKind::kDecomposition;
-    return CallKind::kOpaque;
+    if (info.module) {
+      it->second = CallKind::kFormula;
+    } else if (info.zero_cost != ZeroCostReason::kNone) {
+      it->second = CallKind::kZeroCost;
+    } else if (catalog.RanDecomposition(e.op(), e.keys())) {
+      it->second = CallKind::kDecomposition;
+    }
+    return it->second;
   });
 }
 
 namespace {
+
+// What a pass works out once per distinct call (CallSig): formulas read the
+// signature alone.
+struct SigCosts {
+  const OpInfo* info = nullptr;
+  std::optional<ModuleCosts> formula, zero_cost;  // evaluated on first use
+  std::array<Count, 3>* by_operator = nullptr;    // its packet's sums (created on first use)
+};
+
 constexpr char kSumOverflow[] =
     "adding its value took a sum past 2^128 - 1, the largest count TorchScan holds exactly; that sum "
     "keeps its value before this call (a lower bound)";
@@ -46,12 +65,15 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
   reports::ModuleTally& t = sums.t;
   Gaps& gaps = sums.gaps;
   auto& issues = sums.issues;
+  absl::flat_hash_map<const CallSig*, SigCosts> memo;
 
   for (size_t i = 0; i < events.size(); ++i) {
     if (plan.covered[i]) continue;
     const Event& e = events[i];
-    const OpInfo& info = catalog.Get(e.op());
-    const OpCall call = FormulaCall(info, e.args(), e.outputs());
+    SigCosts& known = memo[e.sig];
+    if (known.info == nullptr) known.info = &catalog.Get(e.op());
+    const OpInfo& info = *known.info;
+    auto call = [&] { return FormulaCall(info, e.args(), e.outputs()); };
     // This call's three results; a call with no value leaves all three incomplete.
     const FormulaResult missing = FormulaResult::Unavailable("", "");
     ModuleCosts costs = {missing, missing, missing};
@@ -61,8 +83,14 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
       reported = true;
     } else {
       switch (plan.kind[i]) {
-        case CallKind::kFormula: costs = info.module->Evaluate(call); break;
-        case CallKind::kZeroCost: costs = ZeroCostCosts(call, info.zero_cost); break;
+        case CallKind::kFormula:
+          if (!known.formula) known.formula = info.module->Evaluate(call());
+          costs = *known.formula;
+          break;
+        case CallKind::kZeroCost:
+          if (!known.zero_cost) known.zero_cost = ZeroCostCosts(call(), info.zero_cost);
+          costs = *known.zero_cost;
+          break;
         case CallKind::kDecomposition: continue;  // its children are visited on their own
         case CallKind::kOpaque:
         case CallKind::kDeferred:
@@ -79,7 +107,8 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
       const bool refused = valued && !r[m]->value.exact();
       const Count value = valued && !refused ? r[m]->value : Count(0);
       const bool incomplete = r[m]->status != MetricStatus::kComplete || refused;
-      bool sums_exact = reported || AddCount(t.by_operator[info.packet][m], value);
+      if (!reported && known.by_operator == nullptr) known.by_operator = &t.by_operator[info.packet];
+      bool sums_exact = reported || AddCount((*known.by_operator)[m], value);
       sums_exact = AddCount(t.known[m], value) && sums_exact;
       t.complete[m] = t.complete[m] && !incomplete && t.known[m].exact();
       auto note = [&](const std::string& code, const std::string& message) {

@@ -1,7 +1,9 @@
 #include "torchscan_dispatch/operator_view.h"
 
 #include <map>
+#include <optional>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 
@@ -44,6 +46,17 @@ void AddToModules(reports::FlopTally& t, const LabelTree& sets, std::vector<Pack
 OpCall CallOf(const Event& e, const OpInfo& info) {
   return FormulaCall(info, e.args(), e.outputs());
 }
+
+// What a pass over the calls works out once per distinct call (CallSig): a
+// built-in formula's value depends on the signature alone. Caller formulas
+// run per call (they are the caller's code).
+struct SigFacts {
+  const OpInfo* info = nullptr;
+  const CallerFormula* caller = nullptr;
+  std::optional<FormulaResult> builtin;  // evaluated on first use
+  Count* by_operator = nullptr;          // its packet's sum (created on first use)
+  reports::IgnoredOperator* ignored = nullptr;
+};
 
 }  // namespace
 
@@ -160,14 +173,24 @@ OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,
 
 OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
                               const Overrides& overrides) {
+  absl::flat_hash_map<const CallSig*, CallKind> kinds;  // the operator and keys decide: once per signature
   return PlanView(events, catalog, [&](const Event& e) {
+    auto [it, fresh] = kinds.try_emplace(e.sig, CallKind::kOpaque);
+    if (!fresh) return it->second;
     const OpInfo& info = catalog.Get(e.op());
-    if (overrides.Find(info.name)) return CallKind::kFormula;
-    if (overrides.IsDeferred(info.name)) return CallKind::kDeferred;
-    if (info.builtin) return CallKind::kFormula;
-    if (info.zero_cost != ZeroCostReason::kNone) return CallKind::kZeroCost;
-    if (catalog.RanDecomposition(e.op(), e.keys())) return CallKind::kDecomposition;
-    return CallKind::kOpaque;
+    CallKind& kind = it->second;
+    if (overrides.Find(info.name)) {
+      kind = CallKind::kFormula;
+    } else if (overrides.IsDeferred(info.name)) {
+      kind = CallKind::kDeferred;
+    } else if (info.builtin) {
+      kind = CallKind::kFormula;
+    } else if (info.zero_cost != ZeroCostReason::kNone) {
+      kind = CallKind::kZeroCost;
+    } else if (catalog.RanDecomposition(e.op(), e.keys())) {
+      kind = CallKind::kDecomposition;
+    }
+    return kind;
   });
 }
 
@@ -206,11 +229,18 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
   Gaps& gaps = sums.gaps;
   auto& formula_issues = sums.issues;
   std::vector<PacketFlops> per_set(label_sets.size());  // by_module, per label set
+  absl::flat_hash_map<const CallSig*, SigFacts> facts;
 
   for (size_t i = 0; i < events.size(); ++i) {
     if (plan.covered[i]) continue;
     const Event& e = events[i];
-    const OpInfo& info = catalog.Get(e.op());
+    auto [known, fresh] = facts.try_emplace(e.sig);
+    SigFacts& f = known->second;
+    if (fresh) {
+      f.info = &catalog.Get(e.op());
+      f.caller = overrides.Find(f.info->name);
+    }
+    const OpInfo& info = *f.info;
     Count value = 0;          // what this call adds to the known total
     bool incomplete = false;  // whether it leaves work uncounted
     bool sums_exact = true;   // no sum passed 2^128 - 1 with this call
@@ -225,9 +255,9 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
     } else {
       switch (plan.kind[i]) {
         case CallKind::kFormula: {
-          const CallerFormula* caller = overrides.Find(info.name);
-          const FormulaResult r =
-              caller ? (*caller)(CallOf(e, info)) : EvaluateOperatorFormula(*info.builtin, CallOf(e, info));
+          const CallerFormula* caller = f.caller;
+          if (!caller && !f.builtin) f.builtin = EvaluateOperatorFormula(*info.builtin, CallOf(e, info));
+          const FormulaResult r = caller ? (*caller)(CallOf(e, info)) : *f.builtin;
           if (r.status != MetricStatus::kUnavailable && !r.value.exact()) {
             // Refused, never wrapped: a negative caller value, or past 2^128 - 1.
             incomplete = true;
@@ -239,7 +269,10 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
             incomplete = true;
             issue(r.code.empty() ? "incomplete_operator_formula" : r.code, r.message);
           }
-          if (r.status != MetricStatus::kUnavailable) sums_exact = AddCount(t.by_operator[info.packet], value);
+          if (r.status != MetricStatus::kUnavailable) {
+            if (!f.by_operator) f.by_operator = &t.by_operator[info.packet];
+            sums_exact = AddCount(*f.by_operator, value);
+          }
           break;
         }
         case CallKind::kDeferred: {
@@ -249,14 +282,17 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
             issue("unsupported_operator_formula", "the caller formula was not evaluated");
           } else {
             value = it->second;
-            sums_exact = AddCount(t.by_operator[info.packet], value);
+            if (!f.by_operator) f.by_operator = &t.by_operator[info.packet];
+            sums_exact = AddCount(*f.by_operator, value);
           }
           break;
         }
         case CallKind::kZeroCost: {
-          auto& ig = t.ignored[info.packet];
-          ++ig.calls;
-          ig.reason = ZeroCostReasonName(info.zero_cost);
+          if (!f.ignored) {
+            f.ignored = &t.ignored[info.packet];
+            f.ignored->reason = ZeroCostReasonName(info.zero_cost);
+          }
+          ++f.ignored->calls;
           break;
         }
         case CallKind::kDecomposition:
