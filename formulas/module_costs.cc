@@ -130,6 +130,14 @@ ModuleCosts ZeroCostCosts(const OpCall& call, ZeroCostReason reason) {
         }
         return {zero, zero, FormulaResult::Complete(Product(kept) + out)};
       }
+      if (call.name == "aten::split_with_sizes_copy") {
+        // Its pieces partition self (their sizes sum to the dim's): it reads
+        // and writes every element of self once, whatever it returns (the
+        // out= overload returns nothing).
+        const TensorMeta* x = DenseArg(call, 0);
+        if (!x) return ModuleCosts::Unavailable(NotDense(call));
+        return {zero, zero, FormulaResult::Complete(2 * Count(x->numel()))};
+      }
       return {zero, zero, FormulaResult::Complete(2 * out)};
     }
     case ZeroCostReason::kCommunication:

@@ -392,6 +392,7 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::_to_copy", R::kCopy}, {"aten::to", R::kCopy}, {"aten::_copy_from", R::kCopy},
       {"aten::_copy_from_and_resize", R::kCopy}, {"aten::contiguous", R::kCopy},
       {"aten::cat", R::kCopy}, {"aten::stack", R::kCopy},
+      {"aten::split_with_sizes_copy", R::kCopy}, {"aten::_chunk_cat", R::kCopy},
       // Casts that return their input when there is nothing to cast (their
       // schema says view; what they returned decides, see ZeroCostCosts).
       {"aten::_autocast_to_reduced_precision", R::kCopy}, {"aten::_autocast_to_full_precision", R::kCopy},

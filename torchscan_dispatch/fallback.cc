@@ -52,7 +52,10 @@ void RecordEverywhere(Recorder* top, const c10::OperatorHandle& op, c10::Dispatc
   if (top == nullptr && log == nullptr) {
     // The key came from an all-threads scan that has stopped, or was
     // inherited by a thread that no scan covers.
-    if (!LeaveFinishedAllThreadsScan()) UnattributedCalls().fetch_add(1, std::memory_order_relaxed);
+    if (!LeaveFinishedAllThreadsScan()) {
+      UnattributedCalls().fetch_add(1, std::memory_order_relaxed);
+      if (IsZeroCostOperator(op)) UnattributedZeroCostCalls().fetch_add(1, std::memory_order_relaxed);
+    }
     op.redispatchBoxed(after, stack);
     return;
   }

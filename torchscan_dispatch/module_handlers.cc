@@ -178,11 +178,14 @@ void ApplyModuleHandlers(const HandlerOutcome& outcome, std::vector<reports::Lay
     }
   }
   if (totals == nullptr) return;
-  bool unattributed = false;
-  for (const auto& d : totals->diagnostics) unattributed = unattributed || d.code == "unattributed_thread_work";
   for (int m = 1; m < 4; ++m) {
     if (!changed[m]) continue;
     const int t = m - 1;
+    bool unattributed = false;  // other threads' calls left this metric uncounted
+    for (const auto& d : totals->diagnostics) {
+      unattributed = unattributed || (d.code == "unattributed_thread_work" &&
+                                      (d.metric == "module_view" || d.metric == reports::kModuleMetricNames[t]));
+    }
     // What the layers' built-in values do not explain (calls outside every
     // module call) is kept as it was.
     Count rows = 0;

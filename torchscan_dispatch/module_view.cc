@@ -145,7 +145,16 @@ reports::ModuleTally FinishModuleView(ModuleSums sums, const TallyContext& conte
     t.diagnostics.push_back({IssueCode(code), "warning", reports::kModuleMetricNames[m],
                              absl::StrCat(op, ": ", issue.second), op, std::nullopt, issue.first});
   }
-  if (context.unattributed_calls > 0) {
+  if (context.unattributed_calls > 0 && context.unattributed_calls == context.unattributed_zero_cost_calls) {
+    // Zero-cost calls: no FLOPs or MACs, but their memory accesses were not seen.
+    t.complete[2] = false;
+    t.diagnostics.push_back(
+        {"unattributed_thread_work", "warning", reports::kModuleMetricNames[2],
+         absl::StrCat(context.unattributed_calls,
+                      " zero-cost operator call(s) (copies, views, allocations, fills) ran in other threads; their "
+                      "memory accesses are not counted"),
+         std::nullopt, std::nullopt, context.unattributed_calls});
+  } else if (context.unattributed_calls > 0) {
     t.complete = {false, false, false};
     t.diagnostics.push_back(
         {"unattributed_thread_work", "warning", "module_view",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -72,6 +73,17 @@ bool OpCatalog::RanDecomposition(const c10::OperatorHandle& op, c10::DispatchKey
   // An autocast kernel casts its inputs and calls the operator again below
   // autocast: like a decomposition, its children are the whole of its work.
   if (key != c10::DispatchKey::Undefined && c10::autocast_dispatch_keyset.has(key)) return true;
+  // FSDP2's copy operators have Python kernels that do all their work
+  // through PyTorch operators, each recorded as their child: their children
+  // are the whole of it. Named, not inferred from a Python kernel (which may
+  // compute outside PyTorch), and only while the winning kernel is still the
+  // Python one (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:
+  // all_gather_copy_in calls empty, split and _foreach_copy_;
+  // split_with_sizes_copy calls torch.split_with_sizes_copy; chunk_cat
+  // calls torch._chunk_cat).
+  static const absl::flat_hash_set<std::string> kRecordedPythonKernels = {
+      "fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat"};
+  if (kRecordedPythonKernels.contains(Get(op).name) && absl::StrContains(line, ".py:")) return true;
   return Get(op).has_math_kernel && absl::StrContains(line, "[math kernel]");
 }
 
@@ -86,7 +98,18 @@ namespace {
 // initial-exec like the engine's other TLS variables (all_threads.cc).
 thread_local std::unordered_map<c10::OperatorHandle, bool>* tls_owners __attribute__((tls_model("initial-exec"))) =
     nullptr;
+thread_local std::unordered_map<c10::OperatorHandle, bool>* tls_zero_cost __attribute__((tls_model("initial-exec"))) =
+    nullptr;
 }  // namespace
+
+bool IsZeroCostOperator(const c10::OperatorHandle& op) {
+  if (tls_zero_cost == nullptr) tls_zero_cost = new std::unordered_map<c10::OperatorHandle, bool>();  // one per thread
+  auto it = tls_zero_cost->find(op);
+  if (it != tls_zero_cost->end()) return it->second;
+  const bool zero = op.hasSchema() && ClassifyZeroCost(op.schema()) != ZeroCostReason::kNone;
+  tls_zero_cost->emplace(op, zero);
+  return zero;
+}
 
 bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op) {
   if (tls_owners == nullptr) tls_owners = new std::unordered_map<c10::OperatorHandle, bool>();  // one per thread

@@ -65,5 +65,8 @@ class OpCatalog {
 // or a zero-cost rule in each): its children add nothing to any report.
 // Cached per thread; safe on the hot path.
 bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op);
+// True when `op` has a zero-cost rule (copy, view, allocation, fill, ...):
+// no FLOPs or MACs in either view. Cached per thread; safe on the hot path.
+bool IsZeroCostOperator(const c10::OperatorHandle& op);
 
 }  // namespace torchscan

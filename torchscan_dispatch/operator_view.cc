@@ -334,7 +334,15 @@ reports::FlopTally FinishOperatorView(OperatorSums sums, const TallyContext& con
                              absl::StrCat(key.second, ": ", issue.second), key.second,
                              std::nullopt, issue.first});
   }
-  if (context.unattributed_calls > 0) {
+  if (context.unattributed_calls > 0 && context.unattributed_calls == context.unattributed_zero_cost_calls) {
+    t.diagnostics.push_back(
+        {"unattributed_zero_cost_work", "warning", "operator_flops",
+         absl::StrCat(context.unattributed_calls,
+                      " operator call(s) ran in other threads that inherited the scan's dispatch state (e.g. a "
+                      "gloo worker copying a collective's buffers); each was a zero-cost operator (copy, view, "
+                      "allocation, fill), so they add no FLOPs"),
+         std::nullopt, std::nullopt, context.unattributed_calls});
+  } else if (context.unattributed_calls > 0) {
     t.complete = false;
     t.diagnostics.push_back(
         {"unattributed_thread_work", "warning", "operator_flops",

@@ -82,6 +82,9 @@ struct TallyContext {
   std::string torch_version;
   std::string scope;
   int64_t unattributed_calls = 0;  // other threads' calls that carried the mode key
+  // Of those, calls of zero-cost operators (copies, views, allocations,
+  // fills): no FLOPs or MACs, whatever thread ran them.
+  int64_t unattributed_zero_cost_calls = 0;
 };
 
 // The operator view's sums before its diagnostics are written: what a

@@ -25,6 +25,11 @@ std::atomic<int64_t>& UnattributedCalls() {
   return calls;
 }
 
+std::atomic<int64_t>& UnattributedZeroCostCalls() {
+  static std::atomic<int64_t> calls{0};
+  return calls;
+}
+
 int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         absl::Span<const c10::IValue> args) {
   MaybeFold();

@@ -94,13 +94,17 @@ struct Session::State {
   bool stopped_by_outer = false;  // an enclosing scan stopped first and stopped this one
   int64_t unattributed_at_start = 0;
   int64_t unattributed = 0;
+  int64_t unattributed_zero_cost_at_start = 0;
+  int64_t unattributed_zero_cost = 0;
   OpCatalog catalog;
   MemoryAttribution memory;  // ScanOptions::memory
   Planned calls;  // every call of the scan, after Stop
   // Streaming kAll scans: nonzero while a snapshot reads the logs at its cuts (no fold may move them).
   std::shared_ptr<std::atomic<int>> folds_paused = std::make_shared<std::atomic<int>>(0);
 
-  TallyContext Context() const { return {TORCHSCAN_BUILT_TORCH_VERSION, options.scope, unattributed}; }
+  TallyContext Context() const {
+    return {TORCHSCAN_BUILT_TORCH_VERSION, options.scope, unattributed, unattributed_zero_cost};
+  }
 
   // kAll: the thread logs so far (all of them once stopped).
   std::vector<std::shared_ptr<ThreadLog>> ThreadLogs() const {
@@ -343,6 +347,7 @@ Status Session::Start() {
     }
     s.included_before = c10::impl::tls_is_dispatch_key_included(kModeKey);
     s.unattributed_at_start = UnattributedCalls().load(std::memory_order_relaxed);
+    s.unattributed_zero_cost_at_start = UnattributedZeroCostCalls().load(std::memory_order_relaxed);
     s.recorder.torchscript_scopes = s.options.torchscript_scopes;
     s.recorder.torchscript_requests = s.options.torchscript_requests;
     s.recorder.record_owned_children = s.options.record_owned_children;
@@ -417,6 +422,8 @@ absl::Status StopCurrentThreadScan(Session::State& s) {
   // Only our key's bit changes, so guards that exited meanwhile stay intact.
   c10::impl::tls_set_dispatch_key_included(kModeKey, s.included_before);
   s.unattributed = UnattributedCalls().load(std::memory_order_relaxed) - s.unattributed_at_start;
+  s.unattributed_zero_cost =
+      UnattributedZeroCostCalls().load(std::memory_order_relaxed) - s.unattributed_zero_cost_at_start;
   s.phase = Phase::kStopped;
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <vector>
 
@@ -17,7 +18,7 @@ namespace torchscan {
 namespace {
 
 const c10::OperatorHandle& Op(const char* name, const char* overload) {
-  static std::vector<c10::OperatorHandle>* ops = new std::vector<c10::OperatorHandle>();
+  static std::deque<c10::OperatorHandle>* ops = new std::deque<c10::OperatorHandle>();  // stable addresses
   ops->push_back(c10::Dispatcher::singleton().findSchemaOrThrow(name, overload));
   return ops->back();
 }

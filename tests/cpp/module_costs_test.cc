@@ -111,6 +111,16 @@ TEST(ModulePooling, IndicesAddAWritePerOutput) {
   EXPECT_EQ(Costs("aten::max_pool2d_with_indices", b), (Triple{72, 72, 99}));
 }
 
+TEST(ModuleZeroCost, SplitWithSizesCopyMovesItsInputOnce) {
+  // A (6, 4) input split into rows [2, 4] and copied out: every one of its
+  // 24 elements is read once and written once, 48 accesses. The out=
+  // overload returns nothing, so the input, not the returns, says so.
+  CallBuilder out("aten::split_with_sizes_copy");
+  out.Tensor({6, 4}).Ints({2, 4}).Int(0);
+  EXPECT_EQ(ZeroCostCosts(out.Call(), ZeroCostReason::kCopy).dmas.value, 48);
+  EXPECT_EQ(ZeroCostCosts(out.Call(), ZeroCostReason::kCopy).flops.value, 0);
+}
+
 TEST(ModuleZeroCost, ACallThatReturnedItsInputMovedNothing) {
   // x.to(x.dtype) hands x back (same identity; the schema lets it alias): zero.
   CallBuilder same("aten::to");

@@ -393,6 +393,14 @@ def test_fsdp2_step_gathers_and_scatters(torchscan, job_dir):
         assert kinds == [("all_gather", 232, 116, 116), ("reduce_scatter", 232, 116, 116)], kinds
         assert comm["totals"]["bytes_sent"]["value"] == 232
         assert set(comm["conventions"]) == {"ring_all_gather", "ring_reduce_scatter"}
+        # FSDP2's copy operators (fsdp::all_gather_copy_in, split_with_sizes_copy,
+        # chunk_cat) run Python kernels made of recorded PyTorch calls: those
+        # copies are their work, zero FLOPs, and nothing is left uncounted.
+        report = _load(job_dir, f"fsdp_rank{rank}.json")
+        uncounted = [d["operator"] for d in report["diagnostics"] if d["code"] == "uncounted_operator"]
+        assert uncounted == [], uncounted
+        for copy in ("aten._foreach_copy_", "aten.split_with_sizes_copy", "aten._chunk_cat"):
+            assert report["ignored_operators"][copy]["reason"] == "copy", report["ignored_operators"]
 
 
 def test_functional_collectives_resolve_their_group(torchscan, job_dir):

@@ -451,6 +451,39 @@ def test_forked_work_in_other_threads_is_flagged_not_silently_dropped(torchscan)
     assert "unattributed_thread_work" in codes
 
 
+def test_forked_copies_in_other_threads_add_no_flops(torchscan):
+    """The same fork doing only zero-cost work (a transpose view and the copy
+    that makes it contiguous): those calls are still not seen, but they add
+    no FLOPs or MACs by the conventions, so the FLOPs stay complete and say
+    why; only the module view's memory accesses become partial."""
+
+    @torch.jit.script
+    def work(a):
+        return a.t().contiguous()
+
+    @torch.jit.script
+    def run(a, b):
+        fut = torch.jit.fork(work, a)
+        c = torch.mm(a, b)
+        return torch.jit.wait(fut), c
+
+    a, b = torch.ones(20, 30), torch.ones(30, 40)
+    run(a, b)
+    s = torchscan.scan()
+    with s:
+        run(a, b)
+    report = s.report()
+    assert report["by_operator"]["aten.mm"] == 48000  # 20*40 outputs x 30 terms x 2
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    codes = [d["code"] for d in report["diagnostics"]]
+    assert codes == ["unattributed_zero_cost_work"], codes
+    module = s.module_report()
+    assert module["totals"]["module_flops"]["status"] == "complete", module["diagnostics"]
+    assert module["totals"]["macs"]["status"] == "complete"
+    assert module["totals"]["dmas"]["status"] == "partial"
+    assert [(d["code"], d["metric"]) for d in module["diagnostics"]] == [("unattributed_thread_work", "dmas")]
+
+
 def test_module_scopes_from_python_hooks(torchscan):
     """The scope surface crawl_module builds on: hooks push/pop (path, call)."""
     torch.manual_seed(0)
