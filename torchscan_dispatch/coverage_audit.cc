@@ -113,7 +113,10 @@ nlohmann::json Classify(const c10::OperatorHandle& op, OpCatalog& catalog) {
     reason = ZeroCostRule(info.zero_cost);
   } else if (run == "decomposition") {
     cls = "composite";
-    reason = "runs its CompositeImplicitAutograd decomposition on CPU tensors: covered when its decomposition is";
+    reason = info.has_math_kernel
+                 ? "runs its CompositeImplicitAutograd decomposition on CPU tensors: covered when its decomposition is"
+                 : "runs a Python kernel made of PyTorch calls (named in op_catalog.cc) on CPU tensors: covered "
+                   "when those calls are";
   } else if (run == "excluded_operator") {
     cls = "excluded";
     reason = StatedExclusion(name.name);
