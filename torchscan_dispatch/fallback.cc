@@ -54,7 +54,7 @@ void RecordEverywhere(Recorder* top, const c10::OperatorHandle& op, c10::Dispatc
     // inherited by a thread that no scan covers.
     if (!LeaveFinishedAllThreadsScan()) {
       UnattributedCalls().fetch_add(1, std::memory_order_relaxed);
-      if (IsZeroCostOperator(op)) UnattributedZeroCostCalls().fetch_add(1, std::memory_order_relaxed);
+      if (AddsNoFlopsOfItsOwn(op, after)) UnattributedZeroCostCalls().fetch_add(1, std::memory_order_relaxed);
     }
     op.redispatchBoxed(after, stack);
     return;

@@ -151,8 +151,8 @@ reports::ModuleTally FinishModuleView(ModuleSums sums, const TallyContext& conte
     t.diagnostics.push_back(
         {"unattributed_thread_work", "warning", reports::kModuleMetricNames[2],
          absl::StrCat(context.unattributed_calls,
-                      " zero-cost operator call(s) (copies, views, allocations, fills) ran in other threads; their "
-                      "memory accesses are not counted"),
+                      " operator call(s) with no FLOPs of their own (copies, views, allocations, fills, "
+                      "decompositions) ran in other threads; their memory accesses are not counted"),
          std::nullopt, std::nullopt, context.unattributed_calls});
   } else if (context.unattributed_calls > 0) {
     t.complete = {false, false, false};

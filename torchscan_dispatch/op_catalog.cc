@@ -81,9 +81,11 @@ bool OpCatalog::RanDecomposition(const c10::OperatorHandle& op, c10::DispatchKey
   // all_gather_copy_in calls empty, split and _foreach_copy_;
   // split_with_sizes_copy calls torch.split_with_sizes_copy; chunk_cat
   // calls torch._chunk_cat).
-  static const absl::flat_hash_set<std::string> kRecordedPythonKernels = {
+  // Never destroyed: a report written while the process exits (an attached
+  // server's last snapshot) may still ask.
+  static const auto* kRecordedPythonKernels = new absl::flat_hash_set<std::string>{
       "fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat"};
-  if (kRecordedPythonKernels.contains(Get(op).name) && absl::StrContains(line, ".py:")) return true;
+  if (kRecordedPythonKernels->contains(Get(op).name) && absl::StrContains(line, ".py:")) return true;
   return Get(op).has_math_kernel && absl::StrContains(line, "[math kernel]");
 }
 
@@ -98,17 +100,12 @@ namespace {
 // initial-exec like the engine's other TLS variables (all_threads.cc).
 thread_local std::unordered_map<c10::OperatorHandle, bool>* tls_owners __attribute__((tls_model("initial-exec"))) =
     nullptr;
-thread_local std::unordered_map<c10::OperatorHandle, bool>* tls_zero_cost __attribute__((tls_model("initial-exec"))) =
-    nullptr;
+thread_local OpCatalog* tls_catalog __attribute__((tls_model("initial-exec"))) = nullptr;
 }  // namespace
 
-bool IsZeroCostOperator(const c10::OperatorHandle& op) {
-  if (tls_zero_cost == nullptr) tls_zero_cost = new std::unordered_map<c10::OperatorHandle, bool>();  // one per thread
-  auto it = tls_zero_cost->find(op);
-  if (it != tls_zero_cost->end()) return it->second;
-  const bool zero = op.hasSchema() && ClassifyZeroCost(op.schema()) != ZeroCostReason::kNone;
-  tls_zero_cost->emplace(op, zero);
-  return zero;
+bool AddsNoFlopsOfItsOwn(const c10::OperatorHandle& op, c10::DispatchKeySet keys) {
+  if (tls_catalog == nullptr) tls_catalog = new OpCatalog();  // one per thread that needs it
+  return tls_catalog->Get(op).zero_cost != ZeroCostReason::kNone || tls_catalog->RanDecomposition(op, keys);
 }
 
 bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op) {

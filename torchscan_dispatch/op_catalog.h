@@ -65,8 +65,10 @@ class OpCatalog {
 // or a zero-cost rule in each): its children add nothing to any report.
 // Cached per thread; safe on the hot path.
 bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op);
-// True when `op` has a zero-cost rule (copy, view, allocation, fill, ...):
-// no FLOPs or MACs in either view. Cached per thread; safe on the hot path.
-bool IsZeroCostOperator(const c10::OperatorHandle& op);
+// True when a call of `op` with `keys` adds no FLOPs or MACs of its own in
+// either view: it has a zero-cost rule (copy, view, allocation, fill, ...)
+// or it runs its decomposition (whose calls are seen one by one). For calls
+// no scan records (other threads'); cached per thread.
+bool AddsNoFlopsOfItsOwn(const c10::OperatorHandle& op, c10::DispatchKeySet keys);
 
 }  // namespace torchscan

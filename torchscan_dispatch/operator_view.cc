@@ -340,7 +340,7 @@ reports::FlopTally FinishOperatorView(OperatorSums sums, const TallyContext& con
          absl::StrCat(context.unattributed_calls,
                       " operator call(s) ran in other threads that inherited the scan's dispatch state (e.g. a "
                       "gloo worker copying a collective's buffers); each was a zero-cost operator (copy, view, "
-                      "allocation, fill), so they add no FLOPs"),
+                      "allocation, fill) or a decomposition into such calls, so they add no FLOPs"),
          std::nullopt, std::nullopt, context.unattributed_calls});
   } else if (context.unattributed_calls > 0) {
     t.complete = false;

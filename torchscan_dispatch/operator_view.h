@@ -83,7 +83,8 @@ struct TallyContext {
   std::string scope;
   int64_t unattributed_calls = 0;  // other threads' calls that carried the mode key
   // Of those, calls of zero-cost operators (copies, views, allocations,
-  // fills): no FLOPs or MACs, whatever thread ran them.
+  // fills) or of decompositions (each of their calls is one of these
+  // calls): no FLOPs or MACs of their own, whatever thread ran them.
   int64_t unattributed_zero_cost_calls = 0;
 };
 

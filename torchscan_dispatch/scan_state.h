@@ -279,7 +279,7 @@ Recorder*& ThreadTopRecorder();
 // Calls that reached the fallback in a thread with no scan: threads that
 // inherited the mode key through PyTorch's thread-local-state propagation.
 std::atomic<int64_t>& UnattributedCalls();
-// Of those, calls of zero-cost operators (op_catalog.h, IsZeroCostOperator).
+// Of those, calls that add no FLOPs of their own (op_catalog.h, AddsNoFlopsOfItsOwn).
 std::atomic<int64_t>& UnattributedZeroCostCalls();
 
 }  // namespace torchscan

@@ -425,3 +425,8 @@ def test_functional_collectives_resolve_their_group(torchscan, job_dir):
         # wait_tensor moves nothing and is no collective call.
         assert comm["totals"]["collective_calls"] == 4
         assert comm["totals"]["bytes_received"]["value"] == 24 + 24 + 16 + a2a_received
+        # gloo's worker threads inherit the dispatch state and copy the
+        # buffers (views, empty, copy_, reshape's decomposition): unseen, but
+        # no FLOPs of their own, so they leave the FLOPs' status to the rest.
+        codes = {d["code"] for d in _load(job_dir, f"functional_rank{rank}.json")["diagnostics"]}
+        assert "unattributed_thread_work" not in codes, codes
