@@ -11,19 +11,12 @@
 namespace torchscan {
 
 OperatorPlan PlanModuleView(const BlockLog<Event>& events, OpCatalog& catalog) {
-  absl::flat_hash_map<const CallSig*, CallKind> kinds;  // the operator and keys decide: once per signature
   return PlanView(events, catalog, [&](const Event& e) {
-    auto [it, fresh] = kinds.try_emplace(e.sig, CallKind::kOpaque);
-    if (!fresh) return it->second;
     const OpInfo& info = catalog.Get(e.op());
-    if (info.module) {
-      it->second = CallKind::kFormula;
-    } else if (info.zero_cost != ZeroCostReason::kNone) {
-      it->second = CallKind::kZeroCost;
-    } else if (catalog.RanDecomposition(e.op(), e.keys())) {
-      it->second = CallKind::kDecomposition;
-    }
-    return it->second;
+    if (info.module) return CallKind::kFormula;
+    if (info.zero_cost != ZeroCostReason::kNone) return CallKind::kZeroCost;
+    if (catalog.RanDecomposition(e.op(), e.keys())) return CallKind::kDecomposition;
+    return CallKind::kOpaque;
   });
 }
 

@@ -145,9 +145,12 @@ OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,
   plan.kind.resize(events.size());
   plan.covered.resize(events.size());
   plan.in_opaque.resize(events.size());
+  absl::flat_hash_map<const CallSig*, CallKind> kinds;  // classify's answer per signature
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
-    plan.kind[i] = classify(e);
+    auto [kind, fresh] = kinds.try_emplace(e.sig, CallKind::kOpaque);
+    if (fresh) kind->second = classify(e);
+    plan.kind[i] = kind->second;
     if (C10_UNLIKELY(e.keys().has(c10::DispatchKey::FuncTorchBatched) ||
                      e.keys().has(c10::DispatchKey::FuncTorchGradWrapper))) {
       // Under torch.func transforms this call sees wrapped tensors (vmap's
@@ -173,24 +176,14 @@ OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,
 
 OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
                               const Overrides& overrides) {
-  absl::flat_hash_map<const CallSig*, CallKind> kinds;  // the operator and keys decide: once per signature
   return PlanView(events, catalog, [&](const Event& e) {
-    auto [it, fresh] = kinds.try_emplace(e.sig, CallKind::kOpaque);
-    if (!fresh) return it->second;
     const OpInfo& info = catalog.Get(e.op());
-    CallKind& kind = it->second;
-    if (overrides.Find(info.name)) {
-      kind = CallKind::kFormula;
-    } else if (overrides.IsDeferred(info.name)) {
-      kind = CallKind::kDeferred;
-    } else if (info.builtin) {
-      kind = CallKind::kFormula;
-    } else if (info.zero_cost != ZeroCostReason::kNone) {
-      kind = CallKind::kZeroCost;
-    } else if (catalog.RanDecomposition(e.op(), e.keys())) {
-      kind = CallKind::kDecomposition;
-    }
-    return kind;
+    if (overrides.Find(info.name)) return CallKind::kFormula;
+    if (overrides.IsDeferred(info.name)) return CallKind::kDeferred;
+    if (info.builtin) return CallKind::kFormula;
+    if (info.zero_cost != ZeroCostReason::kNone) return CallKind::kZeroCost;
+    if (catalog.RanDecomposition(e.op(), e.keys())) return CallKind::kDecomposition;
+    return CallKind::kOpaque;
   });
 }
 
@@ -241,6 +234,10 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
       f.caller = overrides.Find(f.info->name);
     }
     const OpInfo& info = *f.info;
+    auto packet_sum = [&]() -> Count& {
+      if (!f.by_operator) f.by_operator = &t.by_operator[info.packet];
+      return *f.by_operator;
+    };
     Count value = 0;          // what this call adds to the known total
     bool incomplete = false;  // whether it leaves work uncounted
     bool sums_exact = true;   // no sum passed 2^128 - 1 with this call
@@ -269,10 +266,7 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
             incomplete = true;
             issue(r.code.empty() ? "incomplete_operator_formula" : r.code, r.message);
           }
-          if (r.status != MetricStatus::kUnavailable) {
-            if (!f.by_operator) f.by_operator = &t.by_operator[info.packet];
-            sums_exact = AddCount(*f.by_operator, value);
-          }
+          if (r.status != MetricStatus::kUnavailable) sums_exact = AddCount(packet_sum(), value);
           break;
         }
         case CallKind::kDeferred: {
@@ -282,8 +276,7 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
             issue("unsupported_operator_formula", "the caller formula was not evaluated");
           } else {
             value = it->second;
-            if (!f.by_operator) f.by_operator = &t.by_operator[info.packet];
-            sums_exact = AddCount(*f.by_operator, value);
+            sums_exact = AddCount(packet_sum(), value);
           }
           break;
         }

@@ -43,8 +43,9 @@ struct OperatorPlan {
   std::vector<bool> in_opaque;  // an ancestor is uncounted (reported there)
 };
 
-// Ownership for one view: `classify` says what each call is in that view;
-// the outermost formula (or zero-cost) call owns its subtree.
+// Ownership for one view: `classify` says what each call is in that view,
+// from its signature alone (asked once per distinct call); the outermost
+// formula (or zero-cost) call owns its subtree.
 OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,
                       absl::FunctionRef<CallKind(const Event&)> classify);
 

@@ -140,9 +140,11 @@ absl::Span<const ArgMeta> RecordValues(Arena& arena, absl::Span<const c10::IValu
 void CallTensors::Reset(const uintptr_t* ids, size_t n) {
   ids_.assign(ids, ids + n);
   index_.clear();
-  if (ids_.size() > kLinear) {
-    for (size_t i = 0; i < ids_.size(); ++i) index_.emplace(ids_[i], static_cast<uint32_t>(i + 1));
-  }
+  if (ids_.size() > kLinear) IndexAll();
+}
+
+void CallTensors::IndexAll() {
+  for (size_t i = 0; i < ids_.size(); ++i) index_.emplace(ids_[i], static_cast<uint32_t>(i + 1));
 }
 
 uint32_t CallTensors::Number(uintptr_t address) {
@@ -151,9 +153,7 @@ uint32_t CallTensors::Number(uintptr_t address) {
       if (ids_[i] == address) return static_cast<uint32_t>(i + 1);
     }
     ids_.push_back(address);
-    if (ids_.size() > kLinear) {  // a long tensor list: from now on by hash
-      for (size_t i = 0; i < ids_.size(); ++i) index_.emplace(ids_[i], static_cast<uint32_t>(i + 1));
-    }
+    if (ids_.size() > kLinear) IndexAll();  // a long tensor list: from now on by hash
     return static_cast<uint32_t>(ids_.size());
   }
   auto [it, added] = index_.emplace(address, static_cast<uint32_t>(ids_.size() + 1));
@@ -168,6 +168,12 @@ namespace {
 inline void Mix(uint64_t& h, uint64_t v) {
   h = (h ^ v) * 0x9E3779B97F4A7C15ull;
   h ^= h >> 29;
+}
+
+inline uint64_t Bits(double d) {
+  uint64_t bits;
+  std::memcpy(&bits, &d, sizeof bits);
+  return bits;
 }
 
 void MixTensor(uint64_t& h, const TensorMeta& t) {
@@ -188,23 +194,13 @@ uint64_t HashValues(uint64_t h, absl::Span<const ArgMeta> values) {
       case ArgKind::kTensor: MixTensor(h, a.tensor()); break;
       case ArgKind::kInt:
       case ArgKind::kBool: Mix(h, static_cast<uint64_t>(a.to_int())); break;
-      case ArgKind::kDouble: {
-        uint64_t bits;
-        const double d = a.to_double();
-        std::memcpy(&bits, &d, sizeof bits);
-        Mix(h, bits);
-        break;
-      }
+      case ArgKind::kDouble: Mix(h, Bits(a.to_double())); break;
       case ArgKind::kIntList:
       case ArgKind::kBoolList:
         for (int64_t v : a.ints()) Mix(h, static_cast<uint64_t>(v));
         break;
       case ArgKind::kDoubleList:
-        for (double d : a.doubles()) {
-          uint64_t bits;
-          std::memcpy(&bits, &d, sizeof bits);
-          Mix(h, bits);
-        }
+        for (double d : a.doubles()) Mix(h, Bits(d));
         break;
       case ArgKind::kTensorList:
         for (const TensorMeta& t : a.tensors()) MixTensor(h, t);
@@ -302,44 +298,47 @@ const CallSig* CallTable::Start(const c10::OperatorHandle& op, c10::DispatchKeyS
   const Arena::Mark mark = arena_.GetMark();
   tensors.Reset(nullptr, 0);
   CallSig probe(op, keys);
-  CallSig* s = &probe;
-  s->args = RecordValues(arena_, args, tensors);
-  s->arg_tensors = s->tensors = static_cast<uint32_t>(tensors.addresses().size());
+  probe.args = RecordValues(arena_, args, tensors);
+  probe.arg_tensors = probe.tensors = static_cast<uint32_t>(tensors.addresses().size());
   uint64_t h = std::hash<c10::OperatorHandle>()(op);
   Mix(h, keys.raw_repr());
-  s->hash = HashValues(h, s->args);
+  probe.hash = HashValues(h, probe.args);
   return Intern(probe, mark);
 }
+
+namespace {
+
+// The running call `started`, finished: its operator, keys and operands.
+CallSig Ended(const CallSig* started) {
+  CallSig s(started->op, started->keys);
+  s.args = started->args;
+  s.arg_tensors = s.tensors = started->arg_tensors;
+  s.started = started;
+  s.finished = true;
+  return s;
+}
+
+}  // namespace
 
 const CallSig* CallTable::Finish(const CallSig* started, absl::Span<const c10::IValue> outputs,
                                  CallTensors& tensors) {
   const Arena::Mark mark = arena_.GetMark();
-  CallSig probe(started->op, started->keys);
-  CallSig* s = &probe;
-  s->args = started->args;
-  s->arg_tensors = started->arg_tensors;
-  s->started = started;
-  s->finished = true;
-  s->outputs = RecordValues(arena_, outputs, tensors);
-  s->tensors = static_cast<uint32_t>(tensors.addresses().size());
+  CallSig probe = Ended(started);
+  probe.outputs = RecordValues(arena_, outputs, tensors);
+  probe.tensors = static_cast<uint32_t>(tensors.addresses().size());
   uint64_t h = started->hash;
   Mix(h, 1);
-  s->hash = HashValues(h, s->outputs);
+  probe.hash = HashValues(h, probe.outputs);
   return Intern(probe, mark);
 }
 
 const CallSig* CallTable::Stop(const CallSig* started, bool raised) {
   const Arena::Mark mark = arena_.GetMark();
-  CallSig probe(started->op, started->keys);
-  CallSig* s = &probe;
-  s->args = started->args;
-  s->arg_tensors = s->tensors = started->arg_tensors;
-  s->started = started;
-  s->finished = true;
-  s->raised = raised;
+  CallSig probe = Ended(started);
+  probe.raised = raised;
   uint64_t h = started->hash;
   Mix(h, raised ? 2 : 3);
-  s->hash = HashValues(h, s->outputs);
+  probe.hash = HashValues(h, probe.outputs);
   return Intern(probe, mark);
 }
 

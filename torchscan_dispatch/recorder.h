@@ -53,6 +53,7 @@ class CallTensors {
 
  private:
   static constexpr size_t kLinear = 16;  // beyond this many, look up by hash
+  void IndexAll();
   std::vector<uintptr_t> ids_;
   absl::flat_hash_map<uintptr_t, uint32_t> index_;
 };
