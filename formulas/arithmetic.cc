@@ -2,6 +2,9 @@
 
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
+#include "formulas/registry.h"
+
 namespace torchscan {
 
 Arithmetic ArithmeticOfDtype(c10::ScalarType t) {
@@ -39,6 +42,29 @@ Arithmetic ArithmeticWithScalars(const OpCall& call) {
     if (a.kind == ArgKind::kDouble) return Arithmetic::kReal;
   }
   return tensors;
+}
+
+bool PromotesIntegersToFloat(std::string_view op) {
+  // Checked against torch 2.13: each returns float32 for int64 operands.
+  static const auto* names = new absl::flat_hash_set<std::string_view>{
+      "aten::div", "aten::true_divide", "aten::atan2", "aten::arctan2", "aten::copysign", "aten::float_power",
+      "aten::exp", "aten::exp2", "aten::expm1", "aten::log", "aten::log2", "aten::log10", "aten::log1p",
+      "aten::sqrt", "aten::rsqrt", "aten::sin", "aten::cos", "aten::tan", "aten::asin", "aten::acos",
+      "aten::atan", "aten::sinh", "aten::cosh", "aten::asinh", "aten::acosh", "aten::atanh", "aten::erf",
+      "aten::erfc", "aten::erfinv", "aten::reciprocal", "aten::sigmoid", "aten::tanh", "aten::xlogy",
+      "aten::logsumexp", "aten::sinc", "aten::logit", "aten::lgamma", "aten::digamma", "aten::i0",
+      "aten::deg2rad", "aten::rad2deg", "aten::special_i0e", "aten::special_i1", "aten::special_i1e",
+      "aten::special_ndtr", "aten::special_ndtri", "aten::special_erfcx", "aten::special_log_ndtr",
+      "aten::special_xlog1py", "aten::special_entr", "aten::logaddexp", "aten::logaddexp2"};
+  return names->contains(FunctionalName(op));
+}
+
+Arithmetic ComputationArithmetic(const OpCall& call, Arithmetic operands) {
+  if (operands != Arithmetic::kInteger) return operands;
+  const ArgMeta& out = call.output(0);
+  if (!out.is_tensor() || !out.tensor().defined || !c10::isFloatingType(out.tensor().dtype)) return operands;
+  if (call.out_form && !PromotesIntegersToFloat(call.name)) return operands;  // computed in the operands' dtype
+  return Arithmetic::kReal;
 }
 
 Arithmetic ReductionArithmetic(const OpCall& call, size_t dtype_arg) {

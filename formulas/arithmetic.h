@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "formulas/op_call.h"
 #include "formulas/result.h"
@@ -25,6 +26,19 @@ Arithmetic ArithmeticOf(const OpCall& call);
 // powers: `int_tensor * 0.5` computes in floating point).
 Arithmetic ArithmeticWithScalars(const OpCall& call);
 Arithmetic ArithmeticOfDtype(c10::ScalarType t);
+// The dtype a pointwise call computes in (type promotion's computation
+// dtype), from its operands' arithmetic `operands` (ArithmeticOf or
+// ArithmeticWithScalars, per the operator's stated rule): when the operands
+// are integral (or boolean) but the result is floating, the call computed in
+// that floating dtype (sqrt, exp and true division of integers): real. An
+// out= call's destination takes no part in promotion, so there the
+// operator's own promotion decides (PromotesIntegersToFloat). Comparisons
+// of integers (a bool result) stay integer arithmetic.
+Arithmetic ComputationArithmetic(const OpCall& call, Arithmetic operands);
+// Operators whose integral operands are promoted to the default floating
+// dtype (PyTorch's "float" unary and binary ops: true division, exp/log,
+// roots, trigonometric and error functions, ...).
+bool PromotesIntegersToFloat(std::string_view op);
 // Reduction dtype: an explicit dtype argument, else the output's, else the input's.
 Arithmetic ReductionArithmetic(const OpCall& call, size_t dtype_arg);
 

@@ -361,4 +361,20 @@ FormulaResult SdpaCpuBackward(const OpCall& call) {
   return CountFor(call, ArithmeticOf(call), flops);
 }
 
+ModuleCosts SdpaCpuBackwardCosts(const OpCall& call) {
+  const FormulaResult flops = SdpaCpuBackward(call);
+  if (flops.status != MetricStatus::kComplete) return ModuleCosts::Unavailable(flops);
+  Count accesses = 0;
+  for (const ArgMeta& a : call.args) accesses += Elements(a);
+  for (const ArgMeta& a : call.outputs) accesses += Elements(a);
+  if (call.arg(0).is_none()) return ModuleCosts::FromFlops(flops, 0, accesses);
+  const auto q = call.arg(1).tensor().sizes(), k = call.arg(2).tensor().sizes(), v = call.arg(3).tensor().sizes();
+  const Count bh = Count(q[0]) * q[1];
+  const int64_t l = q[2], d = q[3], s = k[2], dv = v[3];
+  const Count products = *SdpaBackwardFlops(call.arg(0).tensor().sizes(), q, k, v);
+  const Count outputs = bh * (Count(2) * l * s + Count(s) * dv + Count(l) * d + Count(d) * s);
+  return {FormulaResult::Complete(flops.value - outputs), FormulaResult::Complete(products / 2),
+          FormulaResult::Complete(accesses)};
+}
+
 }  // namespace torchscan::attention

@@ -107,5 +107,11 @@ ModuleCosts NativeMultiHeadAttentionCosts(const OpCall& call);
 // feed-forward block (two linears, ReLU or exact GELU): FF accesses 2N + 4U +
 // its parameters, U = rows x F.
 ModuleCosts TransformerEncoderLayerCosts(const OpCall& call);
+// Module view of the CPU SDPA backward row: the operator view's count with
+// the five products in the module convention (2K - 1 per output: the
+// products' outputs 2A + Hq*B*S*(dv + d) + R*d come off), MACs = the
+// products' multiply-adds A(3d + 2dv), DMAs = every operand read once and
+// every gradient written once (torchscan_training_v1's module-view rule).
+ModuleCosts SdpaCpuBackwardCosts(const OpCall& call);
 
 }  // namespace torchscan::attention

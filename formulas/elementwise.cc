@@ -5,13 +5,15 @@
 namespace torchscan::elementwise {
 namespace {
 
+// `a`: the operands' arithmetic by the operator's rule; the call computes
+// in ComputationArithmetic's dtype (a floating result of integers is real).
 FormulaResult PerElement(const OpCall& call, int64_t ops_per_output, Arithmetic a) {
   const TensorMeta* out = DenseOutput(call);
   if (!out) return NotDense(call);
   for (const ArgMeta& arg : call.args) {
     if (arg.is_tensor() && (arg.tensor().nested || !arg.tensor().strided)) return NotDense(call);
   }
-  return CountFor(call, a, Count(ops_per_output) * out->numel());
+  return CountFor(call, ComputationArithmetic(call, a), Count(ops_per_output) * out->numel());
 }
 
 bool ScalarIsNot(const OpCall& call, size_t i, double v) {

@@ -248,4 +248,27 @@ FormulaResult GridSampler2d(const OpCall& call) {
   return CountFor(call, ArithmeticOf(call), Count(per) * out->numel());
 }
 
+ModuleCosts GridSampler2dCosts(const OpCall& call) {
+  const FormulaResult flops = GridSampler2d(call);
+  if (flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
+  const TensorMeta* grid = DenseArg(call, 1);
+  if (!grid) return ModuleCosts::Unavailable(NotDense(call));
+  const int64_t mode = static_cast<int64_t>(*ScalarArg(call, 2));
+  const int64_t taps = mode == 0 ? 4 : (mode == 2 ? 16 : 1);
+  const Count out = DenseOutput(call)->numel();
+  return ModuleCosts::FromFlops(flops, mode == 1 ? Count(0) : Count(taps) * out, Count(taps + 1) * out + grid->numel());
+}
+
+ModuleCosts EmbeddingBagCosts(const OpCall& call) {
+  const FormulaResult flops = EmbeddingBag(call);
+  if (flops.status == MetricStatus::kUnavailable) return ModuleCosts::Unavailable(flops);
+  const TensorMeta* weight = DenseArg(call, 0);
+  const TensorMeta* indices = DenseArg(call, 1);
+  const TensorMeta* offsets = DenseArg(call, 2);
+  const Count d = weight->size(1), lookups = indices->numel();
+  const bool weighted = call.arg(6).is_tensor();
+  const Count reads = lookups + offsets->numel() + lookups * d + (weighted ? lookups : Count(0));
+  return ModuleCosts::FromFlops(flops, weighted ? lookups * d : Count(0), reads + DenseOutput(call)->numel());
+}
+
 }  // namespace torchscan::indexing

@@ -56,6 +56,14 @@ FormulaResult EuclideanDist(const OpCall& call);
 // norms N1 + N2 + rows, ones columns rows, x1 * -2 2N1, concatenations
 // N1 + N2 + 2 rows + rows (M+2), dots rows (M+2) + out, clamp and sqrt 4 out.
 ModuleCosts EuclideanDistCosts(const OpCall& call);
+// grid_sampler_2d: K taps blended per output value (bilinear 4, nearest 1,
+// bicubic 16), as weighted interpolation: MACs K N (none for nearest, a
+// copy), DMAs K reads + 1 write per output value plus the grid read once.
+ModuleCosts GridSampler2dCosts(const OpCall& call);
+// _embedding_bag / _embedding_bag_forward_only: the operator view's FLOPs;
+// MACs: one per weighted lookup value (per_sample_weights), else none; DMAs:
+// the ids and offsets read, one weight row per lookup, the output written.
+ModuleCosts EmbeddingBagCosts(const OpCall& call);
 // masked_scatter(self, mask, source): one selection per output value.
 FormulaResult MaskedScatter(const OpCall& call);
 // nonzero(self): one comparison per input value.

@@ -150,4 +150,46 @@ ModuleCosts BaddbmmCosts(const OpCall& call) {
   return Products(call, Count(a->size(0)) * a->size(1) * b->size(2), a->size(2), DenseArg(call, 0), 0);
 }
 
+ModuleCosts DotCosts(const OpCall& call) {
+  const TensorMeta* a = TensorArg(call, 0, 1);
+  const TensorMeta* b = TensorArg(call, 1, 1);
+  if (!a || !b || a->size(0) != b->size(0)) return BadShapes(call, "expected two equal 1-D tensors");
+  return Products(call, 1, a->size(0), nullptr, 0);
+}
+
+ModuleCosts MvCosts(const OpCall& call) {
+  const TensorMeta* m = TensorArg(call, 0, 2);
+  const TensorMeta* v = TensorArg(call, 1, 1);
+  if (!m || !v || m->size(1) != v->size(0)) return BadShapes(call, "expected (m x k) and (k)");
+  return Products(call, m->size(0), m->size(1), nullptr, 0);
+}
+
+ModuleCosts AddmvCosts(const OpCall& call) {
+  const TensorMeta* m = TensorArg(call, 1, 2);
+  const TensorMeta* v = TensorArg(call, 2, 1);
+  if (!m || !v || m->size(1) != v->size(0)) return BadShapes(call, "expected (m x k) and (k)");
+  return Products(call, m->size(0), m->size(1), DenseArg(call, 0), 0);
+}
+
+ModuleCosts AddrCosts(const OpCall& call) {
+  const TensorMeta* a = TensorArg(call, 1, 1);
+  const TensorMeta* b = TensorArg(call, 2, 1);
+  if (!a || !b) return BadShapes(call, "expected two 1-D tensors");
+  return Products(call, Count(a->size(0)) * b->size(0), 1, DenseArg(call, 0), 0);
+}
+
+ModuleCosts GroupedMmCosts(const OpCall& call) {
+  const FormulaResult flops = GroupedMm(call);
+  if (flops.status != MetricStatus::kComplete) return ModuleCosts::Unavailable(flops);
+  if (ArithmeticOf(call) == Arithmetic::kComplex) return ModuleCosts::Unavailable(CountFor(call, Arithmetic::kComplex, 0));
+  const Count macs = flops.value / 2;
+  const Count out = call.output(0).tensor().numel();
+  Count reads = 0;
+  for (const ArgMeta& a : call.args) {
+    if (a.is_tensor()) reads += a.tensor().numel();
+  }
+  const Count module_flops = macs > Count(0) && Count(2) * macs > out ? Count(2) * macs - out : Count(0);
+  return {FormulaResult::Complete(module_flops), FormulaResult::Complete(macs), FormulaResult::Complete(reads + out)};
+}
+
 }  // namespace torchscan::matmul

@@ -45,5 +45,14 @@ ModuleCosts MmCosts(const OpCall& call);       // (m x k)(k x n)
 ModuleCosts AddmmCosts(const OpCall& call);    // + one bias add per output
 ModuleCosts BmmCosts(const OpCall& call);      // B products
 ModuleCosts BaddbmmCosts(const OpCall& call);  // + one add per output
+ModuleCosts DotCosts(const OpCall& call);      // dot / vdot: one dot of k terms
+ModuleCosts MvCosts(const OpCall& call);       // m dots of k terms
+ModuleCosts AddmvCosts(const OpCall& call);    // + one bias add per output
+ModuleCosts AddrCosts(const OpCall& call);     // m x n one-term products + one add per output
+// _grouped_mm: each output value is one dot over its group's K terms; the
+// operator view's MACs (self elements x output width), module FLOPs 2 MACs
+// less one add per output (an empty group's outputs are counted as if it had
+// a term: its zeros cost nothing, a lower figure would be off by its outputs).
+ModuleCosts GroupedMmCosts(const OpCall& call);
 
 }  // namespace torchscan::matmul

@@ -53,6 +53,35 @@ FormulaResult RandomSampling(const OpCall& call) {
       "random_sampling", std::string(call.name) + ": random sampling is a visible exclusion of torchscan_flops_v1");
 }
 
+namespace {
+
+// The result dtype decides complex; any other result was computed in floating point.
+Arithmetic FactoryArithmetic(const TensorMeta& out) {
+  return c10::isComplexType(out.dtype) ? Arithmetic::kComplex : Arithmetic::kReal;
+}
+
+}  // namespace
+
+FormulaResult Linspace(const OpCall& call) {
+  const TensorMeta* out = DenseOutput(call);
+  if (!out) return NotDense(call);
+  const int64_t n = out->numel();
+  return CountFor(call, FactoryArithmetic(*out), n > 1 ? Count(2) * n + 2 : Count(0));
+}
+
+FormulaResult Logspace(const OpCall& call) {
+  const TensorMeta* out = DenseOutput(call);
+  if (!out) return NotDense(call);
+  const int64_t n = out->numel();
+  return CountFor(call, FactoryArithmetic(*out), n > 1 ? Count(3) * n + 2 : Count(n));
+}
+
+FormulaResult Arange(const OpCall& call) {
+  const TensorMeta* out = DenseOutput(call);
+  if (!out) return NotDense(call);
+  return CountFor(call, ArithmeticOfDtype(out->dtype), Count(2) * out->numel());
+}
+
 }  // namespace torchscan::misc
 
 namespace torchscan::misc {

@@ -25,6 +25,18 @@ FormulaResult Weighted(const OpCall& call);
 // rand/randn/bernoulli/normal/...: sampling has no count (partial, visible).
 FormulaResult RandomSampling(const OpCall& call);
 
+// Factories that compute their values (formulas/CONVENTIONS.md, "Factories"):
+// linspace: step = (end - start) / (steps - 1) once (2), then start + step*i
+// (or end - step*(steps-1-i)) per value (2): 2N + 2 for N > 1, 0 for N <= 1;
+// computed in floating point whatever the result dtype (integer results
+// take a double step). Complex results: the complex rule.
+FormulaResult Linspace(const OpCall& call);
+// logspace: base ** (linspace value): 3N + 2 for N > 1; one power for N = 1.
+FormulaResult Logspace(const OpCall& call);
+// arange / range: start + i*step per value (2N), in the result's dtype:
+// integer results are integer arithmetic (zero).
+FormulaResult Arange(const OpCall& call);
+
 // Module view.
 // Dropout: zero MACs; DMAs read the input and p, write the output: N + 1 + N.
 ModuleCosts DropoutCosts(const OpCall& call);

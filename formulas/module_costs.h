@@ -42,6 +42,9 @@ struct ModuleFormula {
 absl::Span<const ModuleFormula> BuiltinModuleFormulas();
 // Formula for "ns::name" (in-place "name_" shares "name").
 const ModuleFormula* FindModuleFormula(std::string_view op);
+// Why an operator-view row has no module-view formula (nullptr when it has
+// one, or when no reason is stated: a test keeps every row in one or the other).
+const char* ModuleViewGap(std::string_view op);
 
 // Pointwise operators: FLOPs from their fallback formula, zero MACs
 // ("Activation MACs are zero"), DMAs = every tensor argument's elements read

@@ -129,6 +129,9 @@ struct OpCall {
   // (`Tensor(a) self -> Tensor(a)`, as for aten::to or aten::contiguous). A
   // call that returned its very input (same identity) then did nothing.
   bool returns_alias = false;
+  // An out= overload: the outputs are the caller's destinations, whose dtype
+  // takes no part in type promotion (arithmetic.h: ComputationArithmetic).
+  bool out_form = false;
 
   // Argument i, or a None argument when the call has fewer.
   const ArgMeta& arg(size_t i) const { return i < args.size() ? args[i] : kNoneArg; }

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "formulas/activation_backward.h"
 #include "formulas/arithmetic.h"
 #include "formulas/attention.h"
@@ -22,6 +21,7 @@
 #include "formulas/pooling.h"
 #include "formulas/recurrent.h"
 #include "formulas/reduction.h"
+#include "formulas/selection.h"
 #include "formulas/softmax.h"
 
 namespace torchscan {
@@ -164,6 +164,7 @@ const OperatorFormula kFormulas[] = {
     TS_PW("nonzero", indexing::Nonzero), TS_ROW("_cdist_forward", indexing::Cdist),
     TS_ROW("_euclidean_dist", indexing::EuclideanDist),
     TS_ROW("_pdist_forward", indexing::Pdist), TS_ROW("_embedding_bag", indexing::EmbeddingBag),
+    TS_ROW("_embedding_bag_forward_only", indexing::EmbeddingBag),
     TS_ROW("grid_sampler_2d", indexing::GridSampler2d),
     // Softmax family.
     TS_ROW("_softmax", softmax::Softmax), TS_ROW("_safe_softmax", softmax::SafeSoftmax),
@@ -196,6 +197,17 @@ const OperatorFormula kFormulas[] = {
     TS_ROW("_upsample_nearest_exact2d", misc::Nearest), TS_ROW("_upsample_nearest_exact3d", misc::Nearest),
     TS_ROW("upsample_linear1d", misc::Weighted<2>), TS_ROW("upsample_bilinear2d", misc::Weighted<4>),
     TS_ROW("upsample_trilinear3d", misc::Weighted<8>), TS_ROW("upsample_bicubic2d", misc::Weighted<16>),
+    // Factories that compute their values (formulas/CONVENTIONS.md); fills are zero-cost rules.
+    TS_PW("linspace", misc::Linspace), TS_PW("logspace", misc::Logspace), TS_PW("arange", misc::Arange),
+    TS_PW("range", misc::Arange),
+    // torchscan_selection_v1 (formulas/CONVENTIONS.md): comparisons of sorting, selection and search.
+    TS_PW("sort", selection::Sort), TS_PW("argsort", selection::Sort), TS_PW("msort", selection::Sort),
+    TS_PW("topk", selection::Topk), TS_PW("kthvalue", selection::Kthvalue), TS_PW("median", selection::Median),
+    TS_PW("nanmedian", selection::Median), TS_PW("mode", selection::Mode), TS_PW("_unique2", selection::Unique),
+    TS_PW("_unique", selection::Unique), TS_PW("unique_consecutive", selection::UniqueConsecutive),
+    TS_PW("unique_dim", selection::UniqueDim), TS_PW("unique_dim_consecutive", selection::UniqueDim),
+    TS_PW("searchsorted", selection::Searchsorted), TS_PW("bucketize", selection::Bucketize),
+    TS_PW("histc", selection::Histc),
     // Visible exclusions: random sampling has no count.
     TS_ROW("rand", misc::RandomSampling), TS_ROW("randn", misc::RandomSampling),
     TS_ROW("rand_like", misc::RandomSampling), TS_ROW("randn_like", misc::RandomSampling),
@@ -334,118 +346,6 @@ const absl::flat_hash_map<std::string_view, const OperatorFormula*>& FormulaInde
   return *index;
 }
 
-// Operators whose cost is zero by what they do, not by their schema's alias
-// annotations. Copies and conversions move values without arithmetic
-// (torchscan_flops_v1: "views/copies/fills/allocation ... are excluded").
-const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
-  using R = ZeroCostReason;
-  static const auto* names = new absl::flat_hash_map<std::string_view, ZeroCostReason>{
-      // metadata
-      {"aten::size", R::kMetadata}, {"aten::sym_size", R::kMetadata},
-      {"aten::stride", R::kMetadata}, {"aten::sym_stride", R::kMetadata},
-      {"aten::numel", R::kMetadata}, {"aten::sym_numel", R::kMetadata},
-      {"aten::dim", R::kMetadata}, {"aten::storage_offset", R::kMetadata},
-      {"aten::sym_storage_offset", R::kMetadata}, {"aten::is_contiguous", R::kMetadata},
-      {"aten::sym_is_contiguous", R::kMetadata}, {"aten::is_strides_like_format", R::kMetadata},
-      {"aten::is_non_overlapping_and_dense", R::kMetadata}, {"aten::is_same_size", R::kMetadata},
-      {"aten::is_leaf", R::kMetadata}, {"aten::output_nr", R::kMetadata},
-      {"aten::_version", R::kMetadata}, {"aten::requires_grad_", R::kMetadata},
-      {"aten::retain_grad", R::kMetadata}, {"aten::retains_grad", R::kMetadata},
-      {"aten::_has_compatible_shallow_copy_type", R::kMetadata},
-      {"aten::detach_", R::kMetadata}, {"aten::as_strided_", R::kMetadata}, {"aten::set_data", R::kMetadata},
-      // In-place views: they change self's sizes/strides (their schema marks
-      // self written, so the view rule does not see them).
-      {"aten::transpose_", R::kMetadata}, {"aten::t_", R::kMetadata}, {"aten::squeeze_", R::kMetadata},
-      {"aten::unsqueeze_", R::kMetadata}, {"aten::swapaxes_", R::kMetadata}, {"aten::swapdims_", R::kMetadata},
-      // torch.profiler.record_function markers (no tensor work).
-      {"profiler::_record_function_enter", R::kMetadata}, {"profiler::_record_function_enter_new", R::kMetadata},
-      {"profiler::_record_function_exit", R::kMetadata},
-      // set_ rebinds a tensor to a storage (how torch::jit::load builds parameters)
-      {"aten::set_", R::kMetadata},
-      {"aten::is_complex", R::kMetadata}, {"aten::is_floating_point", R::kMetadata},
-      {"aten::is_conj", R::kMetadata}, {"aten::is_neg", R::kMetadata},
-      {"aten::is_inference", R::kMetadata}, {"aten::result_type", R::kMetadata},
-      {"aten::can_cast", R::kMetadata}, {"aten::promote_types", R::kMetadata},
-      {"aten::_local_scalar_dense", R::kMetadata}, {"aten::item", R::kMetadata},
-      {"aten::_assert_async", R::kMetadata}, {"aten::_assert_tensor_metadata", R::kMetadata},
-      {"aten::sym_constrain_range_for_size", R::kMetadata},
-      {"aten::record_stream", R::kMetadata}, {"aten::_nested_tensor_size", R::kMetadata},
-      {"prim::layout", R::kMetadata}, {"prim::device", R::kMetadata},
-      // allocation
-      {"aten::empty", R::kAllocation}, {"aten::empty_like", R::kAllocation},
-      {"aten::empty_strided", R::kAllocation}, {"aten::new_empty", R::kAllocation},
-      {"aten::new_empty_strided", R::kAllocation}, {"aten::resize_", R::kAllocation},
-      {"aten::resize_as_", R::kAllocation}, {"aten::_resize_output_", R::kAllocation},
-      {"aten::empty_permuted", R::kAllocation},
-      // constants
-      {"aten::zeros", R::kFill}, {"aten::zeros_like", R::kFill}, {"aten::new_zeros", R::kFill},
-      {"aten::ones", R::kFill}, {"aten::ones_like", R::kFill}, {"aten::new_ones", R::kFill},
-      {"aten::full", R::kFill}, {"aten::full_like", R::kFill}, {"aten::new_full", R::kFill},
-      {"aten::fill_", R::kFill}, {"aten::fill", R::kFill}, {"aten::zero_", R::kFill},
-      {"aten::_foreach_zero", R::kFill}, {"aten::_foreach_zero_", R::kFill},
-      {"aten::scalar_tensor", R::kFill}, {"aten::arange", R::kFill}, {"aten::eye", R::kFill},
-      // (aten::lift_fresh returns its input: the schema's view rule.)
-      {"aten::lift_fresh_copy", R::kCopy},
-      // copies, conversions, gathers
-      {"aten::copy_", R::kCopy}, {"aten::copy", R::kCopy}, {"aten::clone", R::kCopy},
-      {"aten::_foreach_copy", R::kCopy}, {"aten::_foreach_copy_", R::kCopy}, {"aten::_foreach_clone", R::kCopy},
-      {"aten::_to_copy", R::kCopy}, {"aten::to", R::kCopy}, {"aten::_copy_from", R::kCopy},
-      {"aten::_copy_from_and_resize", R::kCopy}, {"aten::contiguous", R::kCopy},
-      {"aten::cat", R::kCopy}, {"aten::stack", R::kCopy},
-      {"aten::split_with_sizes_copy", R::kCopy}, {"aten::_chunk_cat", R::kCopy},
-      // Casts that return their input when there is nothing to cast (their
-      // schema says view; what they returned decides, see ZeroCostCosts).
-      {"aten::_autocast_to_reduced_precision", R::kCopy}, {"aten::_autocast_to_full_precision", R::kCopy},
-      {"aten::pin_memory", R::kCopy},
-      {"aten::index_select", R::kCopy}, {"aten::gather", R::kCopy},
-      {"aten::_reshape_copy", R::kCopy}, {"aten::repeat", R::kCopy},
-      {"aten::constant_pad_nd", R::kCopy}, {"aten::flip", R::kCopy}, {"aten::roll", R::kCopy},
-      {"aten::index", R::kCopy}, {"aten::select_scatter", R::kCopy},
-      {"aten::slice_scatter", R::kCopy}, {"aten::diagonal_scatter", R::kCopy},
-      {"aten::as_strided_scatter", R::kCopy},
-      {"aten::select_backward", R::kCopy}, {"aten::slice_backward", R::kCopy},
-      {"aten::expand_copy", R::kCopy}, {"aten::permute_copy", R::kCopy},
-      {"aten::view_copy", R::kCopy}, {"aten::t_copy", R::kCopy},
-      {"aten::transpose_copy", R::kCopy},
-      {"aten::reflection_pad1d", R::kCopy}, {"aten::reflection_pad2d", R::kCopy},
-      {"aten::reflection_pad3d", R::kCopy}, {"aten::replication_pad1d", R::kCopy},
-      {"aten::replication_pad2d", R::kCopy}, {"aten::replication_pad3d", R::kCopy},
-      {"aten::pixel_shuffle", R::kCopy}, {"aten::pixel_unshuffle", R::kCopy},
-      {"aten::channel_shuffle", R::kCopy}, {"aten::native_channel_shuffle", R::kCopy},
-      {"aten::im2col", R::kCopy},
-      // Collectives that only move data (their bytes: the communication
-      // section). Reducing ones (all-reduce, reduce, reduce-scatter) add what
-      // they receive: stated exclusions below, not zero.
-      {"c10d::broadcast_", R::kCommunication}, {"c10d::allgather_", R::kCommunication},
-      {"c10d::_allgather_base_", R::kCommunication}, {"c10d::allgather_coalesced_", R::kCommunication},
-      {"c10d::allgather_into_tensor_coalesced_", R::kCommunication}, {"c10d::gather_", R::kCommunication},
-      {"c10d::scatter_", R::kCommunication}, {"c10d::alltoall_", R::kCommunication},
-      {"c10d::alltoall_base_", R::kCommunication}, {"c10d::send", R::kCommunication},
-      {"c10d::recv_", R::kCommunication}, {"c10d::recv_any_source_", R::kCommunication},
-      {"c10d::barrier", R::kCommunication}, {"c10d::monitored_barrier_", R::kCommunication},
-      {"_c10d_functional::broadcast", R::kCommunication}, {"_c10d_functional::broadcast_", R::kCommunication},
-      {"_c10d_functional::all_gather_into_tensor", R::kCommunication},
-      {"_c10d_functional::all_gather_into_tensor_out", R::kCommunication},
-      {"_c10d_functional::all_gather_into_tensor_coalesced", R::kCommunication},
-      {"_c10d_functional::all_to_all_single", R::kCommunication}, {"_c10d_functional::isend", R::kCommunication},
-      {"_c10d_functional::irecv", R::kCommunication}, {"_c10d_functional::wait_tensor", R::kCommunication},
-      {"_c10d_functional::_wrap_tensor_autograd", R::kCommunication},
-      {"_c10d_functional_autograd::all_gather_into_tensor", R::kCommunication},
-      {"_c10d_functional_autograd::all_to_all_single", R::kCommunication},
-      {"_dtensor::shard_dim_alltoall", R::kCommunication},
-      // (The legacy c10d_functional ops decompose into these.)
-      // Views whose schema has no alias annotation: a new tensor on the same
-      // storage (torch.matmul applies _unsafe_view after bmm).
-      {"aten::_unsafe_view", R::kView}, {"aten::unsafe_split", R::kView},
-      {"aten::unsafe_split_with_sizes", R::kView}, {"aten::unsafe_chunk", R::kView},
-  };
-  return *names;
-}
-
-
-constexpr char kOrderingGap[] =
-    "selection by sorting: its comparison count depends on the algorithm and the data; "
-    "torchscan_flops_v1 has no convention for it";
 constexpr char kFftGap[] = "FFT: complex transforms have no torchscan_flops_v1 convention";
 constexpr char kCtcGap[] =
     "CTC loss: dynamic programming over alignments; its count depends on each sample's input and target "
@@ -469,8 +369,6 @@ const Exclusion kExclusions[] = {
     {"_c10d_functional::reduce_scatter_tensor_out", kReductionAcrossProcesses},
     {"_c10d_functional::reduce_scatter_tensor_coalesced", kReductionAcrossProcesses},
     {"_c10d_functional_autograd::reduce_scatter_tensor", kReductionAcrossProcesses},
-    {"aten::sort", kOrderingGap}, {"aten::topk", kOrderingGap}, {"aten::kthvalue", kOrderingGap},
-    {"aten::median", kOrderingGap}, {"aten::nanmedian", kOrderingGap}, {"aten::mode", kOrderingGap},
     {"aten::_fft_r2c", kFftGap}, {"aten::_fft_c2r", kFftGap}, {"aten::_fft_c2c", kFftGap},
     {"aten::_ctc_loss", kCtcGap}, {"aten::_ctc_loss_backward", kCtcGap},
     {"aten::_amp_foreach_non_finite_check_and_unscale", kGradScalerGap},
@@ -501,19 +399,6 @@ const char* FormulaSourceName(FormulaSource s) {
   return "unknown";
 }
 
-const char* ZeroCostReasonName(ZeroCostReason r) {
-  switch (r) {
-    case ZeroCostReason::kNone: return "none";
-    case ZeroCostReason::kView: return "view";
-    case ZeroCostReason::kMetadata: return "metadata";
-    case ZeroCostReason::kAllocation: return "allocation";
-    case ZeroCostReason::kFill: return "fill";
-    case ZeroCostReason::kCopy: return "copy";
-    case ZeroCostReason::kCommunication: return "communication";
-  }
-  return "unknown";
-}
-
 absl::Span<const OperatorFormula> BuiltinOperatorFormulas() { return kFormulas; }
 
 FormulaResult EvaluateOperatorFormula(const OperatorFormula& f, const OpCall& call) {
@@ -540,29 +425,6 @@ const OperatorFormula* FindOperatorFormula(std::string_view op) {
 
 bool OutsideFormulaRows(const c10::OperatorName& op) {
   return op.name == "aten::where" && op.overload_name.empty();
-}
-
-ZeroCostReason ClassifyZeroCost(const c10::FunctionSchema& schema) {
-  const std::string& name = schema.name();
-  const auto& names = ZeroCostNames();
-  if (auto it = names.find(std::string_view(name)); it != names.end()) {
-    // A named view's out= overload (unsafe_split.Tensor_out) copies into its destinations.
-    if (it->second == ZeroCostReason::kView && schema.is_mutable()) return ZeroCostReason::kCopy;
-    return it->second;
-  }
-  // Schema views that copy when the input's strides do not allow a view
-  // (reshape of a transposed tensor clones): not zero-cost, so their
-  // decomposition runs visibly and its clone is charged.
-  static const auto* may_copy = new absl::flat_hash_set<std::string_view>{
-      "aten::reshape", "aten::reshape_as", "aten::ravel", "aten::flatten", "aten::coalesce"};
-  if (may_copy->contains(std::string_view(name))) return ZeroCostReason::kNone;
-  const auto& returns = schema.returns();
-  if (returns.empty()) return ZeroCostReason::kNone;
-  for (const auto& r : returns) {
-    const c10::AliasInfo* alias = r.alias_info();
-    if (alias == nullptr || alias->isWrite()) return ZeroCostReason::kNone;
-  }
-  return ZeroCostReason::kView;
 }
 
 }  // namespace torchscan

@@ -17,7 +17,9 @@ inline constexpr char kOperatorMethod[] = "operator_dispatch";
 inline constexpr char kOperatorConvention[] =
     "torchscan_flops_v1 operator view: native PyTorch formulas (2K per K-term dot; fused bias "
     "and alpha/beta scaling omitted) with TorchScan fallbacks where PyTorch has none; extended by "
-    "torchscan_training_v1 (backward, loss and optimizer kernels: formulas/TRAINING.md)";
+    "torchscan_training_v1 (backward, loss and optimizer kernels: formulas/TRAINING.md) and "
+    "torchscan_selection_v1 (sort, top-k, unique, search comparisons; computing factories: "
+    "formulas/CONVENTIONS.md)";
 
 struct IgnoredOperator {
   int64_t calls = 0;

@@ -18,7 +18,8 @@ inline constexpr char kModuleMethod[] = "module_formulas";
 inline constexpr char kModuleConvention[] =
     "torchscan_flops_v1 module view: K multiplies + K-1 adds per K-term dot, one bias add per "
     "output, the table's expansions; MACs; logical staged memory accesses; pointwise rows of the "
-    "torchscan_training_v1 extension (formulas/TRAINING.md)";
+    "torchscan_training_v1 extension (formulas/TRAINING.md) and torchscan_selection_v1 "
+    "(formulas/CONVENTIONS.md)";
 
 // Index of each module-view metric in the arrays below.
 enum ModuleMetric { kModuleFlops = 0, kMacs = 1, kDmas = 2 };

@@ -24,6 +24,7 @@ const OpInfo& OpCatalog::Get(const c10::OperatorHandle& op) {
     uint32_t operands = static_cast<uint32_t>(schema.arguments().size());
     while (operands > 0 && schema.arguments()[operands - 1].is_out()) --operands;
     info.operands = operands;
+    info.out_form = operands < schema.arguments().size();
     info.returns_alias = !schema.returns().empty();
     for (const auto& r : schema.returns()) {
       if (r.alias_info() == nullptr || r.alias_info()->isWrite()) info.returns_alias = false;
@@ -40,6 +41,7 @@ const OpInfo& OpCatalog::Get(const c10::OperatorHandle& op) {
 OpCall FormulaCall(const OpInfo& info, absl::Span<const ArgMeta> args, absl::Span<const ArgMeta> outputs) {
   OpCall call{info.name, info.overload, args.first(std::min<size_t>(args.size(), info.operands)), outputs};
   call.returns_alias = info.returns_alias;
+  call.out_form = info.out_form;
   return call;
 }
 

@@ -28,6 +28,7 @@ struct OpInfo {
   // Schema arguments before the out= destinations (all when none).
   uint32_t operands = UINT32_MAX;
   bool returns_alias = false;  // every return may alias an input, unwritten
+  bool out_form = false;       // an out= overload (it has destinations)
 };
 
 // The call every formula sees (operator view, module view, caller formulas,
