@@ -15,10 +15,14 @@ using json = nlohmann::json;
 // The binary subtype that marks a wide count: 16 bytes, least significant
 // first. Reports hold no other binary values (and user text cannot make one).
 constexpr uint64_t kWideCount = 0x7453;  // "tS"
+constexpr uint64_t kNegativeWideCount = 0x7454;
 
-bool IsWide(const json& j) {
-  return j.is_binary() && j.get_binary().has_subtype() && j.get_binary().subtype() == kWideCount &&
-         j.get_binary().size() == 16;
+bool IsWide(const json& j) { return IsWideCount(j); }
+
+json WideBinary(Count::Wide v, uint64_t subtype) {
+  json::binary_t::container_type bytes(16);
+  for (int i = 0; i < 16; ++i) bytes[i] = static_cast<uint8_t>(v >> (8 * i));
+  return json::binary(std::move(bytes), subtype);
 }
 
 bool HasWide(const json& j) {
@@ -63,9 +67,10 @@ void Write(const json& j, int indent, int depth, std::string& out) {
     out += object ? '}' : ']';
     return;
   }
-  if (IsWide(j)) {
-    Count::Wide v = 0;
-    for (int i = 15; i >= 0; --i) v = (v << 8) | j.get_binary()[static_cast<size_t>(i)];
+  bool negative = false;
+  Count::Wide v = 0;
+  if (IsWideCount(j, &negative, &v)) {
+    if (negative && v != 0) out += '-';
     out += Count::FromWide(v).Digits();
     return;
   }
@@ -74,12 +79,31 @@ void Write(const json& j, int indent, int depth, std::string& out) {
 
 }  // namespace
 
+bool IsWideCount(const json& j, bool* negative, Count::Wide* magnitude) {
+  if (!j.is_binary() || !j.get_binary().has_subtype() || j.get_binary().size() != 16) return false;
+  const uint64_t subtype = j.get_binary().subtype();
+  if (subtype != kWideCount && subtype != kNegativeWideCount) return false;
+  if (negative) *negative = subtype == kNegativeWideCount;
+  if (magnitude) {
+    Count::Wide v = 0;
+    for (int i = 15; i >= 0; --i) v = (v << 8) | j.get_binary()[static_cast<size_t>(i)];
+    *magnitude = v;
+  }
+  return true;
+}
+
 json CountJson(const Count& c) {
   if (!c.exact()) return json();
   if (auto v = c.ToUint64()) return *v;
-  json::binary_t::container_type bytes(16);
-  for (int i = 0; i < 16; ++i) bytes[i] = static_cast<uint8_t>(c.wide() >> (8 * i));
-  return json::binary(std::move(bytes), kWideCount);
+  return WideBinary(c.wide(), kWideCount);
+}
+
+json SignedCountJson(bool negative, Count::Wide magnitude) {
+  if (!negative) return CountJson(Count::FromWide(magnitude));
+  if (magnitude <= static_cast<Count::Wide>(INT64_MAX) + 1) {
+    return json(static_cast<int64_t>(-static_cast<__int128>(magnitude)));
+  }
+  return WideBinary(magnitude, kNegativeWideCount);
 }
 
 std::string DumpJson(const json& j, int indent) {

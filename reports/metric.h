@@ -38,8 +38,16 @@ nlohmann::json CountJson(const Count& c);
 // invalid UTF-8 in strings (caller bytes: thread names, request ids) is
 // replaced, never fatal.
 std::string DumpJson(const nlohmann::json& j, int indent = -1);
-// Readers (diff, render) get such numbers from nlohmann's parser as floats:
-// see NumberAsDouble / NumberDelta in reports/validate.h.
+// Readers (diff, render) read such numbers back exactly: LoadReport /
+// ParseReportJson (reports/validate.h) parse integers past 2^64 - 1 into the
+// same binary values, and ExactCount / NumberDelta compute with them.
+//
+// A negative difference of wide counts (a diff's delta) is a second marked
+// binary value, its magnitude; DumpJson writes it as "-" and the digits.
+nlohmann::json SignedCountJson(bool negative, Count::Wide magnitude);
+// Whether `j` is one of the marked binary values above; *negative (when
+// given) says which, *magnitude its value.
+bool IsWideCount(const nlohmann::json& j, bool* negative = nullptr, Count::Wide* magnitude = nullptr);
 
 struct Diagnostic {
   std::string code;

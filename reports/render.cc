@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -36,7 +37,7 @@ std::string Human(const json& v) {
     return u < 1000 ? std::to_string(u) : HumanNumber(static_cast<double>(u));
   }
   if (v.is_number_integer()) return HumanCount(v.get<int64_t>());
-  if (v.is_number_float()) return HumanNumber(v.get<double>());
+  if (v.is_number_float() || IsWideCount(v)) return HumanNumber(NumberAsDouble(v));
   return "?";
 }
 
@@ -81,6 +82,7 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
 }
 
 std::string FieldNumber(const json* v) {
+  if (v && IsWideCount(*v)) return HumanNumber(NumberAsDouble(*v));
   if (!v || !v->is_number()) return "?";
   return v->is_number_integer() ? v->dump() : absl::StrFormat("%.2f", v->get<double>());
 }
@@ -107,7 +109,7 @@ std::string BytesText(const json* m) {
   if (!m || !m->is_object()) return "-";
   const std::string status = String(*m, "status");
   const json* v = Find(*m, status == "complete" ? "value" : "known_value");
-  if (status == "unavailable" || !v || !v->is_number()) return "n/a";
+  if (status == "unavailable" || !v || !(v->is_number() || IsWideCount(*v))) return "n/a";
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double b = NumberAsDouble(*v);
   int unit = 0;
@@ -187,14 +189,10 @@ std::string RenderAnalysis(const json& r, int max_depth, bool receptive_field) {
   return out;
 }
 
-// Larger first; exact for integers (up to 2^64 - 1), doubles beyond.
+// Larger first; exact for counts (up to 2^128 - 1).
 bool Greater(const json& a, const json& b) {
-  if (a.is_number_integer() && b.is_number_integer()) {
-    auto wide = [](const json& v) -> __int128 {
-      return v.is_number_unsigned() ? static_cast<__int128>(v.get<uint64_t>()) : static_cast<__int128>(v.get<int64_t>());
-    };
-    return wide(a) > wide(b);
-  }
+  const std::optional<unsigned __int128> x = ExactCount(a), y = ExactCount(b);
+  if (x && y) return *x > *y;
   return NumberAsDouble(a) > NumberAsDouble(b);
 }
 

@@ -39,26 +39,34 @@ inline constexpr int kMaxReportDepth = 200;
 // "<source>: <json path>: <problem>" (the source part only when known).
 absl::StatusOr<ReportKind> ValidateReport(const nlohmann::json& report, const ReportSource& source = {});
 
-// What the readers (RenderReport, CompareReports) call: ValidateReport, except
-// that builder output holding counts past 2^64 - 1 (binary values from
-// CountJson, which only DumpJson writes) is read back from its text into
-// *storage first, as a parser would see it. *readable: the report to read.
+// What the readers (RenderReport, CompareReports) call: ValidateReport.
+// Builder output holding counts past 2^64 - 1 (CountJson's binary values)
+// is read as it is, exactly; *readable: the report to read (`report`).
 absl::StatusOr<ReportKind> ValidateForReading(const nlohmann::json& report, const ReportSource& source,
                                               nlohmann::json* storage, const nlohmann::json** readable);
 
-// The loader: parses JSON text and validates it. Parse errors name the line
-// and column; never throws.
+// JSON text as the readers read it: integers from 2^64 to 2^128 - 1 are held
+// exactly (the marked binary values of CountJson, reports/metric.h); larger
+// ones stay doubles, which no count check accepts. Refused, with a message
+// naming the place: a key that appears twice in one object (JSON leaves its
+// meaning open; the readers never pick one silently), nesting deeper than
+// kMaxReportDepth, and invalid JSON (line and column). Never throws.
+absl::StatusOr<nlohmann::json> ParseReportJson(std::string_view text, const ReportSource& source = {});
+
+// The loader: ParseReportJson, then ValidateReport.
 absl::StatusOr<nlohmann::json> LoadReport(std::string_view text, const ReportSource& source = {});
 
-// Counts (FLOPs, MACs, parameters, call indices ...): any non-negative JSON
-// integer. nlohmann keeps up to 2^64 - 1 exactly and parses larger integers
-// as doubles, so an integral, non-negative double is a count too.
+// Counts (FLOPs, MACs, parameters, ...) are exact, non-negative integers up
+// to 2^128 - 1: JSON integers (past 2^64 - 1 the marked binary values), or
+// an integral float below 2^53 (where a float is still exact).
 bool IsCount(const nlohmann::json& v);
+// The exact value of a count; nullopt for anything IsCount refuses.
+std::optional<unsigned __int128> ExactCount(const nlohmann::json& v);
 // A count (or any number) as a double; 0 for anything else.
 double NumberAsDouble(const nlohmann::json& v);
-// after - before of two numbers: exact (an integer JSON value) when both are
-// integers and the difference fits in 64 bits, else a double; null when the
-// difference is not finite or either side is not a number.
+// after - before of two numbers: exact when both are integers (counts to
+// 2^128 - 1, or signed 64-bit values); a double when either is a float;
+// null when the difference is not finite or either side is not a number.
 nlohmann::json NumberDelta(const nlohmann::json& before, const nlohmann::json& after);
 
 }  // namespace torchscan::reports

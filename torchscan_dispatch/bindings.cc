@@ -18,10 +18,12 @@
 #include <nlohmann/json.hpp>
 
 #include "reports/diff.h"
+#include "reports/metric.h"
 #include "reports/render.h"
 #include "reports/validate.h"
 #include "torchscan_dispatch/coverage_audit.h"
 #include "torchscan_dispatch/fallback.h"
+#include "torchscan_dispatch/scan_state.h"
 #include "torchscan_dispatch/token_flow.h"
 #include "torchscan_dispatch/torchscan.h"
 
@@ -239,14 +241,16 @@ TORCH_LIBRARY(torchscan, m) {
                     TORCH_CHECK_VALUE(b.ok(), "torchscan.compare_reports: ", b.status().message());
                     auto a = reports::LoadReport(after, as);
                     TORCH_CHECK_VALUE(a.ok(), "torchscan.compare_reports: ", a.status().message());
-                    return Value(reports::CompareReports(*b, *a, bs, as))
-                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+                    // DumpJson: deltas past 2^64 - 1 are written as their exact digits.
+                    return reports::DumpJson(Value(reports::CompareReports(*b, *a, bs, as)));
                   })
       .def_static("mode_key_included", []() { return ModeKeyIncluded(); })
       // Token dependencies of a module call just recorded (torchscan/token_flow.py).
       .def_static("token_flow", [](std::string request) { return TokenFlowJson(request); })
-      .def_static("pause_thread_recording", []() { PauseThreadRecording(); })
-      .def_static("resume_thread_recording", []() { ResumeThreadRecording(); })
+      // Each one call (an interrupt cannot split it); see PauseThreadRecordingForScan.
+      .def_static("pause_thread_recording", []() { PauseThreadRecordingForScan(); })
+      .def_static("resume_thread_recording", []() { ResumeThreadRecordingForScan(); })
+      .def_static("thread_recording_paused", []() { return ThreadRecordingPaused(); })
       .def_static("note_control_flow_stop", []() { NoteControlFlowStop(); })
       .def_static("built_against", []() { return std::string(TORCHSCAN_BUILT_TORCH_VERSION); });
 }

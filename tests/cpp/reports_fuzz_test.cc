@@ -140,14 +140,21 @@ json Analysis(bool complete) {
   return r;
 }
 
-// Counts past 2^63 and past 2^64 (nlohmann parses the latter as a double).
+// Counts past 2^63 and past 2^64, up to 2^128 - 1 (past 2^64 - 1 held as
+// CountJson's binary values, as ParseReportJson reads them).
 json Huge() {
   json r = Analysis(true);
   r["totals"]["module_flops"]["value"] = r["totals"]["module_flops"]["known_value"] = UINT64_MAX;
   r["layers"][1]["metrics"]["dmas"]["value"] = r["layers"][1]["metrics"]["dmas"]["known_value"] =
-      json::parse("36893488147419103232");  // 2^65
-  r["operator_flops"]["by_operator"]["aten.addmm"] = json::parse("340282366920938463463374607431768211455");
+      CountJson(Count::FromWide(Count::Wide{1} << 65));
+  r["operator_flops"]["by_operator"]["aten.addmm"] = CountJson(Count::Max());  // 2^128 - 1
   return r;
+}
+
+// Text as the readers parse it (ParseReportJson); discarded when refused.
+json Parse(const std::string& text) {
+  auto r = ParseReportJson(text);
+  return r.ok() ? *std::move(r) : json(json::value_t::discarded);
 }
 
 struct Seeds {
@@ -179,7 +186,7 @@ const Seeds& GetSeeds() {
     };
     s->reports = {two_layers(Analysis(true)), two_layers(Analysis(false)), FlopReportJson(Flops(true)),
                   FlopReportJson(Flops(false)), structure, two_layers(Huge())};
-    for (const json& r : s->reports) s->texts.push_back(r.dump());
+    for (const json& r : s->reports) s->texts.push_back(DumpJson(r));
     s->analysis = Analysis(true);
     s->flop = s->reports[2];
     s->small_analysis = s->reports[0];
@@ -303,19 +310,94 @@ TEST(ReportReaders, DiffOfTwoFlopReports) {
   EXPECT_EQ((*same)["totals"]["operator_flops"]["delta"], 0);
 }
 
-TEST(ReportReaders, CountsPast2To63AreReadExactlyAndPast2To64Approximately) {
-  const json huge = Huge();
-  const auto text = RenderReport(huge);
+TEST(ReportReaders, CountsTo2To128AreReadExactly) {
+  // Through text, as every caller of the loader sees them.
+  const auto huge = LoadReport(DumpJson(Huge()));
+  ASSERT_TRUE(huge.ok()) << huge.status();
+  const auto text = RenderReport(*huge);
   ASSERT_TRUE(text.ok()) << text.status();
   // 2^64 - 1 = 18,446,744,073,709,551,615 -> 18.45 x 10^18 ("E", exa).
   EXPECT_NE(text->find("Module view (TorchScan conventions): 18.45E FLOPs"), std::string::npos) << *text;
   json before = GetSeeds().analysis;
-  const auto d = CompareReports(before, huge);
+  const auto d = CompareReports(before, *huge);
   ASSERT_TRUE(d.ok()) << d.status();
   // 2^64 - 1 - 36, exact (the seed's module_flops total is 36).
   EXPECT_EQ((*d)["totals"]["module_flops"]["delta"].get<uint64_t>(), UINT64_MAX - 36);
-  // 2^65 - 28 through doubles: 2^65 exactly, the 28 lost below the 53-bit mantissa.
-  EXPECT_EQ((*d)["layers"]["changed"][0]["metrics"]["dmas"]["delta"].get<double>(), 36893488147419103232.0);
+  // 2^65 - 28 exactly (the seed's first call of "0" has 28 dmas):
+  // 36893488147419103232 - 28 = 36893488147419103204.
+  const std::string out = DumpJson(*d);
+  EXPECT_NE(out.find("\"delta\":36893488147419103204,"), std::string::npos) << out;
+  // And back: the reverse diff's delta is the negative of it.
+  const auto back = CompareReports(*huge, before);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_NE(DumpJson(*back).find("\"delta\":-36893488147419103204,"), std::string::npos) << DumpJson(*back);
+}
+
+// The two FlopReports the issue describes: 2^64 and 2^64 + 2 FLOPs, all of
+// them aten.mm. Through doubles both are 2^64 (delta 0, aten.mm unchanged).
+TEST(ReportReaders, DiffPast2To64IsExact) {
+  const std::string two64 = "18446744073709551616", two64_2 = "18446744073709551618";
+  auto flop_text = [](const std::string& n) {
+    return "{\"schema_version\": 1, \"context\": {}, \"total\": {\"status\": \"complete\", \"value\": " + n +
+           ", \"known_value\": " + n + ", \"unit\": \"FLOPs\", \"scope\": \"forward\", \"method\": \"m\"}, "
+           "\"by_module\": {}, \"by_operator\": {\"aten.mm\": " + n + "}, \"ignored_operators\": {}, "
+           "\"diagnostics\": []}";
+  };
+  const auto b = LoadReport(flop_text(two64)), a = LoadReport(flop_text(two64_2));
+  ASSERT_TRUE(b.ok() && a.ok()) << b.status() << a.status();
+  const auto d = CompareReports(*b, *a);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)["totals"]["operator_flops"]["delta"], 2);
+  ASSERT_TRUE((*d)["by_operator"].contains("aten.mm")) << DumpJson(*d);
+  EXPECT_EQ((*d)["by_operator"]["aten.mm"]["delta"], 2);
+  EXPECT_NE(DumpJson(*d).find("\"value\":18446744073709551618"), std::string::npos) << DumpJson(*d);
+  // 2^128 - 1 is the largest count; 2^128 and 2^200 are refused wherever a count is read.
+  EXPECT_TRUE(LoadReport(flop_text("340282366920938463463374607431768211455")).ok());
+  for (const std::string n : {"340282366920938463463374607431768211456",
+                              "1606938044258990275541962092341162602522202993782792835301376"}) {
+    const auto r = LoadReport(flop_text(n), {"big.json", ""});
+    ASSERT_FALSE(r.ok()) << n;
+    EXPECT_EQ(r.status().message().rfind("big.json: total.value: a count past 2^128 - 1", 0), 0) << r.status();
+  }
+  // A count written as a float is exact only below 2^53.
+  const auto f = LoadReport(flop_text("1e20"));
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("total.value: expected an integer count, got the float"), std::string::npos)
+      << f.status();
+  EXPECT_TRUE(LoadReport(flop_text("4096.0")).ok());
+}
+
+// JSON leaves a repeated key's meaning open: the loader refuses it, naming
+// the object, wherever it is.
+TEST(ReportReaders, DuplicateKeysAreRefused) {
+  const std::string text = DumpJson(GetSeeds().flop);
+  const size_t at = text.find("\"status\":");
+  ASSERT_NE(at, std::string::npos);
+  std::string dup = text;
+  dup.insert(at, "\"status\":\"partial\",");
+  const auto r = LoadReport(dup, {"d.json", "after"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "after report (d.json): total: the key \"status\" appears twice in one object; a "
+                                  "report names each field once (which one was meant is unknowable)");
+  const auto top = LoadReport("{\"schema_version\": 1, \"schema_version\": 1}");
+  ASSERT_FALSE(top.ok());
+  EXPECT_EQ(top.status().message().rfind("(top level): the key \"schema_version\" appears twice", 0), 0)
+      << top.status();
+  const auto in_array = LoadReport("{\"layers\": [{}, {\"a\": 1, \"b\": {\"x\": 1, \"x\": 2}}]}");
+  ASSERT_FALSE(in_array.ok());
+  EXPECT_EQ(in_array.status().message().rfind("layers[1].b: the key \"x\" appears twice", 0), 0)
+      << in_array.status();
+  // The same key in sibling objects is fine.
+  EXPECT_TRUE(ParseReportJson("[{\"x\": 1}, {\"x\": 2}]").ok());
+}
+
+// 10^5 levels: refused by the parser at the limit, without recursion.
+TEST(ReportReaders, DeepTextIsRefusedWhileParsing) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const auto r = LoadReport(deep, {"deep.json", ""});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nested more than 200 levels deep"), std::string::npos) << r.status();
+  EXPECT_EQ(r.status().message().rfind("deep.json: [0][0]", 0), 0) << r.status();
 }
 
 // In memory, builders hold counts past 2^64 - 1 as binary values (CountJson);
@@ -328,15 +410,15 @@ TEST(ReportReaders, BuilderCountsPast2To64RenderAndDiff) {
   small.by_operator = {{"aten.mm", 64}};
   small.known = 64;
   const json r = FlopReportJson(wide);
-  EXPECT_NE(ValidateReport(r).status().message().find("by_operator[\"aten.mm\"]: a binary value"), std::string::npos)
-      << ValidateReport(r).status();
+  EXPECT_TRUE(ValidateReport(r).ok()) << ValidateReport(r).status();
   const auto text = RenderReport(r);
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(text->rfind("Operator FLOPs: 1.18Z (complete)\n", 0), 0) << *text;  // 1.18 x 10^21
   const auto d = CompareReports(FlopReportJson(small), r);
   ASSERT_TRUE(d.ok()) << d.status();
-  // 2^70 - 64 as a double is 2^70 (its spacing there is 2^18).
-  EXPECT_EQ((*d)["by_operator"]["aten.mm"]["delta"].get<double>(), 1180591620717411303424.0);
+  // 2^70 - 64 = 1,180,591,620,717,411,303,360, exactly.
+  EXPECT_NE(DumpJson((*d)["by_operator"]["aten.mm"]).find("\"delta\":1180591620717411303360,"), std::string::npos)
+      << DumpJson(*d);
 }
 
 TEST(ReportReaders, OtherShapesAreNamed) {
@@ -548,7 +630,7 @@ std::string Exercise(const json& m, const json& origin, bool thorough, bool* val
       if (d.ok() != valid) return "diff disagrees with the validator: " + d.status().ToString();
       if (d.ok()) {
         if (thorough) {
-          const json back = json::parse(d->dump(), nullptr, false);
+          const json back = Parse(DumpJson(*d));
           if (back.is_discarded() || back != *d) return "diff is not valid JSON";
         }
       } else if (std::string(d.status().message()).find(side == 0 ? "before report" : "after report") ==
@@ -560,7 +642,7 @@ std::string Exercise(const json& m, const json& origin, bool thorough, bool* val
       if (valid && CompareReports(m, flop ? seeds.small_analysis : seeds.small_flop).ok()) {
         return "diff of two kinds accepted";
       }
-      if (LoadReport(m.dump()).ok() != valid) return "the loader disagrees with the validator";
+      if (LoadReport(DumpJson(m)).ok() != valid) return "the loader disagrees with the validator";
     }
   } catch (const std::exception& e) {
     return std::string("exception: ") + e.what();
@@ -597,16 +679,18 @@ TEST(ReportReadersFuzz, MutatedAndTruncatedReports) {
     switch (c % 8) {
       case 0: {  // truncated at a random point, closed so it parses
         const std::string& text = seeds.texts[which];
-        m = json::parse(Repair(text, rng.Below(text.size() + 1)), nullptr, false);
+        m = Parse(Repair(text, rng.Below(text.size() + 1)));
         have = !m.is_discarded();
         break;
       }
       case 1: {  // bytes changed, removed or inserted
         const std::string text = ByteMutation(seeds.texts[which], rng);
-        m = json::parse(text, nullptr, false);
+        m = Parse(text);
         if (m.is_discarded()) {  // Exercise checks the loader on what parses
           const auto loaded = LoadReport(text);
-          if (loaded.ok() || loaded.status().message().find("not valid JSON (") == std::string::npos) {
+          const std::string msg(loaded.status().message());
+          if (loaded.ok() || (msg.find("not valid JSON (") == std::string::npos &&
+                              msg.find("appears twice in one object") == std::string::npos)) {
             ++failures;
             if (first_failure.empty()) first_failure = "case " + std::to_string(c) + ": " + loaded.status().ToString();
           }
@@ -640,6 +724,99 @@ TEST(ReportReadersFuzz, MutatedAndTruncatedReports) {
   EXPECT_GT(valid, kFuzzCases / 50) << valid;
   EXPECT_GT(refused, kFuzzCases / 2) << refused;
   std::printf("fuzz: %d cases, %d valid after mutation, %d refused\n", kFuzzCases, valid, refused);
+}
+
+// Where a float past 2^128 - 1 sits in a count field (not a position
+// metric, not input/output metadata, where a scalar argument is any number).
+std::string HugeOutsidePositions(const json& v, bool position, bool count = false) {
+  if (v.is_number_float()) return !position && count && v.get<double>() >= 0x1p128 ? v.dump() : "";
+  if (v.is_array()) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string at = HugeOutsidePositions(v[i], position);
+      if (!at.empty()) return "[" + std::to_string(i) + "]" + at;
+    }
+  } else if (v.is_object()) {
+    for (const auto& [k, x] : v.items()) {
+      const bool p = position || k == "receptive_field" || k == "effective_stride" || k == "effective_padding" ||
+                     k == "inputs" || k == "output" ||
+                     (x.is_object() && x.contains("unit") && x["unit"] == "positions");
+      // Where counts are: MetricResults' numbers, per-operator FLOPs, parameter totals.
+      const bool counted = count || k == "value" || k == "known_value" || k == "by_operator" ||
+                           k == "by_module" || k == "parameters" || k == "totals" || k == "calls";
+      const std::string at = HugeOutsidePositions(x, p, counted);
+      if (!at.empty()) return "." + k + at;
+    }
+  }
+  return "";
+}
+
+// Text mutations for what structural ones cannot make: a key repeated in one
+// object (always refused, naming it), and integer literals around 2^64 and
+// 2^128 in place of a number (read exactly up to 2^128 - 1; a larger one is
+// never accepted as a count; every reader still behaves).
+TEST(ReportReadersFuzz, RepeatedKeysAndWideLiterals) {
+  static const char* kLiterals[] = {"18446744073709551615", "18446744073709551616",
+                                    "340282366920938463463374607431768211455",
+                                    "340282366920938463463374607431768211456",
+                                    "1606938044258990275541962092341162602522202993782792835301376"};
+  const Seeds& seeds = GetSeeds();
+  int repeated = 0, literals = 0, valid = 0, failures = 0;
+  std::string first_failure;
+  auto fail = [&](int c, const std::string& what) {
+    ++failures;
+    if (first_failure.empty()) first_failure = "case " + std::to_string(c) + ": " + what;
+  };
+  for (int c = 0; c < 4000; ++c) {
+    Rng rng{0x5EEDull ^ (static_cast<uint64_t>(c) * 0x100000001B3ull)};
+    const size_t which = static_cast<size_t>(c) % seeds.texts.size();
+    std::string text = seeds.texts[which];  // compact DumpJson: no spaces; seed strings hold no braces
+    if (c % 2 == 0) {
+      std::vector<size_t> opens;
+      for (size_t i = 0; i + 1 < text.size(); ++i) {
+        if (text[i] == '{' && text[i + 1] == '"') opens.push_back(i);
+      }
+      const size_t at = opens[rng.Below(opens.size())];
+      const size_t end = text.find("\":", at + 2);
+      const std::string key = text.substr(at + 1, end + 2 - (at + 1));  // "key":
+      text.insert(at + 1, key + (rng.Below(2) ? "null," : "{},"));
+      ++repeated;
+      const auto r = LoadReport(text, {"r.json", "before"});
+      if (r.ok() || std::string(r.status().message()).find("appears twice in one object") == std::string::npos) {
+        fail(c, "repeated key " + key + " not refused: " + r.status().ToString());
+      }
+      continue;
+    }
+    std::vector<std::pair<size_t, size_t>> numbers;  // integer tokens: [start, end)
+    for (size_t i = 1; i < text.size(); ++i) {
+      if (!(text[i] >= '0' && text[i] <= '9') || (text[i - 1] != ':' && text[i - 1] != ',' && text[i - 1] != '[')) {
+        continue;
+      }
+      size_t j = i;
+      while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
+      if (j < text.size() && (text[j] == '.' || text[j] == 'e' || text[j] == 'E')) continue;
+      numbers.push_back({i, j});
+    }
+    const auto [start, end] = numbers[rng.Below(numbers.size())];
+    text.replace(start, end - start, kLiterals[rng.Below(5)]);
+    ++literals;
+    const json m = Parse(text);
+    if (m.is_discarded()) {
+      fail(c, "a literal made the text unparseable");
+      continue;
+    }
+    bool accepted = false;
+    const std::string problem = Exercise(m, seeds.reports[which], /*thorough=*/true, &accepted);
+    if (!problem.empty()) fail(c, problem);
+    if (const std::string at = HugeOutsidePositions(m, false); accepted && !at.empty()) {
+      fail(c, "a count past 2^128 - 1 was accepted: " + at);
+    }
+    valid += accepted;
+  }
+  EXPECT_EQ(failures, 0) << first_failure;
+  EXPECT_EQ(repeated, 2000);
+  // Some literals land where a wide count is valid, many where it is not.
+  EXPECT_GT(valid, 100) << valid;
+  EXPECT_LT(valid, literals - 100) << valid;
 }
 
 }  // namespace
