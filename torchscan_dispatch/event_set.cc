@@ -40,12 +40,26 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
   const int64_t held_from = r.folded();  // the scan's index of src[0]
   count = std::min(count, src.size());   // a cut is taken with folds paused (Session::ScanReportJson)
   in_flight += static_cast<int64_t>(src.size() - count);
-  // Which of the recorder's requests pass, decided once per request.
-  std::vector<bool> kept_request(r.requests().size(), filter.requests.empty());
+  // Which of the recorder's requests pass, decided once per request. A
+  // request that is still running, or whose calls end past the cut, is left
+  // out until a later cut holds all of them: listed now it would read as a
+  // finished request that did little or nothing. Its calls inside the cut
+  // stay in the totals, with no request.
+  const auto& src_requests = r.requests();
+  std::vector<bool> settled(src_requests.size());
+  for (size_t q = 0; q < settled.size(); ++q) {
+    const Recorder::Request& req = src_requests[q];
+    settled[q] = !req.open && req.end_event - held_from <= static_cast<int64_t>(count);
+  }
+  std::vector<bool> kept_request(src_requests.size(), filter.requests.empty());
   if (!filter.requests.empty()) {
-    for (size_t q = 0; q < kept_request.size(); ++q) kept_request[q] = filter.requests.count(r.requests()[q].id) > 0;
+    for (size_t q = 0; q < kept_request.size(); ++q) {
+      kept_request[q] = settled[q] && filter.requests.count(src_requests[q].id) > 0;
+    }
   }
   auto request_kept = [&](int32_t q) { return q >= 0 ? kept_request[q] : filter.requests.empty(); };
+  // The request's index in this set, or -1 (not settled).
+  auto request_at = [&](int32_t q) { return q >= 0 && settled[q] ? RequestIndex(src_requests[q].id) : -1; };
   // New index of every kept call (-1: left out), and of every scope.
   std::vector<int32_t> call_at(count, -1);
   std::vector<int64_t> kept_before(count + 1, 0);
@@ -65,7 +79,7 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
     Recorder::Scope to = from;
     HeldBounds(to, held_from);
     to.thread = thread;
-    to.request = from.request >= 0 ? RequestIndex(r.requests()[from.request].id) : -1;
+    to.request = request_at(from.request);
     to.parent = from.parent >= 0 ? scope_at[from.parent] : -1;
     to.call_index = calls_per_path_[from.path]++;
     to.begin_event = kept_before[std::min<size_t>(to.begin_event, count)];
@@ -85,13 +99,13 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
     to.parent = from.parent >= 0 ? call_at[from.parent] : -1;
     to.scope = from.scope >= 0 ? scope_at[from.scope] : -1;
     to.labels = label_sets.Import(r.label_sets(), from.labels, label_set_at);
-    if (from.request >= 0) to.request = RequestIndex(r.requests()[from.request].id);
+    to.request = request_at(from.request);
   }
   if (r.folder) {
     // Folded calls cannot be told apart by request: streaming reports refuse request filters (session.cc).
-    std::vector<int32_t> request_at(r.requests().size(), -1);
-    for (size_t q = 0; q < request_at.size(); ++q) request_at[q] = RequestIndex(r.requests()[q].id);
-    Folds()->Add(r.folder->folded(), scope_at, request_at);
+    std::vector<int32_t> folded_at(src_requests.size(), -1);
+    for (size_t q = 0; q < folded_at.size(); ++q) folded_at[q] = request_at(static_cast<int32_t>(q));
+    Folds()->Add(r.folder->folded(), scope_at, folded_at);
     flows.push_back({static_cast<size_t>(base), static_cast<size_t>(next), thread, r.folder->fields()});
   }
   times = all_timed_ ? &owned_times_ : nullptr;

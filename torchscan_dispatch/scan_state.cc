@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "torchscan_dispatch/all_threads.h"
+#include "torchscan_dispatch/fallback.h"
 #include "torchscan_dispatch/recorder.h"
 
 namespace torchscan {
@@ -14,6 +16,55 @@ namespace torchscan {
 static thread_local Recorder* tls_top __attribute__((tls_model("initial-exec"))) = nullptr;
 
 Recorder*& ThreadTopRecorder() { return tls_top; }
+
+namespace {
+// This thread's pauses, oldest first: the scan innermost when each began
+// (nullptr: none), and whether it paused. With no scan that could record
+// this thread (none of its own, no all-threads scan), nothing is paused: a
+// pause that is never resumed then cannot outlive the work it covered
+// (torch.compile's callbacks are process-wide, so a compile in another
+// thread can end it).
+struct PauseEntry {
+  const Recorder* owner;
+  bool paused;
+};
+// Plain data, initial-exec like the engine's other TLS variables. Pauses
+// nest a few deep; past kMaxPauses they pause and resume untracked (their
+// owner's stop cannot end them).
+constexpr int kMaxPauses = 64;
+thread_local PauseEntry tls_pauses[kMaxPauses] __attribute__((tls_model("initial-exec")));
+thread_local int tls_pause_count __attribute__((tls_model("initial-exec"))) = 0;
+}  // namespace
+
+void PauseThreadRecordingForScan() {
+  const Recorder* owner = ThreadTopRecorder();
+  const bool pause = owner != nullptr || AllThreadsGeneration().load(std::memory_order_acquire) != 0;
+  if (tls_pause_count < kMaxPauses) tls_pauses[tls_pause_count] = {owner, pause};
+  ++tls_pause_count;
+  if (pause) PauseThreadRecording();
+}
+
+void ResumeThreadRecordingForScan() {
+  if (tls_pause_count == 0) return;
+  --tls_pause_count;
+  // Untracked (past kMaxPauses): it paused when it began.
+  const bool paused = tls_pause_count >= kMaxPauses || tls_pauses[tls_pause_count].paused;
+  if (paused) ResumeThreadRecording();
+}
+
+void ReleasePausesOf(const Recorder* owner) {
+  int kept = 0;
+  const int tracked = std::min(tls_pause_count, kMaxPauses);
+  for (int i = 0; i < tracked; ++i) {
+    const PauseEntry p = tls_pauses[i];
+    if (p.owner != owner) {
+      tls_pauses[kept++] = p;
+    } else if (p.paused) {
+      ResumeThreadRecording();
+    }
+  }
+  tls_pause_count -= tracked - kept;
+}
 
 int64_t SteadyNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -204,6 +255,7 @@ bool Recorder::BeginRequest(std::string id) {
 bool Recorder::EndRequest() {
   if (request_ < 0) return false;
   requests_[request_].open = false;
+  requests_[request_].end_event = recorded();
   request_ = -1;
   MaybeFold();
   return true;

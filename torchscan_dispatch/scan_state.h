@@ -192,6 +192,7 @@ class Recorder {
     std::string id;
     int64_t begin_event = 0;
     bool open = true;
+    int64_t end_event = -1;  // calls recorded when it ended (-1: open)
   };
   bool BeginRequest(std::string id);  // false when a request is already open
   bool EndRequest();                  // false when none is open
@@ -275,6 +276,17 @@ int64_t SteadyNowNs();
 
 // Innermost active recorder of this thread (nullptr outside scans).
 Recorder*& ThreadTopRecorder();
+
+// Pauses of this thread's recording (fallback.h), each owned by the scan
+// that was the thread's innermost one when it began: TorchScan's own
+// analysis inside a crawl, a torch.compile compile. Each is one call, so an
+// interrupt (Ctrl-C) cannot split the pause from its bookkeeping, and a
+// pause its owner never resumed (the interrupt landed before the resume)
+// ends when that scan stops (ReleasePausesOf): it never outlives the scan.
+// With no scan that could record the thread, nothing is paused.
+void PauseThreadRecordingForScan();
+void ResumeThreadRecordingForScan();  // the latest pause; no-op when none
+void ReleasePausesOf(const Recorder* owner);
 
 // Calls that reached the fallback in a thread with no scan: threads that
 // inherited the mode key through PyTorch's thread-local-state propagation.

@@ -326,6 +326,13 @@ Status Session::Start() {
     }
     if (auto st = CheckStreaming(s); !st.ok()) return st;
     if (auto st = EnsureFallbackInstalled(); !st.ok()) return st;
+    if (ThreadRecordingPaused()) {
+      // Every call of this thread would pass unrecorded: a complete zero.
+      return absl::FailedPreconditionError(
+          "torchscan: this thread's recording is paused (TorchScan's own analysis, such as a custom module "
+          "handler or the token analysis of crawl_module, or a torch.compile compile is running on it), so a "
+          "scan started now would count none of its calls; start the scan outside that work");
+    }
     s.thread = std::this_thread::get_id();
     if (s.options.threads == Threads::kAll) {
       s.all = std::make_unique<AllThreadsScan>(s.options.torchscript_scopes, s.options.join_on_first_call,
@@ -413,6 +420,9 @@ absl::Status StopCurrentThreadScan(Session::State& s) {
     TORCH_WARN("torchscan: ", orphans, " scan(s) started inside this one were never stopped; "
                "they were stopped with it and report the calls made until now");
   }
+  // Pauses this scan took and never resumed (an interrupt between the two)
+  // end with it, so the thread records again for the next scan.
+  ReleasePausesOf(&s.recorder);
   s.memory.Stop(s.recorder);
   if (s.recorder.timestamps) s.recorder.stopped_ns = SteadyNowNs();
   ThreadTopRecorder() = s.recorder.outer;

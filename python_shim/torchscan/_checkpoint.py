@@ -9,9 +9,14 @@ counted as finished. The engine is told just before the exception unwinds them.
 
 from __future__ import annotations
 
+import threading
+
 import torch.utils.checkpoint as _checkpoint
 
 from torchscan._library import Session
+
+
+_lock = threading.Lock()  # scans start in any thread: one marking
 
 
 def prepare() -> None:
@@ -19,6 +24,12 @@ def prepare() -> None:
     stop = getattr(_checkpoint, "_StopRecomputationError", None)
     if stop is None or getattr(stop, "_torchscan_noted", False):
         return
+    with _lock:
+        if not getattr(stop, "_torchscan_noted", False):
+            _note(stop)
+
+
+def _note(stop) -> None:
     init = stop.__init__
 
     def noted_init(self, *args, **kwargs):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+import threading
 
 import torch
 
@@ -86,17 +87,20 @@ class _RegisterOnImport(importlib.abc.MetaPathFinder):
 
 _CALLBACK_MODULE = "torch._dynamo.callback"
 _import_hook = None
+# Scans start in any thread: one registration, one import hook, one marking.
+_prepare_lock = threading.RLock()
 
 
 def prepare() -> None:
     """Called as a scan starts. Costs nothing unless torch.compile is in use:
     Dynamo is never imported here."""
     global _import_hook
-    dynamo_callbacks = sys.modules.get(_CALLBACK_MODULE)
-    if dynamo_callbacks is None:
-        if _import_hook is None:
-            _import_hook = _RegisterOnImport()
-            sys.meta_path.insert(0, _import_hook)
-        return
-    _register(dynamo_callbacks)
-    _mark_inductor_graphs()
+    with _prepare_lock:
+        dynamo_callbacks = sys.modules.get(_CALLBACK_MODULE)
+        if dynamo_callbacks is None:
+            if _import_hook is None:
+                _import_hook = _RegisterOnImport()
+                sys.meta_path.insert(0, _import_hook)
+            return
+        _register(dynamo_callbacks)
+        _mark_inductor_graphs()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from threading import get_ident
 
 import torch
 import torch.nn as nn
@@ -19,14 +20,39 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.utils._pytree import tree_flatten
 from torch.utils.hooks import RemovableHandle
 
+from torchscan._library import Session
+
 
 class ModuleLabels:
-    def __init__(self, session):
+    """The module hooks of one scan(modules=True). They are process-global,
+    so they act only on the threads the scan covers: its own thread
+    (threads="current") or every thread (threads="all", each with its own
+    active set), and on none once removed; other threads' module calls pass
+    through them untouched."""
+
+    def __init__(self, session, all_threads: bool = False):
         self._session = session
-        self._active: dict[str, int] = {}  # label -> depth of entries (re-entrant modules)
+        self._all = all_threads
+        self._thread = None  # the scanning thread while installed (threads="current"), else None
+        self._installed = False
+        # label -> depth of entries (re-entrant modules), per thread
+        self._active_by_thread: dict[int, dict[str, int]] = {}
         self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._handles: list = []
         self._reset_queued = False
+
+    def _active(self):
+        """This thread's active set, or None when the scan does not cover
+        this thread (or is over)."""
+        if not self._installed:
+            return None
+        ident = get_ident()
+        if not self._all:
+            return self._active_by_thread[ident] if ident == self._thread else None
+        active = self._active_by_thread.get(ident)
+        if active is None:
+            active = self._active_by_thread[ident] = {}
+        return active
 
     # -- naming (ModuleTracker's scheme)
     def _name(self, mod) -> str:
@@ -54,24 +80,33 @@ class ModuleLabels:
     # -- the active set, mirrored into the C++ session one change at a time
     # (restating the whole set per module call costs O(depth) per call)
     def _reset(self) -> None:
-        self._active.clear()
+        active = self._active()
+        if active is None:
+            return
+        active.clear()
         self._session.set_module_labels(["Global"])
 
-    def _enter(self, label: str) -> None:
-        depth = self._active.get(label, 0)
-        self._active[label] = depth + 1
+    def _enter(self, active: dict, label: str) -> None:
+        depth = active.get(label, 0)
+        active[label] = depth + 1
         if depth == 0:
             self._session.enter_module_label(label)
 
     def _exit(self, label: str) -> None:
-        depth = self._active.get(label, 0)
+        active = self._active()
+        if active is None:
+            return
+        depth = active.get(label, 0)
         if depth > 1:
-            self._active[label] = depth - 1
+            active[label] = depth - 1
         elif depth == 1:
-            del self._active[label]
+            del active[label]
             self._session.exit_module_label(label)
 
     def _backward_enter(self, label: str) -> None:
+        active = self._active()
+        if active is None:
+            return
         if not self._reset_queued:
             # After the backward pass nothing is running: back to "Global".
             def reset():
@@ -80,7 +115,7 @@ class ModuleLabels:
 
             torch.autograd.Variable._execution_engine.queue_callback(reset)
             self._reset_queued = True
-        self._enter(label)
+        self._enter(active, label)
 
     @staticmethod
     def _grad_tensors(values):
@@ -88,13 +123,18 @@ class ModuleLabels:
         return [t for t in flat if isinstance(t, torch.Tensor) and t.requires_grad]
 
     def _pre_hook(self, mod, args):
+        active = self._active()
+        if active is None:  # a thread the scan does not cover
+            return
         label = self._name(mod)
-        self._enter(label)
+        self._enter(active, label)
         tensors = self._grad_tensors(args)
         if tensors:  # backward leaves the module when its inputs' grads are done
             self._handles.append(register_multi_grad_hook(tensors, lambda *_: self._exit(label)))
 
     def _post_hook(self, mod, args, output):
+        if self._active() is None:
+            return
         label = self._name(mod)
         self._exit(label)
         tensors = self._grad_tensors(output)
@@ -104,11 +144,18 @@ class ModuleLabels:
     def install(self) -> None:
         """Installs the global module hooks. If this raises (Ctrl-C included),
         call remove(): whatever was installed is in self._handles."""
+        if not self._all:
+            self._thread = get_ident()
+        self._active_by_thread[get_ident()] = {}
+        self._installed = True
         self._reset()
         self._handles.append(register_module_forward_pre_hook(self._pre_hook))
         self._handles.append(register_module_forward_hook(self._post_hook, always_call=True))
 
     def remove(self) -> None:
+        # First, with no call before it: hooks an interrupted removal leaves
+        # behind do nothing from here on.
+        self._installed = False
         remove_hooks(self._handles)
 
 
@@ -223,25 +270,34 @@ def remove_hooks(handles: list) -> None:
 
 
 class AnalysisPause:
-    """TorchScan's own work inside a crawl (custom handlers, the token
-    analysis): the session's recording pauses, and the crawl's module hooks
-    skip module calls made meanwhile, so a handler that calls a module adds no
-    layer call, trace slice or token row. `depth` is read by the hooks."""
+    """The state one crawl's module hooks read, for one crawl (so crawls in
+    other threads never see it): `thread`, the scanning thread (hooks do
+    nothing on any other, and nothing once it is 0: the crawl is over), and
+    `depth`, how deep TorchScan's own work inside the crawl (custom handlers,
+    the token analysis) is nested. `with pause:` around that work pauses the
+    session's recording and makes the hooks skip module calls made meanwhile,
+    so a handler that calls a module adds no layer call, trace slice or token
+    row.
 
-    depth = 0
+    Interrupt-safe: the pause is one library call that records its owner, the
+    crawl's scan; one that an interrupt (Ctrl-C) keeps from being resumed ends
+    when that scan stops. `depth` is this crawl's alone, so a stale value
+    dies with the crawl."""
+
+    __slots__ = ("depth", "thread")
+
+    def __init__(self):
+        self.depth = 0
+        self.thread = get_ident()
 
     def __enter__(self):
-        from torchscan._library import Session
-
+        self.depth += 1
         Session.pause_thread_recording()
-        AnalysisPause.depth += 1
         return self
 
     def __exit__(self, *exc) -> bool:
-        from torchscan._library import Session
-
-        AnalysisPause.depth -= 1
         Session.resume_thread_recording()
+        self.depth -= 1
         return False
 
 

@@ -12,6 +12,7 @@ import operator
 import platform
 import sys
 from collections.abc import Mapping as _MappingABC
+from threading import get_ident
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import torch
@@ -218,8 +219,8 @@ def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, a
     # collections that walk the whole heap, measured at about a tenth of a
     # crawl's time on MobileNetV3. Non-cyclic garbage is still freed at once.
     gc_was_enabled = gc.isenabled()
-    gc.disable()
     try:
+        gc.disable()  # inside the try: an interrupt right after it still re-enables
         return _crawl_module(module, input_shape, args=args, kwargs=kwargs, mode=mode, strict=strict, dtype=dtype,
                              device=device, custom_mapping=custom_mapping, memory=memory,
                              custom_modules=custom_modules, trace=trace)
@@ -334,7 +335,10 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     else:
         push = pop = pop_1 = handle = encoded = None
     is_compiling = torch.compiler.is_compiling
-    paused = AnalysisPause
+    # This crawl's own state, read by its hooks: they act only on this thread
+    # (a forward of the same modules in another thread is not this crawl's)
+    # and not inside TorchScan's own analysis.
+    pause = AnalysisPause()
 
     # When the model is torch.compile'd, Dynamo traces these hooks. While it
     # does, they go through the session's methods, looked up on each call:
@@ -342,13 +346,13 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     # as keys fail its tracking; test_transforms' inductor test). The frame
     # then runs eagerly, on the fast path.
     def traced_pre_hook(mod, hook_args, hook_kwargs):
-        if paused.depth:  # a module called by TorchScan's own analysis, not the model
+        if pause.depth or get_ident() != pause.thread:  # TorchScan's own analysis, or not this crawl's thread
             return
         open_scopes.append((session.push_module_scope(names.get(mod, "")), len(calls)))
         calls.append([mod, _described_inputs(hook_args, hook_kwargs), None, None, None])
 
     def traced_post_hook(mod, hook_args, hook_kwargs, output):
-        if paused.depth:  # a module called by TorchScan's own analysis, not the model
+        if pause.depth or get_ident() != pause.thread:  # TorchScan's own analysis, or not this crawl's thread
             return
         scope, index = open_scopes.pop()
         # always_call: `output` is None when the forward raised.
@@ -372,14 +376,14 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     def tokens_after(mod, scope, index, hook_args, hook_kwargs, output):
         if is_compiling():  # Dynamo tracing the hooks: no tensors to read
             return
-        with AnalysisPause():
+        with pause:
             flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output)
 
     # The fast path. Plain dense tensors (the common inputs and outputs) are
     # snapshotted here (_snapshot) and described when the report is built:
     # describe()'s dicts cost more than the module call's other work.
     def pre_hook(mod, hook_args, hook_kwargs):
-        if paused.depth:  # a module called by TorchScan's own analysis, not the model
+        if pause.depth or get_ident() != pause.thread:  # TorchScan's own analysis, or not this crawl's thread
             return
         if is_compiling():
             return traced_pre_hook(mod, hook_args, hook_kwargs)
@@ -401,7 +405,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             calls.append([mod, None, None, snapshots, None])
 
     def post_hook(mod, hook_args, hook_kwargs, output):
-        if paused.depth:  # a module called by TorchScan's own analysis, not the model
+        if pause.depth or get_ident() != pause.thread:  # TorchScan's own analysis, or not this crawl's thread
             return
         if is_compiling():
             return traced_post_hook(mod, hook_args, hook_kwargs, output)
@@ -428,28 +432,45 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     if push is None:  # no C entry points: the session's methods throughout
         pre_hook, post_hook = traced_pre_hook, traced_post_hook
 
+    # Every step that changes state outside this crawl is undone in a
+    # finally, and an interrupt (Ctrl-C) can land at any Python call, the
+    # undoing ones included: each of those runs again if interrupted (all are
+    # idempotent), and the grad mode is set and restored by single C calls.
     hooks = ForwardHooks(pre_hook, post_hook)
+    grad_was_enabled = torch.is_grad_enabled()
     try:
         try:
             for m in modules:
                 hooks.add(m)
             if handlers is not None:
-                handlers.add_hooks(calls)
+                handlers.add_hooks(calls, pause)
             _eval(module, modules)
-            with torch.no_grad(), scan:
-                module(*call_args, **call_kwargs)
+            torch._C._set_grad_enabled(False)
+            scan._run(module, call_args, call_kwargs)
         finally:
+            # First, with no call before it: hooks that an interrupted
+            # removal leaves behind do nothing.
+            pause.thread = 0
+            torch._C._set_grad_enabled(grad_was_enabled)
             try:
-                hooks.remove()
+                try:
+                    hooks.remove()
+                except BaseException:
+                    hooks.remove()
+                    raise
             finally:
                 if handlers is not None:
-                    handlers.remove_hooks()
+                    try:
+                        handlers.remove_hooks()
+                    except BaseException:
+                        handlers.remove_hooks()
+                        raise
     finally:
-        # The flag itself, module by module: train(flag) would also set every
-        # descendant's (quadratic in depth, and not what was there before).
-        for m, flag in training.items():
-            if m.training is not flag:  # nn.Module.__setattr__ is slow; most flags are unchanged
-                m.training = flag
+        try:
+            _restore_training(training)
+        except BaseException:
+            _restore_training(training)
+            raise
 
     if handlers is None:
         report = _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
@@ -466,6 +487,15 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             for e in report["trace"]["traceEvents"]:
                 e.get("args", {}).pop("flops", None)
     return report
+
+
+def _restore_training(training: dict) -> None:
+    """Sets every module's training flag back, module by module: train(flag)
+    would also set every descendant's (quadratic in depth, and not what was
+    there before)."""
+    for m, flag in training.items():
+        if m.training is not flag:  # nn.Module.__setattr__ is slow; most flags are unchanged
+            m.training = flag
 
 
 def _memory_metrics(session, layers: list) -> dict:

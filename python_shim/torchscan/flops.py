@@ -113,23 +113,45 @@ class FlopScan:
         for name in self._formulas:
             self._session.defer_formula(name)
         self._report = None
-        self._modules = ModuleLabels(self._session) if modules else None
+        self._modules = ModuleLabels(self._session, all_threads=threads == "all") if modules else None
 
     def __enter__(self) -> "FlopScan":
         _compiled.prepare()
         _checkpoint.prepare()
-        self._session.start()
-        if self._modules is not None:
-            try:
+        try:
+            # Inside the try: an interrupt (Ctrl-C) the moment start() returns
+            # still stops the scan.
+            self._session.start()
+            if self._modules is not None:
                 self._modules.install()
-            except BaseException:  # Ctrl-C included: leave no hook and no TLS bit behind
+        except BaseException:  # Ctrl-C included: leave no hook and no TLS bit behind
+            if self._session.active():
                 self._close(failing=True)
-                raise
+            raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         self._close(failing=exc_type is not None)
         return False  # exceptions propagate unchanged
+
+    def _run(self, fn: Callable, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        """fn(*args, **kwargs) inside the scan, as `with self:` does, except
+        that the scan stops even when an interrupt (Ctrl-C) lands as the stop
+        begins (where `with` would skip __exit__'s body): the stop runs again."""
+        ok = False
+        try:
+            self.__enter__()  # inside the try: nothing is left running if it is interrupted
+            result = fn(*args, **(kwargs or {}))
+            ok = True
+            return result
+        finally:
+            if self._session.active():
+                try:
+                    self._close(failing=not ok)
+                except BaseException:
+                    if self._session.active():
+                        self._close(failing=True)
+                    raise
 
     def _close(self, failing: bool) -> None:
         # The scan stops even when removing the hooks is interrupted.
@@ -305,8 +327,7 @@ def measure_flops(workload: Callable[[], Any], *, custom_mapping: Optional[Mappi
     if not isinstance(modules, bool):
         raise TypeError(f"torchscan.measure_flops: modules must be True or False, got {type(modules).__name__}")
     s = FlopScan(custom_mapping, modules=modules)
-    with s:
-        result = workload()
+    result = s._run(workload)
     _refuse_unstarted(result)
     return s.report()
 

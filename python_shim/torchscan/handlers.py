@@ -47,6 +47,7 @@ import math
 import operator
 import sys
 from collections.abc import Mapping as _MappingABC
+from threading import get_ident
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch.nn as nn
@@ -313,28 +314,28 @@ class Handlers:
         self.results: Dict[int, tuple] = {}  # row index -> evaluate()'s (entries, notes)
         self._hooks: Optional[ForwardHooks] = None
 
-    def add_hooks(self, calls: list) -> None:
+    def add_hooks(self, calls: list, pause: AnalysisPause) -> None:
         """Hooks on the matched modules, added after crawl_module's own: their
         pre-hook runs after the one that appends the call's entry to `calls`
         (its index is the call's row) and their post-hook after the one that
-        closes its scope. remove_hooks() takes them out, also after an
-        interrupted add."""
+        closes its scope. `pause` is the crawl's (its thread, its analysis
+        depth): the hooks act as the crawl's own do. remove_hooks() takes
+        them out, also after an interrupted add."""
         stack: list = []
         results, matched = self.results, self.matched
-        paused = AnalysisPause
 
         def pre_hook(mod, hook_args, hook_kwargs):
-            if paused.depth:  # called by a handler: not a layer call
+            if pause.depth or get_ident() != pause.thread:  # called by a handler, or not the crawl's thread
                 return
             stack.append(len(calls) - 1)
 
         def post_hook(mod, hook_args, hook_kwargs, output):
-            if paused.depth:
+            if pause.depth or get_ident() != pause.thread:
                 return
             index = stack.pop()
             if forward_raised(output):  # no callback
                 return
-            with AnalysisPause():
+            with pause:
                 results[index] = evaluate(matched[mod], mod, hook_args, hook_kwargs, output)
 
         self._hooks = ForwardHooks(pre_hook, post_hook)

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "torchscan_dispatch/fallback.h"
 #include "torchscan_dispatch/scan_state.h"
 #include "torchscan_dispatch/torchscan.h"
 
@@ -181,6 +182,54 @@ TEST(Session, OtherThreadsAreNotRecorded) {
   std::thread t([&] { worker_report = Scan([&] { at::mm(a, b); }); });
   t.join();
   EXPECT_EQ(worker_report["by_operator"]["aten.mm"], 48);
+}
+
+// mm of (2,3)@(3,4): 2*2*3*4 = 48 FLOPs (one multiply and one add per term).
+TEST(Session, APauseTheScanNeverResumedEndsWithIt) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  {
+    Session s;
+    ScanGuard guard(s);
+    PauseThreadRecordingForScan();  // its resume never comes (an interrupt, say)
+    PauseThreadRecordingForScan();
+    at::mm(a, b);  // paused: not counted
+    ResumeThreadRecordingForScan();
+  }
+  EXPECT_FALSE(ThreadRecordingPaused());
+  EXPECT_EQ(Scan([&] { at::mm(a, b); })["total"]["value"], 48);  // the next scan is exact
+}
+
+TEST(Session, AnOuterScansPauseOutlivesAnInnerScan) {
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  Session outer;
+  ScanGuard guard(outer);
+  PauseThreadRecordingForScan();  // the outer scan's own work
+  {
+    // Started on a paused thread it would count nothing: refused, with why.
+    Session inner;
+    const Status st = inner.Start();
+    EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(std::string(st.message()).find("recording is paused"), std::string::npos) << st.message();
+  }
+  EXPECT_TRUE(ThreadRecordingPaused());
+  ResumeThreadRecordingForScan();
+  {
+    Session inner;
+    ScanGuard inner_guard(inner);
+    PauseThreadRecordingForScan();  // the inner scan's: ends when it stops
+  }
+  EXPECT_FALSE(ThreadRecordingPaused());
+  at::mm(a, b);
+  ResumeThreadRecordingForScan();  // no pause left: a no-op
+  EXPECT_FALSE(ThreadRecordingPaused());
+}
+
+TEST(Session, PausesWithNoScanPauseNothing) {
+  PauseThreadRecordingForScan();  // e.g. a compile outside any scan, its end never reported
+  EXPECT_FALSE(ThreadRecordingPaused());
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  EXPECT_EQ(Scan([&] { at::mm(a, b); })["total"]["value"], 48);
+  ResumeThreadRecordingForScan();
 }
 
 TEST(Session, CallerFormulaOverridesAndIsScoped) {

@@ -219,6 +219,72 @@ TEST(AllThreads, SnapshotLeavesRunningRequestsForLater) {
   EXPECT_EQ(Total(s.FlopReportJson().value()), 96);
 }
 
+// A snapshot's `requests` lists finished requests only: one still running
+// (its calls done or not started yet) would read as a complete request that
+// did nothing. Held and streaming scans alike.
+class SnapshotRequests : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SnapshotRequests, RunningRequestsAreLeftOutUntilTheyEnd) {
+  Pool pool(2);
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});  // mm: 2*2*3*4 = 48 FLOPs
+  std::mutex mu;
+  std::condition_variable cv;
+  int inside = 0;
+  bool release = false;
+  const int64_t mm_calls = CallsOf([&] { at::mm(a, b); });
+  ScanOptions o = AllThreads();
+  o.streaming = GetParam();
+  o.fold_every = 1;
+  Session s(o);
+  ScanGuard scan(s);
+  pool.Run({[&] {
+    RequestScope r(s, "done");
+    at::mm(a, b);
+  }});
+  auto wait_inside = [&] {
+    std::unique_lock<std::mutex> l(mu);
+    ++inside;
+    cv.notify_all();
+    cv.wait(l, [&] { return release; });
+  };
+  std::thread busy([&] {
+    pool.Run({[&] {
+                RequestScope r(s, "ran");
+                at::mm(a, b);  // finished, but its request is still open at the snapshot
+                wait_inside();
+              },
+              [&] {
+                RequestScope r(s, "started");  // open, no call made yet
+                wait_inside();
+                at::mm(a, b);
+              }});
+  });
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return inside == 2; });
+  }
+  const json snap = json::parse(s.ScanReportJson().value());
+  ASSERT_EQ(snap["requests"].size(), 1u) << snap["requests"].dump();
+  EXPECT_EQ(snap["requests"][0]["request"], "done");
+  EXPECT_EQ(snap["requests"][0]["calls"], mm_calls);
+  EXPECT_EQ(snap["requests"][0]["totals"]["operator_flops"]["value"], 48);
+  EXPECT_EQ(snap["operator_flops"]["total"]["value"], 48);
+  EXPECT_EQ(snap["context"]["in_flight_calls"], mm_calls);  // "ran"'s mm, after the cut
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  busy.join();
+  ASSERT_TRUE(s.Stop().ok());
+  const json report = json::parse(s.ScanReportJson().value());
+  std::map<std::string, int64_t> flops;
+  for (const auto& q : report["requests"]) flops[q["request"]] = q["totals"]["operator_flops"]["value"];
+  EXPECT_EQ(flops, (std::map<std::string, int64_t>{{"done", 48}, {"ran", 48}, {"started", 48}}));
+}
+
+INSTANTIATE_TEST_SUITE_P(HeldAndStreaming, SnapshotRequests, ::testing::Bool());
+
 TEST(AllThreads, OverridesApplyInWorkerThreads) {
   Pool pool(1);
   Session s(AllThreads());
