@@ -27,9 +27,10 @@ from typing import Dict, Iterable, List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The fields a baseline keeps per operator (what a drift is made of).
-KEPT = ("class", "at_run", "reason", "composite_implicit", "operator_formula", "module_formula", "schema", "tags")
+KEPT = ("class", "at_run", "reason", "composite_implicit", "operator_formula", "module_formula", "views_differ",
+        "schema", "tags")
 # The fields whose change is a drift on its own (schemas only where a formula reads them).
-COMPARED = ("class", "at_run", "composite_implicit", "operator_formula", "module_formula", "tags")
+COMPARED = ("class", "at_run", "composite_implicit", "operator_formula", "module_formula", "views_differ", "tags")
 
 
 # torch packages that register operator namespaces when imported (prims,
@@ -54,7 +55,7 @@ def run_audit() -> dict:
             pass
 
     audit = json.loads(Session.coverage_audit())
-    audit["operators"] = {k: {f: v[f] for f in KEPT} for k, v in audit["operators"].items()}
+    audit["operators"] = {k: {f: v[f] for f in KEPT if f in v} for k, v in audit["operators"].items()}
     return audit
 
 
@@ -85,6 +86,8 @@ def summarize(audit: dict, executed: Optional[Dict[str, List[str]]] = None) -> d
         "core": len(core),
         "core_by_class": dict(sorted(collections.Counter(v["class"] for v in core.values()).items())),
         "core_unsupported": sorted(k for k, v in core.items() if v["class"] == "unsupported"),
+        # Overloads whose operator and module views differ in class, with the reason.
+        "views_differ": views_differ(audit),
     }
     if executed is not None:
         names = sorted({op for ops_ in executed.values() for op in ops_})
@@ -93,6 +96,12 @@ def summarize(audit: dict, executed: Optional[Dict[str, List[str]]] = None) -> d
             ops[n]["class"] if n in ops else "missing_from_audit" for n in names).items()))
         summary["executed_unsupported"] = [n for n in names if n not in ops or ops[n]["class"] == "unsupported"]
     return summary
+
+
+def views_differ(audit: dict) -> Dict[str, str]:
+    """{operator overload: reason} for the overloads whose two views' classes
+    differ (a formula in one view, none in the other)."""
+    return {k: v["views_differ"] for k, v in sorted(audit["operators"].items()) if v.get("views_differ")}
 
 
 def diff(old: dict, new: dict) -> dict:
@@ -167,6 +176,8 @@ def render_summary(s: dict) -> str:
     lines += [f"    {cls:<17} {n:>5}" for cls, n in s["by_class"].items()]
     lines.append(f"  core ATen opset: {s['core']} overloads: {s['core_by_class']}")
     lines.append(f"  core unsupported: {s['core_unsupported'] or 'none'}")
+    lines.append(f"  views differ (a formula in one view only): {len(s['views_differ'])} overloads")
+    lines += [f"    {op}: {why}" for op, why in s["views_differ"].items()]
     if "executed" in s:
         lines.append(f"  executed by the model zoo: {s['executed']} overloads: {s['executed_by_class']}")
         lines.append(f"  executed unsupported: {s['executed_unsupported'] or 'none'}")

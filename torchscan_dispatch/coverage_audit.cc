@@ -126,6 +126,16 @@ nlohmann::json Classify(const c10::OperatorHandle& op, OpCatalog& catalog) {
   }
   j["class"] = cls;
   j["reason"] = reason;
+  // The two views' classes differ where one values the operator by a formula
+  // and the other does not: say why.
+  if (formula != nullptr && module == nullptr && run == "formula") {
+    const char* gap = ModuleViewGap(name.name);
+    j["views_differ"] = absl::StrCat("operator view formula, no module-view formula: ",
+                                     gap ? gap : "no stated reason");
+  } else if (module != nullptr && formula == nullptr) {
+    j["views_differ"] = absl::StrCat("module-view formula; operator view: ", run,
+                                     run == "decomposition" ? " (the native convention counts its children)" : "");
+  }
   return j;
 }
 

@@ -236,3 +236,43 @@ def test_where_with_one_argument_decomposes_to_nonzero_and_is_complete(torchscan
     report = torchscan.measure_flops(lambda: torch.where(cond > 0, cond, -cond))
     assert report["by_operator"]["aten.where"] == 6
     assert audit["operators"]["aten::where.self"]["class"] == "operator_formula"
+
+
+# The operators whose two views' classes differ, by reason (coverage_audit.views_differ).
+PRODUCTS_NOT_WRITTEN = {
+    "aten::_addmm_activation", "aten::_cdist_backward", "aten::_cdist_forward",
+    "aten::_embedding_bag_per_sample_weights_backward", "aten::_foreach_mm", "aten::_int_mm", "aten::_pdist_backward",
+    "aten::_pdist_forward", "aten::addbmm", "aten::addbmm_", "aten::convolution_backward",
+    "aten::grid_sampler_2d_backward", "aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward",
+    "aten::upsample_bicubic2d_backward", "aten::upsample_bilinear2d_backward", "aten::upsample_linear1d_backward",
+    "aten::upsample_trilinear3d_backward"}
+GPU_KERNELS = {
+    "aten::_efficient_attention_backward", "aten::_efficient_attention_forward", "aten::_flash_attention_backward",
+    "aten::_flash_attention_forward", "aten::_scaled_dot_product_cudnn_attention",
+    "aten::_scaled_dot_product_cudnn_attention_backward", "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_efficient_attention_backward", "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_flash_attention_backward", "aten::_scaled_mm", "aten::cudnn_convolution"}
+BELOW_CONVOLUTION = {"aten::_slow_conv2d_forward", "aten::convolution_overrideable", "aten::mkldnn_convolution"}
+
+
+def test_the_audit_lists_the_operators_whose_two_views_differ(audit):
+    differ = coverage_audit.views_differ(audit)
+    assert differ, "some operator-view rows have no module-view formula"
+    by_reason = {}
+    for overload, reason in differ.items():
+        assert "no stated reason" not in reason, (overload, reason)
+        by_reason.setdefault(reason.split(": ", 1)[-1], set()).add(overload.split(".")[0])
+    expected = {
+        "computes products or weighted sums whose module-view MACs are not written for this kernel: the module "
+        "view is partial on it (the operator view counts it)": PRODUCTS_NOT_WRITTEN,
+        "a GPU kernel (CUDA, cuDNN, MIOpen, fused attention): its module-view products are not written; a CPU "
+        "scan never reaches it": GPU_KERNELS,
+        "a CPU convolution kernel that runs below aten::convolution, whose module row owns it": BELOW_CONVOLUTION,
+        # linear: the module row values it; the operator view counts its decomposition
+        # (t + addmm, as FlopCounterMode does), and linear.out, which has none, stays uncounted.
+        "decomposition (the native convention counts its children)": {"aten::linear"},
+        "uncounted_operator": {"aten::linear"},
+    }
+    assert by_reason == expected
+    # _grouped_mm and grid_sampler_2d are no longer among them.
+    assert not {"aten::_grouped_mm", "aten::grid_sampler_2d"} & {o.split(".")[0] for o in differ}
