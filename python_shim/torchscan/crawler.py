@@ -70,7 +70,7 @@ def _input_shapes(input_shape) -> list:
         raise TypeError(f"{where}: {_SHAPE_HELP}; got {type(input_shape).__name__}")
     if len(input_shape) == 0:
         raise ValueError(f"{where}: input_shape is empty; {_SHAPE_HELP}")
-    nested = all(isinstance(s, (tuple, list)) for s in input_shape)
+    nested = all([isinstance(s, (tuple, list)) for s in input_shape])  # a list: see _crawl_module's dtype
     shapes = list(input_shape) if nested else [input_shape]
     for k, shape in enumerate(shapes):
         what = f"input_shape[{k}]" if nested else "input_shape"
@@ -220,13 +220,18 @@ def crawl_module(module: nn.Module, input_shape: Optional[Sequence] = None, *, a
     # crawl's time on MobileNetV3. Non-cyclic garbage is still freed at once.
     gc_was_enabled = gc.isenabled()
     try:
-        gc.disable()  # inside the try: an interrupt right after it still re-enables
-        return _crawl_module(module, input_shape, args=args, kwargs=kwargs, mode=mode, strict=strict, dtype=dtype,
-                             device=device, custom_mapping=custom_mapping, memory=memory,
-                             custom_modules=custom_modules, trace=trace)
-    finally:
+        try:
+            gc.disable()  # inside the try: an interrupt right after it still re-enables
+            return _crawl_module(module, input_shape, args=args, kwargs=kwargs, mode=mode, strict=strict,
+                                 dtype=dtype, device=device, custom_mapping=custom_mapping, memory=memory,
+                                 custom_modules=custom_modules, trace=trace)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+    except BaseException:  # once more: an interrupt (Ctrl-C) can land in the finally itself
         if gc_was_enabled:
             gc.enable()
+        raise
 
 
 def _described_inputs(args: tuple, kwargs: dict):
@@ -302,12 +307,15 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
         shapes = _input_shapes(input_shape)
         params = [p for m in modules for p in m._parameters.values() if p is not None]
         if dtype is None:
-            dtype = next((p.dtype for p in params if p.is_floating_point()), torch.float32)
+            # Lists, not next(generator): a suspended generator finalized later
+            # would swallow an interrupt that lands in it.
+            floating = [p.dtype for p in params if p.is_floating_point()]
+            dtype = floating[0] if floating else torch.float32
         elif not (dtype.is_floating_point or dtype.is_complex):
             raise TypeError(f"torchscan.crawl_module: generated inputs are random numbers in [0, 1), so dtype "
                             f"must be a floating dtype, got {dtype}; pass args=(...) for integer inputs")
         if device is None:
-            device = next((p.device for p in params), torch.device("cpu"))
+            device = params[0].device if params else torch.device("cpu")
         call_args, call_kwargs, source = _generated_inputs(shapes, dtype, device), {}, "generated"
     else:
         (call_args, call_kwargs), source = _caller_inputs(args, kwargs), "caller"
@@ -432,12 +440,28 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     if push is None:  # no C entry points: the session's methods throughout
         pre_hook, post_hook = traced_pre_hook, traced_post_hook
 
-    # Every step that changes state outside this crawl is undone in a
-    # finally, and an interrupt (Ctrl-C) can land at any Python call, the
-    # undoing ones included: each of those runs again if interrupted (all are
-    # idempotent), and the grad mode is set and restored by single C calls.
+    # Every change outside this crawl (hooks, training flags, grad mode, the
+    # scan) is undone by undo(), which is idempotent. An interrupt (Ctrl-C)
+    # can land anywhere, inside a first undo() too: the handler around it runs
+    # undo() once more. Grad mode is set and restored by single C calls.
     hooks = ForwardHooks(pre_hook, post_hook)
     grad_was_enabled = torch.is_grad_enabled()
+
+    def undo():
+        pause.thread = 0  # first: hooks a removal misses do nothing from here on
+        torch._C._set_grad_enabled(grad_was_enabled)
+        try:
+            try:
+                hooks.remove()
+            finally:
+                if handlers is not None:
+                    handlers.remove_hooks()
+        finally:
+            try:
+                scan._cleanup()
+            finally:
+                _restore_training(training)
+
     try:
         try:
             for m in modules:
@@ -448,29 +472,10 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             torch._C._set_grad_enabled(False)
             scan._run(module, call_args, call_kwargs)
         finally:
-            # First, with no call before it: hooks that an interrupted
-            # removal leaves behind do nothing.
-            pause.thread = 0
-            torch._C._set_grad_enabled(grad_was_enabled)
-            try:
-                try:
-                    hooks.remove()
-                except BaseException:
-                    hooks.remove()
-                    raise
-            finally:
-                if handlers is not None:
-                    try:
-                        handlers.remove_hooks()
-                    except BaseException:
-                        handlers.remove_hooks()
-                        raise
-    finally:
-        try:
-            _restore_training(training)
-        except BaseException:
-            _restore_training(training)
-            raise
+            undo()
+    except BaseException:
+        undo()
+        raise
 
     if handlers is None:
         report = _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,

@@ -136,22 +136,31 @@ class FlopScan:
 
     def _run(self, fn: Callable, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         """fn(*args, **kwargs) inside the scan, as `with self:` does, except
-        that the scan stops even when an interrupt (Ctrl-C) lands as the stop
-        begins (where `with` would skip __exit__'s body): the stop runs again."""
+        that the scan stops (and its hooks go) even when an interrupt
+        (Ctrl-C) lands in the stop itself, where `with` would leave it
+        running: the handler around it stops it again."""
         ok = False
         try:
-            self.__enter__()  # inside the try: nothing is left running if it is interrupted
-            result = fn(*args, **(kwargs or {}))
-            ok = True
-            return result
+            try:
+                self.__enter__()  # inside the try: nothing is left running if it is interrupted
+                result = fn(*args, **(kwargs or {}))
+                ok = True
+            finally:
+                self._cleanup(failing=not ok)
+        except BaseException:
+            self._cleanup()
+            raise
+        return result
+
+    def _cleanup(self, failing: bool = True) -> None:
+        """Removes the module hooks and stops the scan if it still runs;
+        idempotent. An error stopping it is raised only when not failing."""
+        try:
+            if self._modules is not None:
+                self._modules.remove()
         finally:
             if self._session.active():
-                try:
-                    self._close(failing=not ok)
-                except BaseException:
-                    if self._session.active():
-                        self._close(failing=True)
-                    raise
+                self._close(failing)
 
     def _close(self, failing: bool) -> None:
         # The scan stops even when removing the hooks is interrupted.

@@ -190,7 +190,10 @@ class TokenFlow:
     @staticmethod
     def _primary(output):
         flat, _ = tree_flatten(output)
-        return next((t for t in flat if isinstance(t, torch.Tensor)), None)
+        for t in flat:  # a loop, not next(generator): no suspended generator is left to finalize
+            if isinstance(t, torch.Tensor):
+                return t
+        return None
 
     def _native_step(self, module, scope, args, kwargs, output, deps) -> dict:
         out = self._primary(output)

@@ -1,0 +1,138 @@
+"""Module analysis in several threads at once: every crawl_module report is
+the report the same crawl gives alone, and module hooks (crawl_module's,
+a custom handler's, measure_flops(modules=True)'s process-global ones) do
+nothing on threads they do not scan. The switch interval is cut to a few
+microseconds so that the threads interleave inside each other's hooks."""
+
+import sys
+import threading
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchscan
+
+
+def _handler(module, args, kwargs, output):
+    return {"module_flops": 5}
+
+
+def _crawls():
+    """name -> (model, crawl): different models, each exercising one kind of
+    crawl state (plain hooks, the token analysis, a custom handler)."""
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+    encoder = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    small_encoder = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    conv = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(4, 2))
+    handled = nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.Linear(4, 4))
+    return {
+        "mlp": (mlp, lambda: torchscan.crawl_module(mlp, (8,))),
+        "encoder": (encoder, lambda: torchscan.crawl_module(encoder, (5, 16))),
+        "small_encoder": (small_encoder, lambda: torchscan.crawl_module(small_encoder, (3, 8))),
+        "conv": (conv, lambda: torchscan.crawl_module(conv, (3, 8, 8))),
+        "handled": (handled, lambda: torchscan.crawl_module(handled, (4,), custom_modules={nn.GELU: _handler})),
+    }
+
+
+CRAWLS = _crawls()
+
+
+@pytest.fixture
+def interleaved():
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(5e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def _in_threads(jobs: dict, rounds: int) -> dict:
+    """Runs each job (name -> callable) in its own thread, `rounds` times,
+    the threads starting each round together; name -> list of results.
+    An exception in any thread fails the test with it."""
+    results = {name: [] for name in jobs}
+    errors = []
+    barrier = threading.Barrier(len(jobs))
+
+    def work(name, job):
+        try:
+            for _ in range(rounds):
+                barrier.wait()
+                results[name].append(job())
+        except BaseException as e:  # noqa: BLE001 -- reported below
+            errors.append((name, e))
+            barrier.abort()
+
+    threads = [threading.Thread(target=work, args=item) for item in jobs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        name, error = errors[0]
+        raise AssertionError(f"thread {name} raised {type(error).__name__}: {error}") from error
+    return results
+
+
+@pytest.mark.parametrize("names", [("encoder", "small_encoder"), ("mlp", "encoder", "conv", "handled")])
+def test_threads_crawling_at_once_each_get_the_crawl_alone(names, interleaved):
+    alone = {name: CRAWLS[name][1]() for name in names}
+    # Sanity: each crawl alone sees every layer call (the encoder layer and
+    # its 8 submodules) and token rows (its analysis runs paused).
+    assert len(alone["encoder"]["layers"]) == 9
+    assert alone["encoder"]["totals"]["operator_flops"]["status"] == "complete"
+    assert any("token_dependencies" in layer for layer in alone["encoder"]["layers"])
+    results = _in_threads({name: CRAWLS[name][1] for name in names}, rounds=200)
+    for name in names:
+        for k, report in enumerate(results[name]):
+            assert report == alone[name], f"{name}, round {k}: differs from the same crawl alone"
+
+
+def test_forwards_of_the_crawled_model_in_other_threads_are_not_the_crawl(interleaved):
+    # The hooks are on the model's modules: another thread's forward of the
+    # same modules runs through them, and must pass untouched.
+    model, crawl = CRAWLS["handled"]
+    alone = crawl()
+    x = torch.rand(3, 4)
+    expected = model(x)
+
+    def forward():
+        with torch.no_grad():
+            y = model(x)
+        assert torch.equal(y, expected)
+        return None
+
+    results = _in_threads({"crawl": crawl, "forward-1": forward, "forward-2": forward}, rounds=100)
+    for k, report in enumerate(results["crawl"]):
+        assert report == alone, f"round {k}: differs from the crawl alone"
+
+
+def test_measure_flops_module_hooks_leave_unscanned_threads_alone(interleaved):
+    # measure_flops(modules=True) hooks every module call in the process;
+    # other threads' forwards (of another model and of the scanned one) are
+    # not its calls: they neither raise nor change its report.
+    scanned = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    other = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    x, y = torch.rand(2, 8), torch.rand(3, 4)
+
+    def measure():
+        return torchscan.measure_flops(lambda: scanned(x), modules=True)
+
+    def forward(model, inp):
+        def run():
+            with torch.no_grad():
+                model(inp)
+        return run
+
+    alone = measure()
+    # Linear(8,16) on 2 rows: 2*2*8*16 = 512 FLOPs; Linear(16,4): 2*2*16*4 = 256.
+    assert alone["by_module"]["Sequential.0"] == 512
+    assert alone["by_module"]["Sequential.2"] == 256
+    results = _in_threads({"measure": measure, "other": forward(other, y), "same": forward(scanned, x)},
+                          rounds=150)
+    for k, report in enumerate(results["measure"]):
+        assert report == alone, f"round {k}: differs from measure_flops alone"

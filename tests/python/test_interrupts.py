@@ -1,0 +1,173 @@
+"""A Ctrl-C (KeyboardInterrupt) at any point of crawl_module or summary
+leaves nothing behind: the thread records again (no recording pause, no
+scan, no mode key left on), the model has its hooks and training flags as
+before, grad mode and the cyclic GC are as they were, and the next crawl is
+exactly the crawl made before any interrupt.
+
+Interrupts are injected two ways: at the n-th Python event (function call,
+line, return) inside TorchScan's code and nn.Module's call machinery, for n
+swept across a whole crawl, which reaches every step between a pause and its
+bookkeeping; and by a timer signal at a random moment, which also lands
+right after C calls return (where Python handles signals)."""
+
+import contextlib
+import gc
+import io
+import random
+import signal
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchscan
+from torchscan._library import Session
+
+
+def _handler(module, args, kwargs, output):
+    return {"module_flops": 7}
+
+
+def _models():
+    torch.manual_seed(0)
+    small = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+    small[0].train()  # a flag the crawl changes and must put back
+    # Native attention: the token analysis runs paused inside the crawl.
+    encoder = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    return {
+        # A custom handler: it runs paused inside the crawl, after each ReLU.
+        "handler": (small, lambda: torchscan.crawl_module(small, (8,), custom_modules={nn.ReLU: _handler})),
+        "summary": (small, lambda: torchscan.summary(small, (8,), custom_modules={nn.ReLU: _handler})),
+        "tokens": (encoder, lambda: torchscan.crawl_module(encoder, (5, 16))),
+    }
+
+
+MODELS = _models()
+_TRACED = ("torchscan", "torch/nn/modules/module.py")
+
+
+def _run(fn):
+    with contextlib.redirect_stdout(io.StringIO()):  # summary's table
+        return fn()
+
+
+@pytest.fixture(scope="module")
+def references():
+    return {name: _run(fn) for name, (_, fn) in MODELS.items()}
+
+
+def _state(model):
+    return ([(m.training, len(m._forward_hooks), len(m._forward_pre_hooks)) for m in model.modules()],
+            gc.isenabled(), torch.is_grad_enabled())
+
+
+def _check_clean(name, model, before, reference, where):
+    assert not Session.thread_recording_paused(), f"{where}: the thread's recording is left paused"
+    assert not torchscan.tls_mode_included(), f"{where}: a scan is left running"
+    assert _state(model) == before, f"{where}: hooks, training flags, GC or grad mode changed"
+    assert _run(MODELS[name][1]) == reference, f"{where}: the next crawl differs from the reference"
+
+
+def _events(fn) -> int:
+    count = 0
+
+    def trace(frame, event, arg):
+        nonlocal count
+        if not frame.f_code.co_filename.endswith(_TRACED) and "/torchscan/" not in frame.f_code.co_filename:
+            return None
+        count += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        _run(fn)
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def _interrupt_at(fn, n: int) -> bool:
+    """Runs fn with a KeyboardInterrupt raised at its n-th traced event;
+    whether it was raised (False: fn finished first)."""
+    count = 0
+    fired = False
+
+    def trace(frame, event, arg):
+        nonlocal count, fired
+        if fired:
+            return None
+        if not frame.f_code.co_filename.endswith(_TRACED) and "/torchscan/" not in frame.f_code.co_filename:
+            return None
+        count += 1
+        if count == n:
+            fired = True
+            raise KeyboardInterrupt
+        return trace
+
+    sys.settrace(trace)
+    try:
+        _run(fn)
+    except KeyboardInterrupt:
+        assert fired  # the injected one, not another
+    finally:
+        sys.settrace(None)
+    return fired
+
+
+@pytest.mark.parametrize("name, attempts", [("handler", 220), ("summary", 120), ("tokens", 90)])
+def test_an_interrupt_at_any_step_leaves_nothing_behind(name, attempts, references):
+    model, fn = MODELS[name]
+    before = _state(model)
+    total = _events(fn)
+    assert total > attempts  # the sweep spreads over the whole crawl
+    fired = 0
+    for k in range(attempts):
+        n = 1 + k * total // attempts
+        fired += _interrupt_at(fn, n)
+        _check_clean(name, model, before, references[name], f"{name}, interrupt at event {n} of {total}")
+    assert fired == attempts
+
+
+def _on_alarm(signum, frame):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
+@pytest.mark.parametrize("name, attempts", [("handler", 120), ("summary", 60), ("tokens", 40)])
+def test_an_interrupt_at_a_random_moment_leaves_nothing_behind(name, attempts, references):
+    import time
+
+    model, fn = MODELS[name]
+    before = _state(model)
+    durations = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        _run(fn)
+        durations.append(time.perf_counter() - t0)
+    duration = sorted(durations)[2]
+    rng = random.Random(27)
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    inside = 0  # alarms that landed inside the crawl (the others: in the sleep after it)
+    try:
+        for k in range(attempts):
+            delay = rng.uniform(1e-6, duration)
+            try:
+                signal.setitimer(signal.ITIMER_REAL, delay)
+                try:
+                    try:
+                        _run(fn)
+                    except KeyboardInterrupt:
+                        inside += 1
+                        raise
+                    time.sleep(duration)  # the alarm lands here when the crawl was faster
+                    pytest.fail("the alarm never came")
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+            except KeyboardInterrupt:
+                pass
+            _check_clean(name, model, before, references[name], f"{name}, alarm after {delay * 1e3:.3f} ms")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert inside >= attempts // 2, (inside, attempts)
