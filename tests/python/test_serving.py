@@ -232,6 +232,50 @@ def test_attach_report_on_signal_while_requests_are_in_flight(served, tmp_path, 
     check_report(final, served, requests)  # no call lost
 
 
+def test_snapshots_under_load_list_finished_requests_only(served, tmp_path):
+    # Four workers serving back to back, snapshotted again and again: each
+    # snapshot's requests are whole forwards that had finished (a running
+    # one waits for a later snapshot; listed now it would be a complete 0
+    # with calls 0), and together they are all the snapshot counted.
+    requests, per_request = 800, served["flops"]["total"]["value"]
+    out = tmp_path / "loaded.json"
+    proc = attach(served, out, requests, 4, signal_name="USR1", pace_ms=4)
+    snapshots = []
+    try:
+        for line in proc.stdout:
+            if line.strip() == "served 8":
+                break
+        while len(snapshots) < 12 and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGUSR1)
+            deadline = time.time() + 60
+            while time.time() < deadline and proc.poll() is None:
+                if out.exists():
+                    report = json.loads(out.read_text())
+                    if report["attach"]["reason"] == "signal" and report["attach"]["sequence"] == len(snapshots) + 1:
+                        snapshots.append(report)
+                        break
+                time.sleep(0.005)
+        rest, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    assert len(snapshots) >= 6, "the server finished before enough snapshots were taken"
+    running = 0
+    for snap in snapshots:
+        running += snap["context"]["in_flight_calls"] > 0
+        listed = snap["requests"]
+        for q in listed:
+            assert q["calls"] > 0, (q, snap["context"])
+            assert q["totals"]["operator_flops"] == {**served["flops"]["total"], "scope": "workload"}, q
+        assert len({q["request"] for q in listed}) == len(listed)
+        total = snap["operator_flops"]["total"]
+        assert total["status"] == "complete"
+        assert total["value"] == len(listed) * per_request, snap["context"]
+    assert running > 0  # requests were running while snapshots were taken
+    check_report(json.loads(out.read_text()), served, requests)
+
+
 def test_launcher_refuses_binaries_it_cannot_scan(tmp_path):
     run = subprocess.run([sys.executable, str(ATTACH), "--output", str(tmp_path / "r.json"), "--", "/bin/true"],
                          capture_output=True, text=True, timeout=60)
