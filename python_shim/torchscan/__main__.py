@@ -23,9 +23,11 @@ the BenchmarkComparison of two saved BenchmarkReports (deltas only with
 kind on every rank) into a job report: per-rank totals, their sum, the
 slowest rank and the imbalance (max / mean).
 
-A problem with a file (missing, unreadable, not JSON, not a valid report, an
---output that cannot be written) ends the command with a one-line message
-naming the file (and, for diff, which side) and exit status 1.
+A problem with a file (missing, not a regular file, unreadable, not JSON,
+a key repeated in one object, not a valid report or a report of another kind,
+an --output that cannot be written) or a factory that does not return a
+module ends the command with a one-line message naming the file (and, for
+diff, which side) and exit status 1.
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ import argparse
 import importlib
 import json
 import os
+import stat
 import sys
 from typing import List, NoReturn, Optional
 
 import torch
 
 import torchscan
+from torchscan import _readers
 from torchscan.crawler import _compare_json_text, _render_json_text
 
 
@@ -64,6 +68,15 @@ def _factory(spec: str):
     return factory
 
 
+def _model(command: str, spec: str):
+    """FACTORY() of MODULE:FACTORY, refused unless it is an nn.Module."""
+    model = _factory(spec)()
+    if not isinstance(model, torch.nn.Module):
+        _fail(command, f"{spec} returned {type(model).__name__}, not a torch.nn.Module; FACTORY must build the "
+                       "model (e.g. torchscan.examples:small_cnn)")
+    return model
+
+
 def _shape(text: str):
     try:
         return tuple(int(x) for x in text.split(","))
@@ -76,7 +89,17 @@ def _read_report(command: str, path: str, side: Optional[str] = None) -> str:
     syntax and schema are checked by the C++ loader, which names the file."""
     what = f"the {side} report {_name(path)}" if side else f"the report {_name(path)}"
     try:
-        with open(path, "rb") as f:
+        # Opened without blocking (a FIFO would wait for a writer), then
+        # read only when it is a regular file.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(path)
+            if not stat.S_ISREG(mode):
+                kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else \
+                    "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+                _fail(command, f"{what} is {kind}, not a report file; save the report to a file first")
             data = f.read()
     except FileNotFoundError:
         _fail(command, f"{what} does not exist")
@@ -134,15 +157,29 @@ def _reader_message(e: Exception) -> str:
     return message.split(": ", 1)[1] if message.startswith("torchscan.") and ": " in message else message
 
 
-def _benchmark_json(text: str):
+def _load(command: str, path: str, text: str, side: Optional[str] = None):
+    """The parsed report text (torchscan._readers rules: no repeated keys, no
+    absurd nesting); problems end the command, naming the file."""
+    what = f"the {side} report {_name(path)}" if side else f"the report {_name(path)}"
+    try:
+        return _readers.loads(text, what)
+    except ValueError as e:
+        _fail(command, str(e))
+
+
+def _benchmark_json(command: str, path: str, text: str):
     """The parsed report when `text` is a BenchmarkReport/BenchmarkComparison;
-    None otherwise (model reports go to the C++ readers)."""
+    None otherwise (model reports go to the C++ readers, which name their own
+    JSON errors). A report of a kind `command` does not read ends it."""
     from torchscan.workload import is_benchmark_comparison, is_benchmark_report
 
     try:
-        value = json.loads(text)
+        value = _readers.loads(text)
     except ValueError:
         return None
+    other = _readers.other_kind(value)
+    if other:
+        _fail(command, f"the report {_name(path)} is {other}")
     return value if is_benchmark_report(value) or is_benchmark_comparison(value) else None
 
 
@@ -157,9 +194,7 @@ def _bench(args) -> None:
         _fail("bench", f"--min-run-time must be a positive number of seconds, got {args.min_run_time}")
     if args.output:
         _check_output("bench", args.output)  # before the model is built or run
-    model = _factory(args.factory)()
-    if not isinstance(model, torch.nn.Module):
-        _fail("bench", f"{args.factory} returned {type(model).__name__}, not a torch.nn.Module")
+    model = _model("bench", args.factory)
     model.eval()
     x = torch.randn(args.batch_size, *args.input_shape)
 
@@ -181,11 +216,7 @@ def _compare(args) -> None:
         _check_output("compare", args.output)
     reports = []
     for side, path in (("before", args.before), ("after", args.after)):
-        text = _read_report("compare", path, side)
-        try:
-            reports.append(json.loads(text))
-        except ValueError as e:
-            _fail("compare", f"the {side} report {_name(path)} is not JSON ({e})")
+        reports.append(_load("compare", path, _read_report("compare", path, side), side))
     try:
         result = torchscan.compare_benchmarks(reports[0], reports[1], check=True if args.outputs_checked else None)
     except (TypeError, ValueError) as e:
@@ -199,7 +230,7 @@ def _roofline(args) -> None:
     for path in (args.output, args.plot):
         if path:
             _check_output("roofline", path)
-    model = _factory(args.factory)().to(args.device).eval()
+    model = _model("roofline", args.factory).to(args.device).eval()
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     x = torch.rand((1, *args.input_shape), dtype=dtype, device=args.device)
     try:
@@ -220,13 +251,7 @@ def _merge(args) -> None:
         _check_output("merge", args.output)
     reports, names = [], []
     for path in args.reports:
-        text = _read_report("merge", path)
-        try:
-            reports.append(json.loads(text))
-        except ValueError as e:
-            _fail("merge", f"the report {_name(path)} is not JSON ({e})")
-        except RecursionError:
-            _fail("merge", f"the report {_name(path)} nests too deeply to be a report")
+        reports.append(_load("merge", path, _read_report("merge", path)))
         names.append(_name(path))
     try:
         job = merge_reports(reports, names)
@@ -289,7 +314,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for path in (args.output, args.trace):
             if path:
                 _check_output("scan", path)  # before the model is built or run
-        model = _factory(args.factory)()
+        model = _model("scan", args.factory)
         report = torchscan.crawl_module(model, args.input_shape, mode=args.mode, memory=args.memory,
                                         trace=bool(args.trace))
         trace = report.pop("trace", None)  # its own file: reports stay small
@@ -308,7 +333,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         _compare(args)
     elif args.command == "render":
         text = _read_report("render", args.report)
-        benchmark = _benchmark_json(text)
+        benchmark = _benchmark_json("render", args.report, text)
         if benchmark is not None:
             try:
                 print(torchscan.render_benchmark(benchmark))

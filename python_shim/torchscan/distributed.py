@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
+from torchscan._readers import MAX_COUNT, count_problem
+
 __all__ = ["distributed_context", "merge_reports", "render_job_report"]
 
 _JOB_KIND = "torchscan_job_report"
@@ -86,8 +88,8 @@ def _metric(value: Any, where: str) -> dict:
     known = value.get("known_value")
     if status == "unavailable":
         return {"status": status, "known_value": None}
-    if isinstance(known, bool) or not isinstance(known, int) or known < 0:
-        raise _Malformed(f"{where}.known_value must be a non-negative integer when {status}, got {known!r}")
+    if count_problem(known):
+        raise _Malformed(f"{where}.known_value {count_problem(known)} when {status}")
     if status == "complete" and value.get("value") != known:
         raise _Malformed(f"{where} is complete but its value {value.get('value')!r} differs from known_value {known}")
     return {"status": status, "known_value": known}
@@ -120,6 +122,8 @@ def _rank_entry(report: Any) -> dict:
         v = context[key]
         if isinstance(v, bool) or not isinstance(v, int):
             raise _Malformed(f"context.{key} must be an integer, got {v!r}")
+    if context.get("backend") is not None and not isinstance(context["backend"], str):
+        raise _Malformed(f"context.backend must be a string, got {type(context['backend']).__name__}")
     rank, world = context["rank"], context["world_size"]
     if world < 1 or not 0 <= rank < world:
         raise _Malformed(f"context.rank {rank} is not a rank of a job of world_size {world}")
@@ -147,8 +151,8 @@ def _rank_entry(report: Any) -> dict:
     entry["bytes_sent"] = _metric(ctotals.get("bytes_sent"), "communication.totals.bytes_sent")
     entry["bytes_received"] = _metric(ctotals.get("bytes_received"), "communication.totals.bytes_received")
     calls = ctotals.get("collective_calls", 0)
-    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
-        raise _Malformed(f"communication.totals.collective_calls must be a non-negative integer, got {calls!r}")
+    if count_problem(calls):
+        raise _Malformed(f"communication.totals.collective_calls {count_problem(calls)}")
     entry["collective_calls"] = calls
     by_op = communication.get("by_operator", {})
     if not isinstance(by_op, Mapping):
@@ -159,8 +163,8 @@ def _rank_entry(report: Any) -> dict:
         clean = {}
         for key in ("calls", "bytes_sent", "bytes_received", "unavailable_calls"):
             v = row.get(key, 0)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise _Malformed(f"communication.by_operator[{op!r}].{key} must be a non-negative integer, got {v!r}")
+            if count_problem(v):
+                raise _Malformed(f"communication.by_operator[{op!r}].{key} {count_problem(v)}")
             clean[key] = v
         entry["by_operator"][str(op)] = clean
     return entry
@@ -175,12 +179,21 @@ def _metric_json(status: str, known: Optional[int], unit: str, method: str) -> d
 
 def _combine(values: List[dict], how: str) -> Tuple[str, Optional[int]]:
     """Sum or max of per-rank results: complete only when every rank's is;
-    otherwise the known part (a lower bound), unavailable when none is known."""
+    otherwise the known part (a lower bound), unavailable when none is known.
+    A sum past 2^128 - 1 (the most a report holds exactly) is partial: the
+    ranks summed before it passed are its known lower bound."""
     known = [v["known_value"] for v in values if v["status"] != "unavailable"]
     if not known:
         return "unavailable", None
     status = "complete" if all(v["status"] == "complete" for v in values) else "partial"
-    return status, (sum(known) if how == "sum" else max(known))
+    if how != "sum":
+        return status, max(known)
+    total = 0
+    for k in known:
+        if total + k > MAX_COUNT:
+            return "partial", total
+        total += k
+    return status, total
 
 
 def merge_reports(reports: Sequence[Any], names: Optional[Sequence[str]] = None) -> dict:
@@ -239,6 +252,11 @@ def merge_reports(reports: Sequence[Any], names: Optional[Sequence[str]] = None)
     entries.sort(key=lambda e: e["rank"])
 
     diagnostics = []
+    for m in ("operator_flops", "bytes_sent", "bytes_received"):
+        if sum(e[m]["known_value"] or 0 for e in entries) > MAX_COUNT:
+            diagnostics.append({"code": "count_overflow", "severity": "warning", "metric": m,
+                                "message": f"the ranks' {m} add up past 2^128 - 1, the largest count a report "
+                                           "holds exactly; the job's sum is a lower bound"})
     for e in entries:
         if e["missing_communication"]:
             diagnostics.append({"code": "communication_unavailable", "severity": "warning", "metric": "bytes_sent",

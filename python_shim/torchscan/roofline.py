@@ -25,6 +25,9 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import nn
 
+from torchscan._readers import validate_roofline_report
+from torchscan.workload import _refuse_unstarted
+
 SCHEMA_VERSION = 1
 
 # Bytes per floating element and the peak each precision uses.
@@ -212,10 +215,12 @@ def _scan(workload_or_module, inputs):
             for m in names:
                 hooks.add(m)
         with scan:
-            run()
+            result = run()
     finally:
         if hooks is not None:
             hooks.remove()
+    # A generator (or coroutine) function measured nothing: refused, not a zero roofline.
+    _refuse_unstarted(result, "torchscan.roofline")
     return json.loads(session.traffic()), module
 
 
@@ -402,6 +407,8 @@ def _si(value: float, unit: str) -> str:
 
 
 def render_roofline(report: Mapping) -> str:
+    """Text of a RooflineReport; a dict that is not one is a TypeError/ValueError naming the field."""
+    validate_roofline_report(report, "torchscan.render_roofline")
     t, c = report["totals"], report["context"]
     bar = "=" * 64
     lines = [bar, f"  torchscan roofline - {c['gpu']['name']}   precision: {c['precision']}", bar,
@@ -439,6 +446,13 @@ def roofline_svg(report: Mapping, *, points: str = "layers", width: int = 720, h
     leaf layer call (points="layers") or operator ("operators"), and the model."""
     from xml.sax.saxutils import escape
 
+    where = "torchscan.roofline_svg"
+    validate_roofline_report(report, where)
+    if points not in ("layers", "operators"):
+        raise ValueError(f"{where}: points must be 'layers' or 'operators', got {points!r}")
+    for name, v in (("width", width), ("height", height)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 200 <= v <= 20000:
+            raise ValueError(f"{where}: {name} must be an int from 200 to 20000 pixels, got {v!r}")
     t, c = report["totals"], report["context"]
     bw = c["memory_bandwidth_gbps"] * 1e9
     peak_m, peak_v = c["peak_matmul_tflops"] * 1e12, c["peak_vector_tflops"] * 1e12
@@ -454,36 +468,44 @@ def roofline_svg(report: Mapping, *, points: str = "layers", width: int = 720, h
     pts = []  # (label, intensity, FLOP/s, kind, bound)
     for r in rows:
         i = r.get("arithmetic_intensity")
-        if not i or r["flops"] <= 0:
-            continue
         sol = max(r["compute_sol_ms"], r["memory_sol_ms"]) / 1e3
+        if not i or r["flops"] <= 0 or not math.isfinite(r["flops"] / sol if sol else peak_m):
+            continue
         label = r.get("path") or r.get("operator")
         if r.get("module_type") and r["module_type"] != label:
             label = f"{label} ({r['module_type']})"
         if r.get("call_index"):
             label += f" #{r['call_index']}"
         pts.append((label, i, r["flops"] / sol if sol else peak_m, "row", r["bound"]))
-    if t.get("arithmetic_intensity") and t["sol_ms"] > 0:
+    if t.get("arithmetic_intensity") and t["sol_ms"] > 0 and t["flops"] > 0 and \
+            math.isfinite(t["flops"] / (t["sol_ms"] / 1e3)):
         pts.append(("model", t["arithmetic_intensity"], t["flops"] / (t["sol_ms"] / 1e3), "model", t["bottleneck"]))
-        if t.get("actual_ms"):
+        if t.get("actual_ms") and math.isfinite(t["flops"] / (t["actual_ms"] / 1e3)):
             pts.append(("model, measured", t["arithmetic_intensity"], t["flops"] / (t["actual_ms"] / 1e3), "measured",
                         f"{100 * t['achieved_fraction_of_sol']:.3g} % of SoL"))
-    ridge = peak_m / bw
-    xs = [p[1] for p in pts] + [ridge, peak_v / bw]
-    lo_x = 10 ** math.floor(math.log10(min(xs)) - 0.5)
-    hi_x = 10 ** math.ceil(math.log10(max(xs)) + 0.5)
-    ys = [p[2] for p in pts] + [peak_m, bw * lo_x]
-    lo_y = 10 ** math.floor(math.log10(min(ys)))
-    hi_y = 10 ** math.ceil(math.log10(max(ys)) + 0.2)
+    # Axis ends as decades (integer exponents): a report's extreme values
+    # never underflow or overflow a float bound.
+    xs = [math.log10(p[1]) for p in pts] + [math.log10(peak_m) - math.log10(bw), math.log10(peak_v) - math.log10(bw)]
+    lo_ex, hi_ex = math.floor(min(xs) - 0.5), math.ceil(max(xs) + 0.5)
+    ys = [math.log10(p[2]) for p in pts] + [math.log10(peak_m), math.log10(bw) + lo_ex]
+    lo_ey, hi_ey = math.floor(min(ys)), math.ceil(max(ys) + 0.2)
+    if hi_ey <= lo_ey:
+        hi_ey = lo_ey + 1
     ml, mr, mt, mb = 70, 20, 40, 50
     pw, ph = width - ml - mr, height - mt - mb
 
+    def XE(e):  # x of the decade exponent e
+        return ml + pw * (e - lo_ex) / (hi_ex - lo_ex)
+
+    def YE(e):
+        e = min(max(e, lo_ey), hi_ey)
+        return mt + ph * (1 - (e - lo_ey) / (hi_ey - lo_ey))
+
     def X(v):
-        return ml + pw * (math.log10(v) - math.log10(lo_x)) / (math.log10(hi_x) - math.log10(lo_x))
+        return XE(math.log10(v))
 
     def Y(v):
-        v = min(max(v, lo_y), hi_y)
-        return mt + ph * (1 - (math.log10(v) - math.log10(lo_y)) / (math.log10(hi_y) - math.log10(lo_y)))
+        return YE(math.log10(v) if v > 0 else lo_ey)
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
@@ -491,37 +513,36 @@ def roofline_svg(report: Mapping, *, points: str = "layers", width: int = 720, h
            f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14">'
            f'{escape(c["gpu"]["name"])} roofline ({escape(c["precision"])})</text>',
            f'<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="black"/>']
-    e = math.floor(math.log10(lo_x))
-    while 10 ** e <= hi_x * 1.0001:
-        x = X(10 ** e)
+    for e in range(lo_ex, hi_ex + 1):
+        x = ml + pw * (e - lo_ex) / (hi_ex - lo_ex)
         out.append(f'<line x1="{x:.1f}" y1="{mt}" x2="{x:.1f}" y2="{mt + ph}" stroke="#ddd"/>')
         out.append(f'<text x="{x:.1f}" y="{mt + ph + 15}" text-anchor="middle">1e{e}</text>')
-        e += 1
-    e = math.floor(math.log10(lo_y))
-    while 10 ** e <= hi_y * 1.0001:
-        y = Y(10 ** e)
+    for e in range(lo_ey, hi_ey + 1):
+        y = mt + ph * (1 - (e - lo_ey) / (hi_ey - lo_ey))
         out.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#ddd"/>')
         out.append(f'<text x="{ml - 5}" y="{y + 4:.1f}" text-anchor="end">1e{e}</text>')
-        e += 1
     out.append(f'<text x="{ml + pw / 2}" y="{height - 10}" text-anchor="middle">arithmetic intensity (FLOPs/byte)</text>')
     out.append(f'<text x="15" y="{mt + ph / 2}" text-anchor="middle" transform="rotate(-90 15 {mt + ph / 2})">'
                'attainable FLOP/s</text>')
     roofs = [(peak_v, "#e67e22", "vector peak"), (peak_m, "#c0392b", "matmul/conv peak")]  # shared slope red
     if peak_v == peak_m:  # one roof (fp32 with no fp32 matrix path): one line, one label
         roofs = [(peak_m, "#c0392b", "matmul/conv = vector peak")]
+    log_bw = math.log10(bw)
     for peak, colour, label in roofs:
-        ridge_x = peak / bw
-        pts_line = [(lo_x, bw * lo_x), (ridge_x, peak), (hi_x, peak)]
-        d = " ".join(f"{X(a):.1f},{Y(b):.1f}" for a, b in pts_line if lo_x <= a <= hi_x)
+        # In decades: the memory slope from the left edge to the ridge, then the roof.
+        ridge_e = math.log10(peak) - log_bw
+        pts_line = [(lo_ex, log_bw + lo_ex), (ridge_e, math.log10(peak)), (hi_ex, math.log10(peak))]
+        d = " ".join(f"{XE(a):.1f},{YE(b):.1f}" for a, b in pts_line if lo_ex <= a <= hi_ex)
         out.append(f'<polyline points="{d}" fill="none" stroke="{colour}" stroke-width="2"/>')
         out.append(f'<text x="{ml + pw - 5}" y="{Y(peak) - 4:.1f}" text-anchor="end" fill="{colour}">'
                    f'{label} {peak / 1e12:.4g} TFLOP/s</text>')
-    out.append(f'<line x1="{X(ridge):.1f}" y1="{mt}" x2="{X(ridge):.1f}" y2="{mt + ph}" stroke="#c0392b" '
+    ridge_px = XE(math.log10(peak_m) - log_bw)
+    out.append(f'<line x1="{ridge_px:.1f}" y1="{mt}" x2="{ridge_px:.1f}" y2="{mt + ph}" stroke="#c0392b" '
                'stroke-dasharray="4,3"/>')
-    right = X(ridge) + 130 > ml + pw  # the label would leave the plot: written left of the line
+    right = ridge_px + 130 > ml + pw  # the label would leave the plot: written left of the line
     anchor = ' text-anchor="end"' if right else ""
-    out.append(f'<text x="{X(ridge) + (-4 if right else 4):.1f}" y="{mt + 12}" fill="#c0392b"{anchor}>'
-               f'ridge {ridge:.3g} FLOPs/B</text>')
+    out.append(f'<text x="{ridge_px + (-4 if right else 4):.1f}" y="{mt + 12}" fill="#c0392b"{anchor}>'
+               f'ridge {peak_m / bw:.3g} FLOPs/B</text>')
     style = {"row": ("#2980b9", 4, "#2980b9"), "model": ("#2c3e50", 6, "#2c3e50"), "measured": ("none", 6, "#27ae60")}
     # The model's (larger) points first, so the layer points drawn over them stay visible.
     for name, i, perf, kind, bound in sorted(pts, key=lambda p: p[3] == "row"):

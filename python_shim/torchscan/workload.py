@@ -60,6 +60,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
+from torchscan import _readers
 from torchscan.metadata import describe
 
 __all__ = ["measure_latency", "measure_peak_memory", "measure_workload", "compare_benchmarks",
@@ -495,6 +496,21 @@ def _stop_profiler(prof, failing: bool) -> None:
         warnings.warn(f"torchscan: could not stop the profiler cleanly: {e}", RuntimeWarning)
 
 
+def _unreported(result) -> list:
+    """Diagnostics when the workload's result holds tensors on a device whose
+    allocator reports nothing (a meta tensor allocates nothing): its peak is
+    unknown there, not zero (as crawl_module(memory=True) says)."""
+    from torch.utils._pytree import tree_leaves
+
+    devices = sorted({t.device.type for t in tree_leaves(result) if isinstance(t, torch.Tensor)} - {"cpu", "cuda"})
+    if not devices:
+        return []
+    return [{"code": "memory_device_unsupported", "severity": "warning", "metric": "peak_memory",
+             "message": f"the workload's result holds tensors on {', '.join(devices)}, which have no allocator "
+                        "reports (a meta tensor allocates nothing): memory is measured on cpu and cuda only, so "
+                        "peak memory is unavailable"}]
+
+
 def _cpu_peak(workload, where) -> tuple:
     """(memory evidence, diagnostics) of one call on CPU."""
     from torch.profiler import ProfilerActivity, profile
@@ -513,7 +529,10 @@ def _cpu_peak(workload, where) -> tuple:
         raise
     prof.__exit__(None, None, None)
     _refuse_unstarted(result, where)
+    unreported = _unreported(result)
     del result
+    if unreported:
+        return None, unreported
     events = _profiler_memory_events(prof, "cpu")
     live = peak = allocated = freed = 0
     allocations = 0
@@ -537,7 +556,10 @@ def _cuda_peak(workload, where, dev) -> tuple:
     result = workload()
     torch.cuda.synchronize(dev)
     _refuse_unstarted(result, where)
+    unreported = _unreported(result)
     del result
+    if unreported:
+        return None, unreported
     peak = torch.cuda.max_memory_allocated(dev) - before
     after = torch.cuda.memory_allocated(dev)
     return {"device": str(dev), "method": "torch.cuda.max_memory_allocated", "meaning": _CUDA_MEANING,
@@ -551,7 +573,7 @@ def _memory(workload, where, dev) -> tuple:
     elif dev.type == "cuda":
         evidence, diagnostics = _cuda_peak(workload, where, dev)
     else:
-        evidence, diagnostics = None, [{"code": "peak_memory_unsupported_device", "severity": "warning",
+        evidence, diagnostics = None, [{"code": "memory_device_unsupported", "severity": "warning",
                                         "metric": "peak_memory",
                                         "message": f"peak memory on {dev} is not measured (CPU and CUDA only)"}]
     if evidence is None:
@@ -694,26 +716,38 @@ def _fail(where: str, side: str, message: str):
     raise ValueError(f"{where}: {side}{message}")
 
 
+# Units whose values are counts: exact integers up to 2^128 - 1 (torchscan._readers).
+_COUNT_UNITS = ("FLOPs", "bytes", "MACs", "accesses")
+
+
 def _check_metric(m, path: str, where: str, side: str) -> None:
     if not isinstance(m, _MappingABC):
         _fail(where, side, f"{path} must be a MetricResult object, got {type(m).__name__}")
     status = m.get("status")
     if status not in _STATUSES:
         _fail(where, side, f"{path}.status is {status!r}; expected one of {', '.join(_STATUSES)}")
+    for key in ("unit", "scope", "method"):
+        if not isinstance(m.get(key), str):
+            _fail(where, side, f"{path}.{key} must be a string, got {m.get(key)!r}")
     for key in ("value", "known_value"):
         v = m.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or
-                              (isinstance(v, float) and not math.isfinite(v))):
+        if v is None:
+            continue
+        if m["unit"] in _COUNT_UNITS:
+            if _readers.count_problem(v):
+                _fail(where, side, f"{path}.{key} {_readers.count_problem(v)}")
+        elif not _readers.is_number(v):
             _fail(where, side, f"{path}.{key} must be a finite number or null, got {v!r}")
+    if status == "complete" and m.get("value") != m.get("known_value"):
+        _fail(where, side, f"{path} is complete, so its known_value must equal its value")
     if status == "complete" and m.get("value") is None:
         _fail(where, side, f"{path} is complete but its value is null")
     if status != "complete" and m.get("value") is not None:
         _fail(where, side, f"{path} is {status} but has a value; only complete results carry one")
+    if status == "partial" and m.get("known_value") is None:
+        _fail(where, side, f"{path} is partial but has no known_value (its lower bound)")
     if status == "unavailable" and m.get("known_value") is not None:
         _fail(where, side, f"{path} is unavailable but has a known_value")
-    for key in ("unit", "scope", "method"):
-        if not isinstance(m.get(key), str):
-            _fail(where, side, f"{path}.{key} must be a string, got {m.get(key)!r}")
 
 
 def _check_schema_version(report, where: str, side: str) -> None:
@@ -731,6 +765,13 @@ def validate_benchmark_report(report, where: str = "torchscan.validate_benchmark
     if not isinstance(report, _MappingABC):
         raise TypeError(f"{where}: {side}a BenchmarkReport is a dict (as returned by measure_latency or "
                         f"measure_workload, or json.load of a saved one), got {type(report).__name__}")
+    try:
+        _readers.check_depth(report, "the report")
+    except ValueError as e:
+        _fail(where, side, str(e))
+    other = _readers.other_kind(report)
+    if other:
+        _fail(where, side, f"is {other}, not a BenchmarkReport")
     _check_schema_version(report, where, side)
     if "layers" in report or "by_operator" in report:
         _fail(where, side, "is a model report (AnalysisReport/FlopReport), not a BenchmarkReport; use "
@@ -744,7 +785,13 @@ def validate_benchmark_report(report, where: str = "torchscan.validate_benchmark
                                f"got {type(report[key]).__name__}")
     for name, m in report["totals"].items():
         _check_metric(m, f"totals.{name}", where, side)
+    threads = report["context"].get("threads")
+    if threads is not None and not isinstance(threads, _MappingABC):
+        _fail(where, side, f"context.threads must be an object, got {_readers.name_of(threads)}")
     meas = report["measurement"]
+    for key in ("q1_seconds", "median_seconds", "q3_seconds"):
+        if key in meas and not _readers.is_number(meas[key]):
+            _fail(where, side, f"measurement.{key} must be a finite number, got {meas[key]!r}")
     if meas:
         number, raw, calls = meas.get("number_per_run"), meas.get("raw_times_seconds"), meas.get("measured_calls")
         if isinstance(number, bool) or not isinstance(number, int) or number < 1:
@@ -759,6 +806,8 @@ def validate_benchmark_report(report, where: str = "torchscan.validate_benchmark
         if not isinstance(d, _MappingABC) or not isinstance(d.get("code"), str) or not isinstance(
                 d.get("message"), str):
             _fail(where, side, f"diagnostics[{i}] must be an object with a code and a message")
+        if not isinstance(d.get("severity", "warning"), str):
+            _fail(where, side, f"diagnostics[{i}].severity must be a string, got {d['severity']!r}")
 
 
 def is_benchmark_report(report) -> bool:
@@ -906,17 +955,70 @@ def compare_benchmarks(before: Mapping, after: Mapping, *, check=None) -> dict:
 
 
 def validate_benchmark_comparison(comparison, where: str) -> None:
+    """Raise TypeError/ValueError naming the field when `comparison` is not a
+    schema-v1 BenchmarkComparison (what render_benchmark reads of it)."""
     if not isinstance(comparison, _MappingABC):
         raise TypeError(f"{where}: a BenchmarkComparison is a dict, got {type(comparison).__name__}")
-    _check_schema_version(comparison, where, "the comparison: ")
+    side = "the comparison: "
+    try:
+        _readers.check_depth(comparison, "the comparison")
+    except ValueError as e:
+        _fail(where, "", str(e))
+    _check_schema_version(comparison, where, side)
     for key, kind in (("before", _MappingABC), ("after", _MappingABC), ("output_check", _MappingABC),
                       ("totals", _MappingABC), ("context_changes", list), ("latency_change", _MappingABC)):
         if not isinstance(comparison.get(key), kind):
             _fail(where, "the comparison: ", f"field {key!r} is missing or not {'a list' if kind is list else 'an object'}")
     if comparison["output_check"].get("status") not in ("passed", "failed", "not_checked"):
         _fail(where, "the comparison: ", f"output_check.status is {comparison['output_check'].get('status')!r}")
+    check = comparison["output_check"]
+    for key in ("method", "message"):
+        if not isinstance(check.get(key), str):
+            _fail(where, side, f"output_check.{key} must be a string, got {check.get(key)!r}")
     validate_benchmark_report(comparison["before"], where, "the comparison's before report: ")
     validate_benchmark_report(comparison["after"], where, "the comparison's after report: ")
+    for name, diff in comparison["totals"].items():
+        path = f"totals.{name}"
+        if not isinstance(diff, _MappingABC):
+            _fail(where, side, f"{path} must be a metric difference object, got {_readers.name_of(diff)}")
+        metrics = []
+        for key in ("before", "after"):
+            if diff.get(key) is not None:
+                _check_metric(diff[key], f"{path}.{key}", where, side)
+                metrics.append(diff[key])
+        delta, withheld = diff.get("delta"), diff.get("delta_withheld")
+        if delta is not None:
+            if len(metrics) != 2 or any(m["status"] != "complete" for m in metrics):
+                _fail(where, side, f"{path} has a delta but is not complete on both sides")
+            if metrics[0]["unit"] in _COUNT_UNITS:
+                if not (isinstance(delta, int) and not isinstance(delta, bool)) or abs(delta) > _readers.MAX_COUNT:
+                    _fail(where, side, f"{path}.delta must be an integer from -(2^128 - 1) to 2^128 - 1, got "
+                                       f"{delta!r}")
+                if delta != metrics[1]["value"] - metrics[0]["value"]:
+                    _fail(where, side, f"{path}.delta {delta} is not after - before "
+                                       f"({metrics[1]['value'] - metrics[0]['value']})")
+            elif not _readers.is_number(delta):
+                _fail(where, side, f"{path}.delta must be a finite number or null, got {delta!r}")
+        if withheld is not None and not isinstance(withheld, str):
+            _fail(where, side, f"{path}.delta_withheld must be a string or null, got {withheld!r}")
+    for i, change in enumerate(comparison["context_changes"]):
+        if not isinstance(change, _MappingABC) or not isinstance(change.get("field"), str):
+            _fail(where, side, f"context_changes[{i}] must be an object with a field name")
+    lat = comparison["latency_change"]
+    differs = lat.get("context_differs", [])
+    if not isinstance(differs, list) or not all(isinstance(f, str) for f in differs):
+        _fail(where, side, "latency_change.context_differs must be a list of field names")
+    if lat.get("status") == "complete":
+        for key in ("before_median_seconds", "after_median_seconds"):
+            if not _readers.is_number(lat.get(key)):
+                _fail(where, side, f"latency_change.{key} must be a finite number, got {lat.get(key)!r}")
+        for key in ("before_iqr_seconds", "after_iqr_seconds"):
+            v = lat.get(key)
+            if not isinstance(v, list) or len(v) != 2 or not all(_readers.is_number(x) for x in v):
+                _fail(where, side, f"latency_change.{key} must be [q1, q3] in seconds, got {v!r}")
+        if lat.get("assessment") is not None:
+            if not isinstance(lat["assessment"], str) or not _readers.is_number(lat.get("ratio")):
+                _fail(where, side, "latency_change: an assessment needs a string and a finite ratio")
 
 
 # ---------------------------------------------------------------- rendering

@@ -154,8 +154,49 @@ def test_counts_past_2_to_64_are_read(torchscan, flops):
     huge["by_operator"]["aten.mm"] = big
     huge["total"].update(value=big, known_value=big)
     assert torchscan.render_report(huge).startswith("Operator FLOPs: 1.18Z (complete)\n")
-    # Past 2^64 the C++ reader holds doubles: 2^70 - 64 rounds to 2^70.
-    assert torchscan.compare_reports(flops[0], huge)["totals"]["operator_flops"]["delta"] == float(big)
+    # Exact past 2^64: 2^70 - 64 (the small report's 64 FLOPs), an int, not a rounded float.
+    delta = torchscan.compare_reports(flops[0], huge)["totals"]["operator_flops"]["delta"]
+    assert delta == 1180591620717411303360 and isinstance(delta, int)
+    back = torchscan.compare_reports(huge, flops[0])["by_operator"]["aten.mm"]["delta"]
+    assert back == -1180591620717411303360
+
+
+def test_counts_to_2_to_128_are_exact_and_larger_ones_refused(torchscan, flops, tmp_path):
+    # Two complete reports of 2^64 and 2^64 + 2 FLOPs, all aten.mm: through
+    # doubles both are 2^64 (delta 0.0, aten.mm unchanged); exactly, delta 2.
+    before, after = copy.deepcopy(flops[0]), copy.deepcopy(flops[0])
+    for report, n in ((before, 2 ** 64), (after, 2 ** 64 + 2)):
+        report["by_operator"] = {"aten.mm": n}
+        report["total"].update(value=n, known_value=n)
+    d = torchscan.compare_reports(before, after)
+    assert d["totals"]["operator_flops"]["delta"] == 2
+    assert d["by_operator"]["aten.mm"]["delta"] == 2
+    assert d["by_operator"]["aten.mm"]["after"]["value"] == 2 ** 64 + 2
+    # 2^128 - 1 is the largest count a report holds; 2^128 and 2^200 are refused.
+    top = copy.deepcopy(before)
+    top["by_operator"]["aten.mm"] = 2 ** 128 - 1
+    top["total"].update(value=2 ** 128 - 1, known_value=2 ** 128 - 1)
+    assert torchscan.compare_reports(before, top)["totals"]["operator_flops"]["delta"] == 2 ** 128 - 1 - 2 ** 64
+    for n in (2 ** 128, 2 ** 200):
+        big = copy.deepcopy(before)
+        big["total"].update(value=n, known_value=n)
+        with pytest.raises(ValueError, match=r"total.value: a count past 2\^128 - 1"):
+            torchscan.render_report(big)
+        with pytest.raises(ValueError, match=r"after report: total.value: a count past 2\^128 - 1"):
+            torchscan.compare_reports(before, big)
+        # The command line: diff and render the same.
+        out = run(tmp_path, "diff", str(save(tmp_path / "b.json", before)), str(save(tmp_path / "big.json", big)))
+        assert "total.value: a count past 2^128 - 1" in one_line_error(out)
+
+
+def test_repeated_keys_are_refused_by_every_reader(torchscan, flops, tmp_path):
+    text = json.dumps(flops[0])
+    repeated = text.replace('"total": {', '"total": {"status": "partial", ', 1)
+    assert repeated != text
+    (tmp_path / "r.json").write_text(repeated)
+    for args in (("render", "r.json"), ("diff", "r.json", "r.json")):
+        message = one_line_error(run(tmp_path, *args))
+        assert 'total: the key "status" appears twice in one object' in message, message
 
 
 def test_reports_that_are_not_json_are_refused_by_name(torchscan, flops):
