@@ -111,6 +111,13 @@ def _caller_inputs(args, kwargs) -> tuple:
     return tuple(args), dict(kwargs)
 
 
+def _check_flag(value, name: str, where: str) -> None:
+    """A True/False option: anything else (a string such as "yes", 1, None)
+    is a TypeError, not read as its truth value."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{where}: {name} must be True or False, got {value!r} ({type(value).__name__})")
+
+
 def _check_max_depth(max_depth, where: str) -> None:
     if max_depth is None:
         return
@@ -287,16 +294,17 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             hint = f"; {_aoti.AOTI_HINT}"
         raise TypeError(f"torchscan.crawl_module: module must be a torch.nn.Module, got {type(module).__name__}"
                         + hint)
-    if not isinstance(memory, bool):
-        raise TypeError(f"torchscan.crawl_module: memory must be True or False, got {type(memory).__name__}")
-    if not isinstance(trace, bool):
-        raise TypeError(f"torchscan.crawl_module: trace must be True or False, got {type(trace).__name__}")
-    if mode not in ("full", "structure"):
+    for flag, value in (("strict", strict), ("memory", memory), ("trace", trace)):
+        _check_flag(value, flag, "torchscan.crawl_module")
+    if not isinstance(mode, str) or mode not in ("full", "structure"):
         raise ValueError(f"torchscan.crawl_module: mode must be 'full' or 'structure', got {mode!r}")
     if (input_shape is None) == (args is None and kwargs is None):
         raise ValueError("torchscan.crawl_module: pass either input_shape (generated inputs) or args/kwargs")
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise TypeError(f"torchscan.crawl_module: dtype must be a torch.dtype such as torch.float32, got {dtype!r}")
+    if device is not None and (isinstance(device, bool) or not isinstance(device, (torch.device, str, int))):
+        raise TypeError("torchscan.crawl_module: device must be a torch.device, a device string such as 'cpu', "
+                        f"or None (the parameters' device), got {type(device).__name__}")
     named, modules = _unique_modules(module)
     # Checked and matched before the model runs; None without handlers (the
     # hooks below are then exactly those of a crawl without them).
@@ -776,6 +784,7 @@ def render_report(report: Mapping, max_depth: Optional[int] = None, receptive_fi
     max_depth: deepest layer depth shown (0: the root only; None, or any depth
     past the deepest layer: every layer). receptive_field adds
     receptive-field, effective-stride and padding columns."""
+    _check_flag(receptive_field, "receptive_field", "torchscan.render_report")
     return _render_json_text(_report_json(report, "torchscan.render_report"), max_depth, receptive_field)
 
 
@@ -784,6 +793,7 @@ def summary(module: nn.Module, input_shape: Optional[Sequence] = None, *, max_de
     """Print a readable table of crawl_module's report and return the report
     (max_depth and receptive_field as in render_report)."""
     _check_max_depth(max_depth, "torchscan.summary")  # before the model runs
+    _check_flag(receptive_field, "receptive_field", "torchscan.summary")
     report = crawl_module(module, input_shape, **crawl_options)
     print(render_report(report, max_depth, receptive_field))
     return report

@@ -239,3 +239,34 @@ def test_summary_receptive_field_columns(torchscan, capsys):
     assert "RF" in header and "Stride" in header and "Padding" in header
     stem = [line for line in text.splitlines() if line.strip().startswith("stem")][0]
     assert stem.split()[-3:] == ["3", "1", "0"]
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None, 0.0])
+@pytest.mark.parametrize("call", [
+    lambda ts, m, bad: ts.crawl_module(m, (4,), strict=bad),
+    lambda ts, m, bad: ts.crawl_module(m, (4,), memory=bad),
+    lambda ts, m, bad: ts.crawl_module(m, (4,), trace=bad),
+    lambda ts, m, bad: ts.summary(m, (4,), receptive_field=bad),
+    lambda ts, m, bad: ts.summary(m, (4,), strict=bad),
+    lambda ts, m, bad: ts.measure_flops(lambda: m(torch.ones(1, 4)), modules=bad),
+], ids=["crawl-strict", "crawl-memory", "crawl-trace", "summary-receptive_field", "summary-strict",
+        "measure_flops-modules"])
+def test_flags_take_booleans_only(torchscan, call, bad):
+    # strict="yes" would otherwise read as True, strict=None as False: a
+    # TypeError names the flag and what it takes, before the model runs.
+    calls = []
+    m = nn.Linear(4, 4)
+    m.register_forward_hook(lambda *_: calls.append(1))
+    with pytest.raises(TypeError, match=r"(strict|memory|trace|receptive_field|modules) must be True or False"):
+        call(torchscan, m, bad)
+    assert calls == []
+
+
+def test_render_report_and_crawl_device_are_type_checked(torchscan):
+    m = nn.Linear(4, 4)
+    report = torchscan.crawl_module(m, (4,))
+    with pytest.raises(TypeError, match="receptive_field must be True or False"):
+        torchscan.render_report(report, receptive_field="no")
+    with pytest.raises(TypeError, match="device must be a torch.device"):
+        torchscan.crawl_module(m, (4,), device=3.5)
+    assert torchscan.crawl_module(m, (4,), device="cpu") == report  # a device string is a device
