@@ -154,8 +154,18 @@ def main(argv=None) -> int:
         parser.error(f"--trace {args.trace!r}: give the file the trace is written to")
     if args.trace is not None and os.path.realpath(args.trace) == os.path.realpath(args.output):
         parser.error(f"--output and --trace name the same file ({args.output}); give the trace its own file")
-    if args.trace is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.trace))):
-        parser.error(f"--trace {args.trace}: its directory does not exist")
+    # Before the server starts: the library writes each report to a temporary
+    # file beside the target and renames it, so the folder must be writable.
+    for flag, path in (("--output", args.output), ("--trace", args.trace)):
+        if path is None:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            parser.error(f"{flag} {path} is a directory; give the file the report is written to")
+        if not os.path.isdir(folder):
+            parser.error(f"{flag} {path}: its directory {folder} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            parser.error(f"{flag} {path}: its directory {folder} is not writable")
     # Absolute, symlinks kept: a link to a directory without spaces is the
     # way to attach from one whose real path has them.
     library = Path(os.path.abspath(args.library or default_library()))

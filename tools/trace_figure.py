@@ -17,8 +17,11 @@ review: no zooming, so long traces are best cut with --start / --end
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
+import os
+import stat
 import sys
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -38,19 +41,79 @@ class TraceError(ValueError):
     """The input is not a trace this script can draw (the message says why)."""
 
 
+def _readers():
+    """TorchScan's shared JSON input rules (python_shim/torchscan/_readers.py),
+    loaded by path: this script runs without importing torch."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python_shim", "torchscan", "_readers.py")
+    if not os.path.exists(path):
+        from torchscan import _readers as module  # an installed TorchScan
+        return module
+    spec = importlib.util.spec_from_file_location("torchscan_readers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_RULES = _readers()
+
+
 def load_trace(path: str) -> List[Dict[str, Any]]:
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        # Without blocking (a FIFO would wait for a writer); regular files only.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise TraceError(f"{path} is not a regular file (a directory, FIFO or device); give a trace file")
+            raw = f.read()
     except OSError as exc:
         raise TraceError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path} is not JSON (not UTF-8 text: byte {exc.start})") from None
+    try:
+        data = _RULES.loads(text, path)
     except ValueError as exc:
-        raise TraceError(f"{path} is not JSON: {exc}") from None
+        raise TraceError(str(exc)) from None
     # The format's two forms: {"traceEvents": [...]} or a bare array.
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise TraceError(f"{path} is not a trace-event file: expected {{\"traceEvents\": [...]}} or a JSON array")
     return [e for e in events if isinstance(e, dict)]
+
+
+_SCALARS = (str, int, float, type(None))  # what a pid, tid or bind_id may be (they key tracks and flows)
+
+
+def validate_events(events: Sequence[Any]) -> None:
+    """TraceError naming the event and field when `events` cannot be drawn:
+    what render reads of each event is checked here, nothing else."""
+    if not isinstance(events, (list, tuple)):
+        raise TraceError(f"expected a list of trace events, got {type(events).__name__}")
+    try:
+        _RULES.check_depth(list(events), "the trace")
+    except ValueError as exc:
+        raise TraceError(str(exc)) from None
+    for i, e in enumerate(events):
+        if not isinstance(e, dict):
+            raise TraceError(f"event {i} is not an object ({type(e).__name__})")
+        for key in ("pid", "tid", "bind_id"):
+            if key in e and not isinstance(e[key], _SCALARS):
+                raise TraceError(f"event {i}: {key} must be a string or a number, got {type(e[key]).__name__}")
+        if "args" in e and e["args"] is not None and not isinstance(e["args"], dict):
+            raise TraceError(f"event {i}: args must be an object, got {type(e['args']).__name__}")
+        if e.get("ph") != "X":
+            continue
+        for key in ("ts", "dur"):
+            v = e.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise TraceError(f"a complete slice needs numeric ts and dur: event {i} has {key} {v!r}"[:300])
+        if e["dur"] < 0 or not math.isfinite(e["ts"] + e["dur"]):
+            raise TraceError(f"event {i}: dur {e['dur']!r} is not a duration from ts {e['ts']!r}")
+        if not isinstance(e.get("name"), str):
+            raise TraceError(f"event {i}: a complete slice needs a name (a string), got {e.get('name')!r}"[:300])
+        if not isinstance(e.get("cat", ""), str):
+            raise TraceError(f"event {i}: cat must be a string, got {type(e['cat']).__name__}")
 
 
 def _depths(slices: List[Dict[str, Any]]) -> int:
@@ -87,28 +150,31 @@ def _time_label(us: float) -> str:
 def _tooltip(e: Dict[str, Any]) -> str:
     lines = [f"{e['name']} ({e.get('cat', '')}): {e['dur']:.3f} µs"]
     for k, v in (e.get("args") or {}).items():
-        lines.append(f"{k}: {json.dumps(v)}")
+        lines.append(f"{k}: {json.dumps(v, default=str)}")
     return "\n".join(lines)
 
 
 def render(events: Sequence[Dict[str, Any]], width: int = 1400, title: Optional[str] = None,
            start: Optional[float] = None, end: Optional[float] = None) -> str:
+    validate_events(events)
+    for name, v in (("--start", start), ("--end", end)):
+        if v is not None and not math.isfinite(v):
+            raise TraceError(f"{name} must be a finite number of microseconds, got {v!r}")
     slices = []
     for e in events:
         if e.get("ph") != "X":
             continue
-        try:
-            ts, dur = float(e["ts"]), float(e["dur"])
-        except (KeyError, TypeError, ValueError):
-            raise TraceError(f"a complete slice needs numeric ts and dur: {json.dumps(e)[:200]}") from None
-        slices.append({**e, "ts": ts, "dur": dur})
+        slices.append({**e, "ts": float(e["ts"]), "dur": float(e["dur"])})
     if not slices:
         raise TraceError("the trace has no complete (\"X\") slices to draw")
     lo = min(e["ts"] for e in slices) if start is None else start
     hi = max(e["ts"] + e["dur"] for e in slices) if end is None else end
     if hi <= lo:
         raise TraceError(f"empty time window: --start {lo} is not before --end {hi}")
-    names = {(e.get("pid"), e.get("tid")): str(e.get("args", {}).get("name"))
+    if not math.isfinite(hi - lo) or (hi - lo) < abs(lo) * 1e-12:
+        raise TraceError(f"the time window {lo}..{hi} µs cannot be drawn: give --start and --end closer together "
+                         "(or further apart)")
+    names = {(e.get("pid"), e.get("tid")): str((e.get("args") or {}).get("name"))
              for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
     tracks: Dict[Tuple[Any, Any], List[Dict[str, Any]]] = defaultdict(list)
     for e in slices:
@@ -123,7 +189,9 @@ def render(events: Sequence[Dict[str, Any]], width: int = 1400, title: Optional[
     y = AXIS_H + (24 if title else 0)
     top = y
     positions: Dict[int, Tuple[float, float]] = {}  # id(slice) -> (x, y) of its box's left middle
-    order = sorted(tracks, key=lambda k: (str(k[0]), k[1] if isinstance(k[1], (int, float)) else str(k[1])))
+    # Numeric thread ids in order, then named ones (a number and a string do not compare).
+    order = sorted(tracks, key=lambda k: (str(k[0]), 0, k[1], "") if isinstance(k[1], (int, float))
+                   else (str(k[0]), 1, 0, str(k[1])))
     for key in order:
         track = tracks[key]
         levels = _depths(track)
@@ -171,12 +239,14 @@ def render(events: Sequence[Dict[str, Any]], width: int = 1400, title: Optional[
     # Time axis: ticks at a round step over the window.
     step = _nice_step(hi - lo, 10)
     axis = [f'<line x1="{LABEL_W}" y1="{top - 10}" x2="{LABEL_W + plot_w}" y2="{top - 10}" stroke="#888888"/>']
-    t = math.ceil(lo / step) * step
-    while t <= hi + 1e-9:
+    first = math.ceil(lo / step)
+    for n in range(first, first + 1000):  # about 10 ticks; the bound only guards rounding
+        t = n * step
+        if t > hi + 1e-9:
+            break
         x = x_of(t)
         axis.append(f'<line x1="{x:.2f}" y1="{top - 14}" x2="{x:.2f}" y2="{y - TRACK_GAP + 4}" stroke="#dddddd"/>')
         axis.append(f'<text class="tick" x="{x:.2f}" y="{top - 18}" text-anchor="middle">{escape(_time_label(t))}</text>')
-        t += step
     legend_y = height - 12
     legend = [
         f'<rect x="{LABEL_W}" y="{legend_y - 10}" width="12" height="12" fill="{MODULE_FILLS[0]}"/>',

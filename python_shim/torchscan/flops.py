@@ -282,7 +282,13 @@ class FlopScan:
             out = _decode(call["out"], raw)
             # FlopCounterMode's calling convention: shapes for tensors, the
             # output as out_shape (or out_val for raw formulas).
-            result = fn(*args, **kwargs, out_val=out) if raw else fn(*args, out_shape=out, **kwargs)
+            try:
+                result = fn(*args, **kwargs, out_val=out) if raw else fn(*args, out_shape=out, **kwargs)
+            except Exception as e:
+                # The caller's exception, unchanged, with a note saying where it came from.
+                e.add_note(f"torchscan: raised by the caller formula {getattr(fn, '__qualname__', repr(fn))} "
+                           f"(custom_mapping) for {call['op']}")
+                raise
             # A decimal string: counts past 2**64 - 1 reach C++ exactly.
             values[str(call["index"])] = str(flop_count(result, call["op"], fn))
         self._session.set_deferred_results(json.dumps(values))
