@@ -99,9 +99,13 @@ def test_structure_mode_and_strict(torchscan):
         assert structure["totals"][name]["method"] == "not_requested"
     assert structure["totals"]["parameters"] == 20
 
+    @torch.library.custom_op("torchscan_crawl_test::opaque", mutates_args=())
+    def opaque(x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
     class Special(nn.Module):
         def forward(self, x):
-            return torch.special.erfcx(x)  # no formula in either view
+            return opaque(x)  # a caller's operator: no formula in either view
 
     with pytest.raises(RuntimeError, match="strict=True"):
         torchscan.crawl_module(Special(), (4,), strict=True)
