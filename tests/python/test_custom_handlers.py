@@ -686,3 +686,22 @@ def test_base_exceptions_propagate_and_leave_nothing_behind(exc):
     a, b = torch.ones(2, 4), torch.ones(4, 4)
     assert torchscan.measure_flops(lambda: a @ b)["total"]["value"] == 64
     assert crawl()["totals"]["module_flops"]["value"] == 144
+
+
+def test_a_handler_that_starts_a_scan_is_told_why_it_cannot(torchscan):
+    # Handlers run with the thread's recording paused (their work is not the
+    # model's): a scan started there would count nothing and say complete 0.
+    # It is refused, and the handler's estimate is unavailable, not 0.
+    inner = nn.Linear(4, 4)
+
+    def scanning_handler(module, args, kwargs, output):
+        flops = torchscan.measure_flops(lambda: inner(args[0]))
+        return {"module_flops": flops["total"]["value"]}
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    report = torchscan.crawl_module(model, (4,), custom_modules={nn.ReLU: scanning_handler})
+    errors = [d for d in report["diagnostics"] if d["code"] == "custom_handler_error"]
+    assert len(errors) == 1 and "recording is paused" in errors[0]["message"], report["diagnostics"]
+    assert report["totals"]["module_flops"]["status"] == "partial"
+    # Nothing is left paused: Linear(4, 4) on one row is 2*4*4 = 32 FLOPs.
+    assert torchscan.measure_flops(lambda: inner(torch.ones(1, 4)))["total"]["value"] == 32
