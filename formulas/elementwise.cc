@@ -1,6 +1,11 @@
 #include "formulas/elementwise.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "formulas/arithmetic.h"
+#include "formulas/reduction.h"
+#include "formulas/shapes.h"
 
 namespace torchscan::elementwise {
 namespace {
@@ -35,6 +40,7 @@ template FormulaResult PerOutput<4>(const OpCall&);
 template FormulaResult PerOutput<5>(const OpCall&);
 template FormulaResult PerOutput<6>(const OpCall&);
 template FormulaResult PerOutput<7>(const OpCall&);
+template FormulaResult PerOutput<8>(const OpCall&);
 template FormulaResult PerOutput<10>(const OpCall&);
 
 FormulaResult AddSub(const OpCall& call) {
@@ -80,6 +86,74 @@ FormulaResult Resolve(const OpCall& call) {
 ModuleCosts ResolveCosts(const OpCall& call) {
   if (ReturnedItsInput(call)) return {FormulaResult::Complete(0), FormulaResult::Complete(0), FormulaResult::Complete(0)};
   return PointwiseCosts(call, Resolve);
+}
+
+namespace {
+
+// The largest tensor operand's values (a broadcast's result size for the
+// comparisons below, whose operands broadcast to the larger one).
+std::optional<int64_t> LargestOperand(const OpCall& call) {
+  std::optional<int64_t> n;
+  for (const ArgMeta& a : call.args) {
+    if (!a.is_tensor() || !a.tensor().defined) continue;
+    if (a.tensor().nested || !a.tensor().strided) return std::nullopt;
+    n = std::max(n.value_or(0), a.tensor().numel());
+  }
+  return n;
+}
+
+}  // namespace
+
+template <int K>
+FormulaResult PerInput(const OpCall& call) {
+  const auto n = LargestOperand(call);
+  if (!n) return NotDense(call);
+  return CountFor(call, ArithmeticWithScalars(call), Count(K) * *n);
+}
+template FormulaResult PerInput<0>(const OpCall&);
+template FormulaResult PerInput<1>(const OpCall&);
+
+FormulaResult Logit(const OpCall& call) {
+  return PerElement(call, call.arg(1).is_none() ? 3 : 5, ArithmeticOf(call));
+}
+
+FormulaResult Mvlgamma(const OpCall& call) {
+  const auto p = ScalarArg(call, 1);
+  if (!p || *p < 1) return ShapeMismatch(call, "expected p >= 1");
+  return PerElement(call, 3 * static_cast<int64_t>(*p), ArithmeticOf(call));
+}
+
+FormulaResult Allclose(const OpCall& call) {
+  const auto n = LargestOperand(call);
+  if (!n) return NotDense(call);
+  return CountFor(call, ArithmeticOf(call), *n > 0 ? Count(8) * *n - 1 : Count(0));
+}
+
+FormulaResult Dist(const OpCall& call) {
+  const auto n = LargestOperand(call);
+  if (!n) return NotDense(call);
+  return CountFor(call, ArithmeticOf(call), Count(4) * *n);
+}
+
+FormulaResult Trace(const OpCall& call) {
+  const TensorMeta* x = TensorArg(call, 0, 2);
+  if (!x) return ShapeMismatch(call, "expected a matrix");
+  const int64_t d = std::min(x->size(0), x->size(1));
+  return CountFor(call, ArithmeticOf(call), d > 1 ? Count(d - 1) : Count(0));
+}
+
+FormulaResult Bincount(const OpCall& call) {
+  const TensorMeta* x = DenseArg(call, 0);
+  if (!x) return NotDense(call);
+  const TensorMeta* w = DenseArg(call, 1);
+  if (!w) return FormulaResult::Complete(0);  // counting integers
+  return CountFor(call, ArithmeticOfDtype(w->dtype), x->numel());
+}
+
+FormulaResult LogCumsumExp(const OpCall& call) {
+  FormulaResult steps = reduction::Cumulative(call);
+  if (steps.status == MetricStatus::kComplete) steps.value = steps.value * 7;
+  return steps;
 }
 
 }  // namespace torchscan::elementwise

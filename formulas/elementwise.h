@@ -41,4 +41,29 @@ FormulaResult RreluWithNoise(const OpCall& call);
 FormulaResult Resolve(const OpCall& call);
 ModuleCosts ResolveCosts(const OpCall& call);
 
+// K operations per value of the largest tensor operand, for calls whose
+// result is not one value per element (equal, count_nonzero: a bool or a
+// count); the dtype rule as PerOutput.
+template <int K>
+FormulaResult PerInput(const OpCall& call);
+// logit(self, eps): log(x / (1 - x)) = 3 per value, + the clamp to [eps, 1 - eps] (2) when eps is given.
+FormulaResult Logit(const OpCall& call);
+// mvlgamma(self, p): sum_{j<p} lgamma(x - j/2) + constant: p shifts, p
+// lgammas, p - 1 adds and the constant's add: 3p per value.
+FormulaResult Mvlgamma(const OpCall& call);
+// allclose(a, b): isclose per value (a == b, |a - b|, |b|, rtol*|b|, + atol,
+// <=, or: 7) and all() over them (n - 1): 8n - 1.
+FormulaResult Allclose(const OpCall& call);
+// dist(a, b, p): per value a difference, an absolute value and a power (3),
+// n - 1 adds, one root: 4n.
+FormulaResult Dist(const OpCall& call);
+// trace(self): the min(m, n) diagonal values summed: min(m, n) - 1 adds.
+FormulaResult Trace(const OpCall& call);
+// bincount(self, weights): integer counting (zero) without weights; with
+// floating weights one add per value.
+FormulaResult Bincount(const OpCall& call);
+// logcumsumexp(self, dim): a log-add-exp per step of the running sum
+// (max, a - b, |.|, negate, exp, log1p, add: 7), n - 1 steps per slice.
+FormulaResult LogCumsumExp(const OpCall& call);
+
 }  // namespace torchscan::elementwise

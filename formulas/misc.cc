@@ -76,6 +76,15 @@ FormulaResult Logspace(const OpCall& call) {
   return CountFor(call, FactoryArithmetic(*out), n > 1 ? Count(3) * n + 2 : Count(n));
 }
 
+template <int K>
+FormulaResult Window(const OpCall& call) {
+  const TensorMeta* out = DenseOutput(call);
+  if (!out) return NotDense(call);
+  return CountFor(call, FactoryArithmetic(*out), Count(K) * out->numel());
+}
+template FormulaResult Window<4>(const OpCall&);
+template FormulaResult Window<8>(const OpCall&);
+
 FormulaResult Arange(const OpCall& call) {
   const TensorMeta* out = DenseOutput(call);
   if (!out) return NotDense(call);

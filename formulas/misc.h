@@ -36,6 +36,12 @@ FormulaResult Logspace(const OpCall& call);
 // arange / range: start + i*step per value (2N), in the result's dtype:
 // integer results are integer arithmetic (zero).
 FormulaResult Arange(const OpCall& call);
+// Window functions, K per value: hann/hamming alpha - beta*cos(c*i) (the
+// angle, cos, multiply, subtract: 4); bartlett 1 - |c*i - 1| (4); blackman
+// 0.42 - 0.5 cos(c*i) + 0.08 cos(2c*i) (two angles, two cos, two multiplies,
+// subtract, add: 8); kaiser I0(beta*sqrt(1 - (c*i - 1)^2)) / I0(beta) (8).
+template <int K>
+FormulaResult Window(const OpCall& call);
 
 // Module view.
 // Dropout: zero MACs; DMAs read the input and p, write the output: N + 1 + N.

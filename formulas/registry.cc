@@ -208,6 +208,41 @@ const OperatorFormula kFormulas[] = {
     TS_PW("unique_dim", selection::UniqueDim), TS_PW("unique_dim_consecutive", selection::UniqueDim),
     TS_PW("searchsorted", selection::Searchsorted), TS_PW("bucketize", selection::Bucketize),
     TS_PW("histc", selection::Histc),
+    // Window functions: computing factories (formulas/misc.h).
+    TS_PW("hann_window", misc::Window<4>), TS_PW("hamming_window", misc::Window<4>),
+    TS_PW("bartlett_window", misc::Window<4>), TS_PW("blackman_window", misc::Window<8>),
+    TS_PW("kaiser_window", misc::Window<8>),
+    // More exp/log/erf-like functions: one per value (the table's rule), or their stated expansions.
+    TS_PW("angle", elementwise::PerOutput<1>), TS_PW("deg2rad", elementwise::PerOutput<1>),
+    TS_PW("rad2deg", elementwise::PerOutput<1>), TS_PW("digamma", elementwise::PerOutput<1>),
+    TS_PW("lgamma", elementwise::PerOutput<1>), TS_PW("polygamma", elementwise::PerOutput<1>),
+    TS_PW("i0", elementwise::PerOutput<1>), TS_PW("igamma", elementwise::PerOutput<1>),
+    TS_PW("igammac", elementwise::PerOutput<1>), TS_PW("heaviside", elementwise::PerOutput<1>),
+    TS_PW("nextafter", elementwise::PerOutput<1>), TS_PW("signbit", elementwise::PerOutput<1>),
+    TS_PW("frexp", elementwise::PerOutput<1>), TS_PW("conj_physical", elementwise::PerOutput<0>),
+    // ldexp: x * 2^e (2); nan_to_num: NaN, +inf and -inf tests with their selections (3);
+    // sinc: sin(pi x) / (pi x) and the x == 0 selection (4); log-add-exp: max, a - b, |.|,
+    // negate, exp, log1p, add (7), base 2 also scales by 1/ln 2 (8).
+    TS_PW("ldexp", elementwise::PerOutput<2>), TS_PW("nan_to_num", elementwise::PerOutput<3>),
+    TS_PW("sinc", elementwise::PerOutput<4>), TS_PW("logaddexp", elementwise::PerOutput<7>),
+    TS_PW("logaddexp2", elementwise::PerOutput<8>),
+    TS_PW("logit", elementwise::Logit), TS_PW("mvlgamma", elementwise::Mvlgamma),
+#define TS_SPECIAL(name) TS_PW("special_" name, elementwise::PerOutput<1>)
+    TS_SPECIAL("airy_ai"), TS_SPECIAL("bessel_j0"), TS_SPECIAL("bessel_j1"), TS_SPECIAL("bessel_y0"),
+    TS_SPECIAL("bessel_y1"), TS_SPECIAL("modified_bessel_i0"), TS_SPECIAL("modified_bessel_i1"),
+    TS_SPECIAL("modified_bessel_k0"), TS_SPECIAL("modified_bessel_k1"), TS_SPECIAL("scaled_modified_bessel_k0"),
+    TS_SPECIAL("scaled_modified_bessel_k1"), TS_SPECIAL("spherical_bessel_j0"), TS_SPECIAL("erfcx"),
+    TS_SPECIAL("i0e"), TS_SPECIAL("i1"), TS_SPECIAL("i1e"), TS_SPECIAL("log_ndtr"), TS_SPECIAL("ndtri"),
+#undef TS_SPECIAL
+    // entr: -x ln x, selecting 0 at 0 and -inf below (log, multiply, negate, selection: 4);
+    // xlog1py: as xlogy with log1p (3).
+    TS_PW("special_entr", elementwise::PerOutput<4>), TS_PW("special_xlog1py", elementwise::PerOutput<3>),
+    // Whole-tensor comparisons and sums.
+    TS_PW("equal", elementwise::PerInput<1>), TS_PW("count_nonzero", elementwise::PerInput<1>),
+    TS_PW("hash_tensor", elementwise::PerInput<0>),  // bit arithmetic on the values: integer, zero
+    TS_PW("allclose", elementwise::Allclose), TS_PW("dist", elementwise::Dist), TS_PW("trace", elementwise::Trace),
+    TS_PW("bincount", elementwise::Bincount), TS_PW("cummax", reduction::Cumulative),
+    TS_PW("cummin", reduction::Cumulative), TS_PW("logcumsumexp", elementwise::LogCumsumExp),
     // Visible exclusions: random sampling has no count.
     TS_ROW("rand", misc::RandomSampling), TS_ROW("randn", misc::RandomSampling),
     TS_ROW("rand_like", misc::RandomSampling), TS_ROW("randn_like", misc::RandomSampling),
@@ -218,6 +253,7 @@ const OperatorFormula kFormulas[] = {
     TS_ROW("cauchy", misc::RandomSampling), TS_ROW("log_normal", misc::RandomSampling),
     TS_ROW("random", misc::RandomSampling), TS_ROW("multinomial", misc::RandomSampling),
     TS_ROW("poisson", misc::RandomSampling), TS_ROW("_standard_gamma", misc::RandomSampling),
+    TS_ROW("binomial", misc::RandomSampling),
 
     // torchscan_training_v1: the training-step extension of torchscan_flops_v1
     // (formulas/TRAINING.md holds its table: kernel, count, derivation, boundary).
@@ -346,6 +382,17 @@ const absl::flat_hash_map<std::string_view, const OperatorFormula*>& FormulaInde
   return *index;
 }
 
+constexpr char kFactorizationGap[] =
+    "a dense matrix factorization or solve (LAPACK: pivoting, iterative or blocked algorithms); "
+    "torchscan_flops_v1 has no convention for its count";
+constexpr char kPolynomialGap[] =
+    "an orthogonal polynomial of degree n evaluated by its recurrence: n steps, n read from a tensor's "
+    "values (TorchScan records no values)";
+constexpr char kSeriesGap[] =
+    "the Hurwitz zeta function: a series summed until it converges, its length set by the values";
+constexpr char kHistogramGap[] =
+    "histogram / histogramdd with bin edges: a binary search per value over edges given by values; "
+    "torchscan_selection_v1 has rows for histc, searchsorted and bucketize, not yet for these";
 constexpr char kFftGap[] = "FFT: complex transforms have no torchscan_flops_v1 convention";
 constexpr char kCtcGap[] =
     "CTC loss: dynamic programming over alignments; its count depends on each sample's input and target "
@@ -369,6 +416,25 @@ const Exclusion kExclusions[] = {
     {"_c10d_functional::reduce_scatter_tensor_out", kReductionAcrossProcesses},
     {"_c10d_functional::reduce_scatter_tensor_coalesced", kReductionAcrossProcesses},
     {"_c10d_functional_autograd::reduce_scatter_tensor", kReductionAcrossProcesses},
+#define TS_LAPACK(name) {"aten::" name, kFactorizationGap}
+    TS_LAPACK("_linalg_det"), TS_LAPACK("_linalg_eigh"), TS_LAPACK("_linalg_eigvals"), TS_LAPACK("_linalg_slogdet"),
+    TS_LAPACK("_linalg_solve_ex"), TS_LAPACK("_linalg_svd"), TS_LAPACK("cholesky"), TS_LAPACK("cholesky_inverse"),
+    TS_LAPACK("cholesky_solve"), TS_LAPACK("geqrf"), TS_LAPACK("linalg_cholesky_ex"), TS_LAPACK("linalg_eig"),
+    TS_LAPACK("linalg_householder_product"), TS_LAPACK("linalg_inv_ex"), TS_LAPACK("linalg_ldl_factor_ex"),
+    TS_LAPACK("linalg_lu"), TS_LAPACK("linalg_lu_factor_ex"), TS_LAPACK("linalg_matrix_exp"),
+    TS_LAPACK("linalg_qr"), TS_LAPACK("linalg_solve_triangular"), TS_LAPACK("triangular_solve"),
+    TS_LAPACK("linalg_lu_solve"), TS_LAPACK("lu_unpack"), TS_LAPACK("ormqr"), TS_LAPACK("linalg_ldl_solve"),
+    TS_LAPACK("linalg_pinv"),
+#undef TS_LAPACK
+#define TS_POLY(name) {"aten::special_" name, kPolynomialGap}
+    TS_POLY("chebyshev_polynomial_t"), TS_POLY("chebyshev_polynomial_u"), TS_POLY("chebyshev_polynomial_v"),
+    TS_POLY("chebyshev_polynomial_w"), TS_POLY("hermite_polynomial_h"), TS_POLY("hermite_polynomial_he"),
+    TS_POLY("laguerre_polynomial_l"), TS_POLY("legendre_polynomial_p"),
+    TS_POLY("shifted_chebyshev_polynomial_t"), TS_POLY("shifted_chebyshev_polynomial_u"),
+    TS_POLY("shifted_chebyshev_polynomial_v"), TS_POLY("shifted_chebyshev_polynomial_w"),
+#undef TS_POLY
+    {"aten::special_zeta", kSeriesGap}, {"aten::histogram", kHistogramGap}, {"aten::_histogramdd_bin_edges", kHistogramGap},
+    {"aten::_histogramdd_from_bin_cts", kHistogramGap}, {"aten::_histogramdd_from_bin_tensors", kHistogramGap},
     {"aten::_fft_r2c", kFftGap}, {"aten::_fft_c2r", kFftGap}, {"aten::_fft_c2c", kFftGap},
     {"aten::_ctc_loss", kCtcGap}, {"aten::_ctc_loss_backward", kCtcGap},
     {"aten::_amp_foreach_non_finite_check_and_unscale", kGradScalerGap},

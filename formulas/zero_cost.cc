@@ -62,6 +62,8 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::fill_", R::kFill}, {"aten::fill", R::kFill}, {"aten::zero_", R::kFill},
       {"aten::_foreach_zero", R::kFill}, {"aten::_foreach_zero_", R::kFill},
       {"aten::scalar_tensor", R::kFill}, {"aten::eye", R::kFill},
+      // Index lists computed with integer arithmetic (excluded: zero).
+      {"aten::tril_indices", R::kFill}, {"aten::triu_indices", R::kFill},
       // (arange, range, linspace and logspace compute their values: formula rows.)
       // (aten::lift_fresh returns its input: the schema's view rule.)
       {"aten::lift_fresh_copy", R::kCopy},
@@ -92,6 +94,11 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::pixel_shuffle", R::kCopy}, {"aten::pixel_unshuffle", R::kCopy},
       {"aten::channel_shuffle", R::kCopy}, {"aten::native_channel_shuffle", R::kCopy},
       {"aten::im2col", R::kCopy},
+      // Copying forms of views, and copies into a new layout.
+      {"aten::alias_copy", R::kCopy}, {"aten::diagonal_copy", R::kCopy}, {"aten::slice_copy", R::kCopy},
+      {"aten::split_copy", R::kCopy}, {"aten::squeeze_copy", R::kCopy}, {"aten::unbind_copy", R::kCopy},
+      {"aten::unsqueeze_copy", R::kCopy}, {"aten::block_diag", R::kCopy}, {"aten::diag_embed", R::kCopy},
+      {"aten::rot90", R::kCopy}, {"aten::take", R::kCopy}, {"aten::masked_select", R::kCopy},
       // Collectives that only move data (their bytes: the communication
       // section). Reducing ones (all-reduce, reduce, reduce-scatter) add what
       // they receive: stated exclusions below, not zero.
