@@ -26,7 +26,7 @@ def _object(pairs) -> dict:
     obj = {}
     for key, value in pairs:
         if key in obj:
-            raise ValueError(f"the key {key!r} appears twice in one object; a report names each field once "
+            raise ValueError(f"the key {json.dumps(key)[:80]} appears twice in one object; a report names each field once "
                              "(which one was meant is unknowable)")
         obj[key] = value
     return obj
@@ -159,8 +159,12 @@ def validate_roofline_report(report: Any, where: str) -> None:
     gpu = _need(context, "gpu", "context.", where, lambda v: isinstance(v, Mapping), "an object")
     _need(gpu, "name", "context.gpu.", where, lambda v: isinstance(v, str), "a string")
     _need(context, "precision", "context.", where, lambda v: isinstance(v, str), "a string")
-    for key in ("memory_bandwidth_gbps", "peak_matmul_tflops", "peak_vector_tflops"):
-        _need(context, key, "context.", where, _positive, "a positive number")
+    # Positive, and finite in bytes/s and FLOP/s as the chart uses them.
+    _need(context, "memory_bandwidth_gbps", "context.", where, lambda v: _positive(v) and _positive(v * 1e9),
+          "a positive number of GB/s")
+    for key in ("peak_matmul_tflops", "peak_vector_tflops"):
+        _need(context, key, "context.", where, lambda v: _positive(v) and _positive(v * 1e12),
+              "a positive number of TFLOP/s")
     totals = _need(report, "totals", "", where, lambda v: isinstance(v, Mapping), "an object")
     _need(totals, "flops", "totals.", where, is_count, "a count (an integer from 0 to 2^128 - 1)")
     _need(totals, "flops_status", "totals.", where, lambda v: v in ("complete", "partial"),
