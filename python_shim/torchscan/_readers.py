@@ -148,7 +148,10 @@ def validate_roofline_report(report: Any, where: str) -> None:
     if not isinstance(report, Mapping):
         raise TypeError(f"{where}: a RooflineReport is a dict (torchscan.roofline(...), or json.load of a saved "
                         f"one), got {name_of(report)}")
-    check_depth(report, "the report")
+    try:
+        check_depth(report, "the report")
+    except ValueError as e:
+        _fail(where, str(e))
     if report.get("schema_version") != 1:
         _fail(where, f"schema_version is {report.get('schema_version')!r}; this TorchScan reads RooflineReport "
                      "schema_version 1")
