@@ -10,6 +10,7 @@ forward and backward. Built on public hooks only.
 from __future__ import annotations
 
 import sys
+import threading
 import weakref
 from threading import get_ident
 
@@ -33,11 +34,12 @@ class ModuleLabels:
     def __init__(self, session, all_threads: bool = False):
         self._session = session
         self._all = all_threads
-        self._thread = None  # the scanning thread while installed (threads="current"), else None
         self._installed = False
-        # label -> depth of entries (re-entrant modules), per thread
+        # Per covered thread: label -> depth of entries (re-entrant modules).
+        # threads="current": the scanning thread only.
         self._active_by_thread: dict[int, dict[str, int]] = {}
         self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._naming = threading.Lock()
         self._handles: list = []
         self._reset_queued = False
 
@@ -46,20 +48,23 @@ class ModuleLabels:
         this thread (or is over)."""
         if not self._installed:
             return None
-        ident = get_ident()
-        if not self._all:
-            return self._active_by_thread[ident] if ident == self._thread else None
-        active = self._active_by_thread.get(ident)
-        if active is None:
-            active = self._active_by_thread[ident] = {}
+        active = self._active_by_thread.get(get_ident())
+        if active is None and self._all:  # a thread's first module call in a threads="all" scan
+            active = self._active_by_thread[get_ident()] = {}
         return active
 
     # -- naming (ModuleTracker's scheme)
     def _name(self, mod) -> str:
-        if mod not in self._names:
-            self._names[mod] = safe_text(type(mod).__name__)
-            self._name_children(mod)
-        return self._names[mod]
+        name = self._names.get(mod)
+        if name is None:
+            # Under the lock: with threads="all", another thread must not
+            # name a child as a root while this one names the tree.
+            with self._naming:
+                name = self._names.get(mod)
+                if name is None:
+                    name = self._names[mod] = safe_text(type(mod).__name__)
+                    self._name_children(mod)
+        return name
 
     def _name_children(self, mod) -> None:
         # ModuleTracker's recursive pre-order (a shared module keeps the first
@@ -92,10 +97,11 @@ class ModuleLabels:
         if depth == 0:
             self._session.enter_module_label(label)
 
-    def _exit(self, label: str) -> None:
-        active = self._active()
+    def _exit(self, label: str, active=None) -> None:
         if active is None:
-            return
+            active = self._active()
+            if active is None:
+                return
         depth = active.get(label, 0)
         if depth > 1:
             active[label] = depth - 1
@@ -133,10 +139,11 @@ class ModuleLabels:
             self._handles.append(register_multi_grad_hook(tensors, lambda *_: self._exit(label)))
 
     def _post_hook(self, mod, args, output):
-        if self._active() is None:
+        active = self._active()
+        if active is None:  # a thread the scan does not cover
             return
         label = self._name(mod)
-        self._exit(label)
+        self._exit(label, active)
         tensors = self._grad_tensors(output)
         if tensors:  # backward enters the module when its outputs' grads arrive
             self._handles.append(register_multi_grad_hook(tensors, lambda *_: self._backward_enter(label)))
@@ -144,8 +151,6 @@ class ModuleLabels:
     def install(self) -> None:
         """Installs the global module hooks. If this raises (Ctrl-C included),
         call remove(): whatever was installed is in self._handles."""
-        if not self._all:
-            self._thread = get_ident()
         self._active_by_thread[get_ident()] = {}
         self._installed = True
         self._reset()

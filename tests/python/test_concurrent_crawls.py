@@ -136,3 +136,31 @@ def test_measure_flops_module_hooks_leave_unscanned_threads_alone(interleaved):
                           rounds=150)
     for k, report in enumerate(results["measure"]):
         assert report == alone, f"round {k}: differs from measure_flops alone"
+
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.proj(x).relu()
+
+
+def test_all_threads_module_labels_are_per_thread(interleaved):
+    # scan(threads="all", modules=True): each thread has its own active
+    # labels, so two threads in the same module both count for it.
+    block, x = _Block(), torch.rand(2, 8)
+
+    def forwards():
+        with torch.no_grad():
+            for _ in range(20):
+                block(x)
+
+    for _ in range(40):
+        with torchscan.scan(threads="all", modules=True) as s:
+            _in_threads({"a": forwards, "b": forwards}, rounds=1)
+        by_module = s.report()["by_module"]
+        # Per call: Linear(8, 8) on 2 rows 2*2*8*8 = 256 FLOPs, ReLU 2*8 = 16;
+        # 20 calls in each of 2 threads.
+        assert by_module["_Block"] == 40 * 272 and by_module["_Block.proj"] == 40 * 256, by_module
