@@ -533,10 +533,22 @@ absl::StatusOr<ReportKind> Classify(const json& r, const Path& root) {
     return Fail(root, absl::StrCat("expected a report (a JSON object), got ", Got(r)));
   }
   if (const json* kind = Find(r, "kind")) {
+    const Path kp = root.Key("kind");
     if (*kind == "torchscan_scan_report") {
-      const Path kp = root.Key("kind");
-    return Fail(kp, "a C++ scan report (ScanReportJson) is not an AnalysisReport or a FlopReport; "
-                                    "its operator_flops field is a FlopReport");
+      return Fail(kp, "a C++ scan report (ScanReportJson) is not an AnalysisReport or a FlopReport; "
+                      "its operator_flops field is a FlopReport");
+    }
+    if (*kind == "torchscan_job_report") {
+      return Fail(kp, "a job report (merge_reports, `python3 -m torchscan merge`) is not an AnalysisReport or a "
+                      "FlopReport; torchscan.render_job_report reads it");
+    }
+  }
+  if (const json* context = Find(r, "context"); context && context->is_object()) {
+    if (const json* kind = Find(*context, "kind"); kind && *kind == "torchscan_roofline") {
+      const Path cp = root.Key("context");
+      return Fail(cp.Key("kind"),
+                  "a RooflineReport (torchscan.roofline) is not an AnalysisReport or a FlopReport; "
+                  "torchscan.render_roofline reads it");
     }
   }
   TS_CHECK_OK(SchemaVersion(r, root));

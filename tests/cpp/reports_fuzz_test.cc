@@ -441,6 +441,12 @@ TEST(ReportReaders, OtherShapesAreNamed) {
   dup["layers"].push_back(dup["layers"][1]);
   EXPECT_EQ(RenderError(dup), "torchscan.render_report: layers[3]: the same layer call (path \"0\", call_index 0) "
                               "as layers[1]; a path and call index identify one call");
+  json roofline = {{"schema_version", 1}, {"context", {{"kind", "torchscan_roofline"}}}, {"layers", json::array()},
+                   {"totals", json::object()}};
+  EXPECT_EQ(RenderError(roofline), "torchscan.render_report: context.kind: a RooflineReport (torchscan.roofline) is "
+                                   "not an AnalysisReport or a FlopReport; torchscan.render_roofline reads it");
+  json job = {{"schema_version", 1}, {"kind", "torchscan_job_report"}, {"totals", json::object()}};
+  EXPECT_NE(RenderError(job).find("kind: a job report (merge_reports"), std::string::npos) << RenderError(job);
   const auto parse = LoadReport("{\"schema_version\": 1,\n \"layers\": [", {"r.json", "before"});
   ASSERT_FALSE(parse.ok());
   EXPECT_EQ(parse.status().message().rfind("before report (r.json): not valid JSON (parse error at line 2, column 13", 0),
