@@ -271,4 +271,31 @@ ModuleCosts EmbeddingBagCosts(const OpCall& call) {
   return ModuleCosts::FromFlops(flops, weighted ? lookups * d : Count(0), reads + DenseOutput(call)->numel());
 }
 
+FormulaResult IndexAdd(const OpCall& call) {
+  const TensorMeta* source = DenseArg(call, 3);
+  if (!source || !DenseArg(call, 0)) return NotDense(call);
+  const auto alpha = ScalarArg(call, 4);
+  const Count n = source->numel();
+  return CountFor(call, ArithmeticWithScalars(call), alpha && *alpha != 1.0 ? Count(2) * n : n);
+}
+
+FormulaResult IndexReduce(const OpCall& call) {
+  const TensorMeta* source = DenseArg(call, 3);
+  const TensorMeta* out = DenseOutput(call);
+  if (!source || !out) return NotDense(call);
+  const ArgMeta& reduce = call.arg(4);
+  const bool mean = reduce.kind == ArgKind::kString && reduce.str() == "mean";
+  return CountFor(call, ArithmeticOf(call), Count(source->numel()) + (mean ? Count(out->numel()) : Count(0)));
+}
+
+FormulaResult AffineGridGenerator(const OpCall& call) {
+  const TensorMeta* out = DenseOutput(call);
+  const ArgMeta& size = call.arg(1);
+  if (!out || !DenseArg(call, 0) || size.kind != ArgKind::kIntList || size.count < 4) return NotDense(call);
+  const int64_t k = size.count == 4 ? 3 : 4;
+  Count grid = 0;
+  for (size_t i = 2; i < size.count; ++i) grid += Count(2) * size.ints()[i] + 2;
+  return CountFor(call, ArithmeticOf(call), Count(2 * k) * out->numel() + grid);
+}
+
 }  // namespace torchscan::indexing

@@ -56,6 +56,17 @@ FormulaResult EuclideanDist(const OpCall& call);
 // norms N1 + N2 + rows, ones columns rows, x1 * -2 2N1, concatenations
 // N1 + N2 + 2 rows + rows (M+2), dots rows (M+2) + out, clamp and sqrt 4 out.
 ModuleCosts EuclideanDistCosts(const OpCall& call);
+// index_add(self, dim, index, source, alpha): one add per source value, plus
+// the alpha multiply when alpha != 1. index_reduce(..., reduce,
+// include_self): one combine per source value, plus one divide per output
+// value for "mean".
+FormulaResult IndexAdd(const OpCall& call);
+FormulaResult IndexReduce(const OpCall& call);
+// affine_grid_generator(theta, size, align_corners): each output coordinate
+// is a K-term dot of theta's row with (x, y[, z], 1), K = 3 (2-D) or 4
+// (3-D): 2K per output value (the native 2K convention), plus the base
+// grid's linspace per spatial size s (2s + 2).
+FormulaResult AffineGridGenerator(const OpCall& call);
 // grid_sampler_2d: K taps blended per output value (bilinear 4, nearest 1,
 // bicubic 16), as weighted interpolation: MACs K N (none for nearest, a
 // copy), DMAs K reads + 1 write per output value plus the grid read once.

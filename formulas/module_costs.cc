@@ -122,7 +122,6 @@ constexpr char kBelowConvolution[] =
 constexpr char kProductsNotWritten[] =
     "computes products or weighted sums whose module-view MACs are not written for this kernel: the module "
     "view is partial on it (the operator view counts it)";
-constexpr char kRandom[] = "random sampling: excluded in both views";
 const std::pair<std::string_view, const char*> kModuleGaps[] = {
     {"aten::cudnn_convolution", kGpuKernel}, {"aten::_scaled_mm", kGpuKernel},
     {"aten::_scaled_dot_product_efficient_attention", kGpuKernel},
@@ -148,6 +147,9 @@ const std::pair<std::string_view, const char*> kModuleGaps[] = {
     {"aten::_embedding_bag_per_sample_weights_backward", kProductsNotWritten},
 };
 
+// Random sampling is the same visible exclusion in the module view.
+ModuleCosts RandomSamplingCosts(const OpCall& call) { return ModuleCosts::Unavailable(misc::RandomSampling(call)); }
+
 // The written module formulas plus one per pointwise row of the operator
 // registry (same FLOPs, PointwiseCosts for MACs and accesses).
 const absl::flat_hash_map<std::string_view, ModuleFormula>& ModuleIndex() {
@@ -156,6 +158,7 @@ const absl::flat_hash_map<std::string_view, ModuleFormula>& ModuleIndex() {
     for (const auto& f : BuiltinOperatorFormulas()) {
       const bool per_tensor = f.op.substr(0, 15) == "aten::_foreach_" && f.op != "aten::_foreach_mm";
       if (f.pointwise || per_tensor) m->emplace(f.op, ModuleFormula{f.op, nullptr, f.flops});
+      if (f.flops == misc::RandomSampling) m->emplace(f.op, ModuleFormula{f.op, RandomSamplingCosts, nullptr});
     }
     for (std::string_view op : kSinglePassRows) {
       if (const OperatorFormula* f = FindOperatorFormula(op)) m->emplace(f->op, ModuleFormula{f->op, nullptr, f->flops});
@@ -226,7 +229,6 @@ ModuleCosts ZeroCostCosts(const OpCall& call, ZeroCostReason reason) {
 absl::Span<const ModuleFormula> BuiltinModuleFormulas() { return kModuleFormulas; }
 
 const char* ModuleViewGap(std::string_view op) {
-  if (const OperatorFormula* f = FindOperatorFormula(op); f && f->flops == misc::RandomSampling) return kRandom;
   for (const auto& [name, why] : kModuleGaps) {
     if (name == op || name == FunctionalName(op)) return why;
   }

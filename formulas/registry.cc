@@ -165,6 +165,12 @@ const OperatorFormula kFormulas[] = {
     TS_ROW("_euclidean_dist", indexing::EuclideanDist),
     TS_ROW("_pdist_forward", indexing::Pdist), TS_ROW("_embedding_bag", indexing::EmbeddingBag),
     TS_ROW("_embedding_bag_forward_only", indexing::EmbeddingBag),
+    TS_PW("index_add", indexing::IndexAdd), TS_PW("index_reduce", indexing::IndexReduce),
+    TS_PW("affine_grid_generator", indexing::AffineGridGenerator),
+    // Integer-only arithmetic (shifts, gcd/lcm): excluded, zero.
+    TS_PW("__lshift__", elementwise::PerOutput<1>), TS_PW("__rshift__", elementwise::PerOutput<1>),
+    TS_PW("bitwise_left_shift", elementwise::PerOutput<1>), TS_PW("bitwise_right_shift", elementwise::PerOutput<1>),
+    TS_PW("gcd", elementwise::PerOutput<1>), TS_PW("lcm", elementwise::PerOutput<1>),
     TS_ROW("grid_sampler_2d", indexing::GridSampler2d),
     // Softmax family.
     TS_ROW("_softmax", softmax::Softmax), TS_ROW("_safe_softmax", softmax::SafeSoftmax),

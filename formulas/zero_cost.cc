@@ -59,7 +59,7 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::zeros", R::kFill}, {"aten::zeros_like", R::kFill}, {"aten::new_zeros", R::kFill},
       {"aten::ones", R::kFill}, {"aten::ones_like", R::kFill}, {"aten::new_ones", R::kFill},
       {"aten::full", R::kFill}, {"aten::full_like", R::kFill}, {"aten::new_full", R::kFill},
-      {"aten::fill_", R::kFill}, {"aten::fill", R::kFill}, {"aten::zero_", R::kFill},
+      {"aten::fill_", R::kFill}, {"aten::index_fill", R::kFill}, {"aten::index_fill_", R::kFill}, {"aten::fill", R::kFill}, {"aten::zero_", R::kFill},
       {"aten::_foreach_zero", R::kFill}, {"aten::_foreach_zero_", R::kFill},
       {"aten::scalar_tensor", R::kFill}, {"aten::eye", R::kFill},
       // Index lists computed with integer arithmetic (excluded: zero).
@@ -98,7 +98,7 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::alias_copy", R::kCopy}, {"aten::diagonal_copy", R::kCopy}, {"aten::slice_copy", R::kCopy},
       {"aten::split_copy", R::kCopy}, {"aten::squeeze_copy", R::kCopy}, {"aten::unbind_copy", R::kCopy},
       {"aten::unsqueeze_copy", R::kCopy}, {"aten::block_diag", R::kCopy}, {"aten::diag_embed", R::kCopy},
-      {"aten::rot90", R::kCopy}, {"aten::take", R::kCopy}, {"aten::masked_select", R::kCopy},
+      {"aten::rot90", R::kCopy}, {"aten::max_unpool2d", R::kCopy}, {"aten::max_unpool3d", R::kCopy}, {"aten::take", R::kCopy}, {"aten::masked_select", R::kCopy},
       // Collectives that only move data (their bytes: the communication
       // section). Reducing ones (all-reduce, reduce, reduce-scatter) add what
       // they receive: stated exclusions below, not zero.

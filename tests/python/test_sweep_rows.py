@@ -12,6 +12,7 @@ X = torch.rand(3, 4) + 0.5  # 12 values in (0.5, 1.5)
 Y = torch.rand(3, 4) + 0.5
 CENTRED, HALF, SHIFTED = X - 1, X / 2, X + 1  # (the lambdas below run one operator each)
 WEIGHTS = torch.rand(3)
+ROWS, THETA = torch.tensor([0, 2]), torch.rand(1, 2, 3)
 
 
 def op_view(torchscan, fn):
@@ -64,7 +65,20 @@ def op_view(torchscan, fn):
     ("hann_window", lambda: torch.hann_window(8), 32),
     ("blackman_window", lambda: torch.blackman_window(8), 64),
     ("kaiser_window", lambda: torch.kaiser_window(8), 64),
+    # index_add of a (2, 4) source: 8 adds; alpha = 2 adds 8 multiplies: 16.
+    ("index_add", lambda: torch.index_add(X, 0, ROWS, Y[:2]), 8),
+    ("index_add alpha", lambda: torch.index_add(X, 0, ROWS, Y[:2], alpha=2), 16),
+    # index_reduce "prod": 8 combines; "mean" adds a divide per output value (12): 20.
+    ("index_reduce", lambda: X.index_reduce(0, ROWS, Y[:2], "prod"), 8),
+    ("index_reduce mean", lambda: X.index_reduce(0, ROWS, Y[:2], "mean"), 20),
+    # affine_grid (1, 4, 5): 20 locations x 2 coordinates, 3-term dots: 40 * 6 = 240,
+    # base grid linspaces 2*4 + 2 and 2*5 + 2: 22 -> 262.
+    ("affine_grid", lambda: torch.nn.functional.affine_grid(THETA, (1, 2, 4, 5), align_corners=False), 262),
+    # Integer-only arithmetic: zero.
+    ("gcd", lambda: torch.gcd(ROWS, ROWS + 1), 0),
+    ("shift", lambda: ROWS << 1, 0),
     # Copies and index lists: zero.
+    ("index_fill", lambda: X.index_fill(0, ROWS, 1.0), 0),
     ("diag_embed", lambda: torch.diag_embed(X), 0),
     ("block_diag", lambda: torch.block_diag(X, Y), 0),
     ("rot90", lambda: torch.rot90(X), 0),
