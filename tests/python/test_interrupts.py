@@ -1,8 +1,9 @@
-"""A Ctrl-C (KeyboardInterrupt) at any point of crawl_module or summary
-leaves nothing behind: the thread records again (no recording pause, no
-scan, no mode key left on), the model has its hooks and training flags as
-before, grad mode and the cyclic GC are as they were, and the next crawl is
-exactly the crawl made before any interrupt.
+"""A Ctrl-C (KeyboardInterrupt) at any point of crawl_module, summary or
+measure_flops(modules=True) leaves nothing behind: the thread records again
+(no recording pause, no scan, no mode key left on), the model has its hooks
+and training flags as before, no global module hook is left, grad mode and
+the cyclic GC are as they were, and the next call reports exactly what it
+reported before any interrupt.
 
 Interrupts are injected two ways: at the n-th Python event (function call,
 line, return) inside TorchScan's code and nn.Module's call machinery, for n
@@ -20,6 +21,7 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
+from torch.nn.modules import module as nn_module
 
 import torchscan
 from torchscan._library import Session
@@ -40,6 +42,8 @@ def _models():
         "handler": (small, lambda: torchscan.crawl_module(small, (8,), custom_modules={nn.ReLU: _handler})),
         "summary": (small, lambda: torchscan.summary(small, (8,), custom_modules={nn.ReLU: _handler})),
         "tokens": (encoder, lambda: torchscan.crawl_module(encoder, (5, 16))),
+        # Process-global module hooks, installed and removed around the scan.
+        "measure_modules": (small, lambda: torchscan.measure_flops(lambda: small(torch.ones(2, 8)), modules=True)),
     }
 
 
@@ -59,13 +63,14 @@ def references():
 
 def _state(model):
     return ([(m.training, len(m._forward_hooks), len(m._forward_pre_hooks)) for m in model.modules()],
+            len(nn_module._global_forward_hooks), len(nn_module._global_forward_pre_hooks),
             gc.isenabled(), torch.is_grad_enabled())
 
 
 def _check_clean(name, model, before, reference, where):
     assert not Session.thread_recording_paused(), f"{where}: the thread's recording is left paused"
     assert not torchscan.tls_mode_included(), f"{where}: a scan is left running"
-    assert _state(model) == before, f"{where}: hooks, training flags, GC or grad mode changed"
+    assert _state(model) == before, f"{where}: hooks (the model's or global ones), flags, GC or grad mode changed"
     assert _run(MODELS[name][1]) == reference, f"{where}: the next crawl differs from the reference"
 
 
@@ -115,7 +120,8 @@ def _interrupt_at(fn, n: int) -> bool:
     return fired
 
 
-@pytest.mark.parametrize("name, attempts", [("handler", 220), ("summary", 120), ("tokens", 90)])
+@pytest.mark.parametrize("name, attempts", [("handler", 220), ("summary", 120), ("tokens", 90),
+                                            ("measure_modules", 80)])
 def test_an_interrupt_at_any_step_leaves_nothing_behind(name, attempts, references):
     model, fn = MODELS[name]
     before = _state(model)
@@ -134,7 +140,8 @@ def _on_alarm(signum, frame):
 
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
-@pytest.mark.parametrize("name, attempts", [("handler", 120), ("summary", 60), ("tokens", 40)])
+@pytest.mark.parametrize("name, attempts", [("handler", 120), ("summary", 60), ("tokens", 40),
+                                            ("measure_modules", 40)])
 def test_an_interrupt_at_a_random_moment_leaves_nothing_behind(name, attempts, references):
     import time
 
