@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
 
 #include <thread>
 
@@ -12,6 +13,13 @@
 #include "torchscan_dispatch/fallback.h"
 #include "torchscan_dispatch/scan_state.h"
 #include "torchscan_dispatch/torchscan.h"
+
+// An operator no formula table knows: CompositeExplicitAutograd, so its
+// call reaches the scan's key and then runs the children below.
+TORCH_LIBRARY(torchscan_session_test, m) { m.def("opaque(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(torchscan_session_test, CompositeExplicitAutograd, m) {
+  m.impl("opaque", [](const at::Tensor& x) { return at::mul(x, x).sum(); });
+}
 
 namespace torchscan {
 namespace {
@@ -65,19 +73,22 @@ TEST(Session, DecompositionIsCompleteWhenChildrenAre) {
 
 TEST(Session, UncountedOperatorMakesPartialAndNamesOutermostOnly) {
   const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
-  // dist has no formula; its CompositeExplicit kernel calls sub and norm,
-  // which have formulas but are part of its missing work.
+  // A caller's operator has no formula; its CompositeExplicit kernel calls
+  // mul and sum, which have formulas but are part of its missing work.
   const auto r = Scan([&] {
     const at::Tensor c = at::mm(a, b);
-    at::dist(c, c);
+    static const auto opaque = c10::Dispatcher::singleton()
+                                   .findSchemaOrThrow("torchscan_session_test::opaque", "")
+                                   .typed<at::Tensor(const at::Tensor&)>();
+    opaque.call(c);
   });
   EXPECT_EQ(r["total"]["status"], "partial");
   EXPECT_TRUE(r["total"]["value"].is_null());
-  const auto* d = FindDiagnostic(r, "uncounted_operator", "aten.dist");
+  const auto* d = FindDiagnostic(r, "uncounted_operator", "torchscan_session_test.opaque");
   ASSERT_NE(d, nullptr) << r.dump(1);
   EXPECT_EQ((*d)["calls"], 1);
   EXPECT_EQ(r["diagnostics"].size(), 1u) << r.dump(1);
-  // The known part is a lower bound: the mm (48) plus what logsumexp's
+  // The known part is a lower bound: the mm (48) plus what the operator's
   // children counted; never less than the mm.
   EXPECT_GE(r["total"]["known_value"].get<int64_t>(), 48);
   EXPECT_EQ(r["by_operator"]["aten.mm"], 48);
