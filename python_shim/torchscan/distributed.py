@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from torchscan._readers import MAX_COUNT, count_problem
+from torchscan._readers import MAX_COUNT, check_depth, count_problem, is_number
 
 __all__ = ["distributed_context", "merge_reports", "render_job_report"]
 
@@ -339,11 +339,61 @@ def _fmt(metric: Mapping) -> str:
     return text if metric["status"] == "complete" else f">= {text} (partial)"
 
 
+_TOTALS = ("operator_flops", "bytes_sent", "bytes_received")
+
+
+def _check_job(job: Any) -> None:
+    """What render_job_report reads of a job report; _Malformed names the field."""
+    def metrics(row: Any, path: str) -> None:
+        if not isinstance(row, Mapping):
+            raise _Malformed(f"{path} is not an object")
+        for m in _TOTALS:
+            _metric(row.get(m), f"{path}.{m}")
+
+    check_depth(job, "the job report")
+    if job.get("schema_version") != 1:
+        raise _Malformed(f"schema_version is {job.get('schema_version')!r}; this TorchScan reads version 1")
+    context = job.get("context")
+    if not isinstance(context, Mapping) or count_problem(context.get("world_size")):
+        raise _Malformed("context.world_size must be a non-negative integer")
+    ranks = job.get("ranks")
+    if not isinstance(ranks, list):
+        raise _Malformed("ranks is not a list")
+    for i, r in enumerate(ranks):
+        if not isinstance(r, Mapping) or count_problem(r.get("rank")):
+            raise _Malformed(f"ranks[{i}].rank must be a non-negative integer")
+        metrics(r.get("totals"), f"ranks[{i}].totals")
+    metrics(job.get("totals"), "totals")
+    slowest = job.get("slowest_rank")
+    if not isinstance(slowest, Mapping):
+        raise _Malformed("slowest_rank is not an object")
+    metrics(slowest.get("max"), "slowest_rank.max")
+    for key in ("most_operator_flops", "most_bytes_moved"):
+        if not isinstance(slowest.get(key), Mapping) or "rank" not in slowest[key]:
+            raise _Malformed(f"slowest_rank.{key} is not an object with a rank")
+    imbalance = job.get("imbalance")
+    if not isinstance(imbalance, Mapping):
+        raise _Malformed("imbalance is not an object")
+    for m in _TOTALS:
+        v = imbalance.get(m)
+        if not isinstance(v, Mapping) or v.get("status") not in ("complete", "unavailable") or (
+                v["status"] == "complete" and not is_number(v.get("value"))):
+            raise _Malformed(f"imbalance.{m} must be an object with a status, and a number when complete")
+    diagnostics = job.get("diagnostics", [])
+    if not isinstance(diagnostics, list) or not all(isinstance(d, Mapping) and isinstance(d.get("message"), str)
+                                                    for d in diagnostics):
+        raise _Malformed("diagnostics must be a list of objects with a message")
+
+
 def render_job_report(job: Mapping) -> str:
     """A job report (merge_reports) as text: one row per rank, the sum, the
-    max and the imbalance."""
+    max and the imbalance. A dict that is not one is a ValueError naming the field."""
     if not isinstance(job, Mapping) or job.get("kind") != _JOB_KIND:
         raise ValueError("torchscan.render_job_report: not a job report (kind torchscan_job_report)")
+    try:
+        _check_job(job)
+    except (_Malformed, ValueError) as e:
+        raise ValueError(f"torchscan.render_job_report: {e}") from None
     header = f"{'rank':<8}{'operator FLOPs':>28}{'bytes sent':>26}{'bytes received':>26}"
     lines = [f"TorchScan job report: world_size {job['context']['world_size']}", header, "-" * len(header)]
     for r in job["ranks"]:

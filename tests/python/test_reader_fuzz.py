@@ -123,6 +123,7 @@ def _readers(torchscan, seeds, trace_figure):
         "roofline_svg": (seeds["roofline"], roofline_svg, ts),
         "merge_reports": (seeds["ranks"][1], lambda d: torchscan.render_job_report(
             torchscan.merge_reports([seeds["ranks"][0], d])), ts),
+        "render_job_report": (torchscan.merge_reports(seeds["ranks"]), torchscan.render_job_report, ts),
         "render_report": (seeds["analysis"], torchscan.render_report, ts),
         "compare_reports": (seeds["flop"], lambda d: torchscan.compare_reports(seeds["flop"], d), ts),
         "trace_figure": (seeds["trace"], lambda d: trace_figure.render(
