@@ -238,7 +238,10 @@ class Session {
   // the module report's. The operator view never changes.
   Status SetModuleHandler(std::string_view path, ModuleHandler handler, ModuleHandlerOptions options);
 
-  Status Start();  // scan the calling thread
+  // Scan the calling thread. FailedPrecondition while the thread's recording
+  // is paused (TorchScan's own analysis or a torch.compile compile runs on
+  // it): the scan would count none of its calls.
+  Status Start();
   Status Stop();   // same thread; innermost scan first
   bool active() const;
   size_t recorded_calls() const;
