@@ -327,7 +327,7 @@ def test_attach_trace_arguments_are_checked(tmp_path):
     same = tmp_path / "x.json"
     for extra, message in ((["--trace", str(same)], "name the same file"),
                            (["--trace", str(tmp_path)], "give the file the trace is written to"),
-                           (["--trace", str(tmp_path / "missing" / "t.json")], "its directory does not exist")):
+                           (["--trace", str(tmp_path / "missing" / "t.json")], "does not exist")):
         run = subprocess.run([sys.executable, str(launcher), "--output", str(same), *extra, "--", "/bin/true"],
                              capture_output=True, text=True, timeout=60)
         assert run.returncode == 2 and message in run.stderr, run.stderr
