@@ -259,7 +259,8 @@ const OperatorFormula kFormulas[] = {
     TS_ROW("cauchy", misc::RandomSampling), TS_ROW("log_normal", misc::RandomSampling),
     TS_ROW("random", misc::RandomSampling), TS_ROW("multinomial", misc::RandomSampling),
     TS_ROW("poisson", misc::RandomSampling), TS_ROW("_standard_gamma", misc::RandomSampling),
-    TS_ROW("binomial", misc::RandomSampling),
+    TS_ROW("binomial", misc::RandomSampling), TS_ROW("_sample_dirichlet", misc::RandomSampling),
+    TS_ROW("normal_functional", misc::RandomSampling),
 
     // torchscan_training_v1: the training-step extension of torchscan_flops_v1
     // (formulas/TRAINING.md holds its table: kernel, count, derivation, boundary).

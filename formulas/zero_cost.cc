@@ -47,6 +47,8 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::sym_constrain_range_for_size", R::kMetadata},
       // Reads a LAPACK info tensor and raises on a nonzero code (linalg.inv, linalg.solve): no arithmetic.
       {"aten::_linalg_check_errors", R::kMetadata},
+      // Picks the SDPA backend for the inputs' metadata and returns its index.
+      {"aten::_fused_sdp_choice", R::kMetadata},
       {"aten::record_stream", R::kMetadata}, {"aten::_nested_tensor_size", R::kMetadata},
       {"prim::layout", R::kMetadata}, {"prim::device", R::kMetadata},
       // allocation

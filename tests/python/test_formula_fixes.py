@@ -421,3 +421,19 @@ def test_every_zero_cost_view_rule_agrees_with_the_schema(torchscan):
     # Schema views that may copy are not zero-cost: their decomposition is valued.
     for key in ("aten::reshape", "aten::reshape_as", "aten::ravel", "aten::flatten.using_ints"):
         assert ops[key]["class"] != "zero_cost", key
+
+
+def test_sdpa_on_meta_runs_the_math_path_and_counts_by_its_kernels(torchscan):
+    # q = k = v (1, 2, 8, 16): A = 128 scores, R = 16 rows, d = 16.
+    cpu = torch.randn(1, 2, 8, 16)
+    meta = cpu.to("meta")
+    # CPU fused row: products 2*128*16 + 2*16*8*16 = 8192, scale 128, softmax 5*128 - 2*16 = 608: 8928.
+    report = op_view(torchscan, lambda: F.scaled_dot_product_attention(cpu, cpu, cpu))
+    assert report["by_operator"] == {"aten._scaled_dot_product_flash_attention_for_cpu": 8928}
+    # Meta math path: sqrt(scale) on q and on k (2 x 256 values), the two bmm (8192),
+    # _safe_softmax 608 + 2 per score (256): 864 -> 9568.
+    report = op_view(torchscan, lambda: F.scaled_dot_product_attention(meta, meta, meta))
+    assert report["by_operator"] == {"aten.mul": 512, "aten.bmm": 8192, "aten._safe_softmax": 864}
+    # The products agree: MACs 128*16 + 128*16 = 4096 in both module views.
+    assert module_view(torchscan, lambda: F.scaled_dot_product_attention(cpu, cpu, cpu))[1] == 4096
+    assert module_view(torchscan, lambda: F.scaled_dot_product_attention(meta, meta, meta))[1] == 4096
