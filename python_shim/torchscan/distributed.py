@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from torchscan._readers import MAX_COUNT, check_depth, count_problem, is_number
+from torchscan._readers import MAX_COUNT, check_depth, count_problem, is_number, other_kind
 
 __all__ = ["distributed_context", "merge_reports", "render_job_report"]
 
@@ -109,6 +109,8 @@ def _rank_entry(report: Any) -> dict:
     """What merge needs from one rank's report; _Malformed says what is wrong."""
     if not isinstance(report, Mapping):
         raise _Malformed(f"is not a JSON object (got {type(report).__name__})")
+    if other_kind(report):
+        raise _Malformed(f"is {other_kind(report)}, not one rank's report")
     kind = _report_kind(report)
     if report.get("schema_version") != 1:
         raise _Malformed(f"has schema_version {report.get('schema_version')!r}; this TorchScan reads version 1")

@@ -97,6 +97,9 @@ def test_render_names_a_roofline_or_job_report(torchscan, tmp_path):
     message = one_line_error(run(tmp_path, "render", "roof.json"))
     assert "roof.json is a RooflineReport" in message and "torchscan.render_roofline reads it" in message
     assert "is a RooflineReport" in one_line_error(run(tmp_path, "compare", "roof.json", "roof.json"))
+    assert "roof.json is a RooflineReport" in one_line_error(run(tmp_path, "merge", "roof.json"))
+    assert "a RooflineReport (torchscan.roofline) is not an AnalysisReport" in one_line_error(
+        run(tmp_path, "diff", "roof.json", "roof.json"))
     # What does read it accepts it.
     assert "Bottleneck" in torchscan.render_roofline(json.loads((tmp_path / "roof.json").read_text()))
 
