@@ -279,6 +279,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.width < LABEL_W + 100:
         p.error(f"--width must be at least {LABEL_W + 100} px (the track names take {LABEL_W})")
     try:
+        if os.path.exists(args.output) and not stat.S_ISREG(os.stat(args.output).st_mode):
+            # Writing to a FIFO would wait for a reader.
+            raise TraceError(f"-o {args.output} exists and is not a regular file; give a file name")
         svg = render(load_trace(args.trace), args.width, args.title, args.start, args.end)
     except TraceError as exc:
         print(f"trace_figure: {exc}", file=sys.stderr)

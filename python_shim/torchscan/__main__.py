@@ -129,6 +129,9 @@ def _check_output(command: str, path: str) -> None:
     if not os.path.isdir(parent):
         _fail(command, f"--output {name}: {_name(parent)} is not a directory")
     if os.path.exists(path):
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            # Writing to a FIFO would wait for a reader; a device is no report file.
+            _fail(command, f"--output {name} exists and is not a regular file; give a file name")
         if not os.access(path, os.W_OK):
             _fail(command, f"--output {name} exists and is not writable")
     elif not os.access(parent, os.W_OK | os.X_OK):

@@ -51,6 +51,18 @@ def test_a_fifo_or_directory_is_refused_without_waiting_for_a_writer(tmp_path):
             assert "dir.json is a directory, not a report file" in message, message
 
 
+def test_a_fifo_output_is_refused_before_anything_runs(tmp_path):
+    os.mkfifo(tmp_path / "out.json")
+    (tmp_path / "ok.json").write_text("{}")
+    message = one_line_error(run(tmp_path, "diff", "ok.json", "ok.json", "--output", "out.json", timeout=60))
+    assert message == "torchscan diff: --output out.json exists and is not a regular file; give a file name"
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 0, "dur": 1}]}))
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "trace_figure.py"), str(trace), "-o",
+                           str(tmp_path / "out.json")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "is not a regular file" in done.stderr, done.stderr
+
+
 def test_deep_json_is_refused_by_every_reader(tmp_path, bench_report):
     deep = "[" * 100000 + "]" * 100000
     (tmp_path / "deep.json").write_text(deep)
