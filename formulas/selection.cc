@@ -148,7 +148,7 @@ FormulaResult Histc(const OpCall& call) {
   if (!x) return NotDense(call);
   if (!bins || *bins <= 0) return ShapeMismatch(call, "expected bins > 0");
   const int64_t n = x->numel();
-  Count count = Count(8) * n + Count(2) * (*bins + 1) + 2;
+  Count count = Count(6) * n + Count(2) * (*bins + 1) + 2;
   if (lo.value_or(0) == hi.value_or(0)) count += Neighbours(n) * 2;  // the data's min and max
   return CountFor(call, ArithmeticOf(call), count);
 }

@@ -43,10 +43,10 @@ FormulaResult UniqueDim(const OpCall& call);
 // a binary search over n boundaries per query, ceil(log2(n + 1)).
 FormulaResult Searchsorted(const OpCall& call);
 FormulaResult Bucketize(const OpCall& call);
-// histc(self, bins, min, max): per value 2 range tests, (x - lo) * bins /
-// (hi - lo) (3), 2 tests against the neighbouring edges, 1 count add = 8;
-// the bins + 1 edges (linspace: 2 per edge + 2 for the step); when
-// min == max the range is the data's (aminmax: 2(n - 1)).
+// histc(self, bins, min, max), PyTorch's LINEAR_INTERPOLATION histogram
+// kernel: per value 2 range tests, (x - lo) * bins / (hi - lo) (3) and 1
+// count add = 6; the bins + 1 edges (linspace: 2 per edge + 2 for the
+// step); when min == max the range is the data's (aminmax: 2(n - 1)).
 FormulaResult Histc(const OpCall& call);
 
 }  // namespace torchscan::selection
