@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import module_view_totals as module_view
+from conftest import module_view_totals as module_view, run_flop_counter
 
 
 def _problems(report):
@@ -59,7 +59,12 @@ def test_mixtral_adamw_training_step_is_complete_in_both_views(torchscan):
     step()  # the optimizer's state exists: a steady-state step
     with torchscan.scan(modules=True) as s:
         step()
-    _assert_complete_in_both_views(s)
+    report, _ = _assert_complete_in_both_views(s)
+    # Every operator FlopCounterMode counts agrees with it (the same steady-state step again).
+    expected, _ = run_flop_counter(step)
+    assert expected
+    for op, flops in expected.items():
+        assert report["by_operator"].get(op) == flops, (op, report["by_operator"].get(op), flops)
 
 
 def test_grouped_mm_is_complete_in_the_module_view(torchscan):
