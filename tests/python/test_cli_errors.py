@@ -3,6 +3,8 @@ stderr and exit status 1 (or a ValueError/TypeError naming the field), never
 a traceback or a hang; and the entry points that measured nothing or the
 wrong thing refuse instead of answering complete 0."""
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -29,13 +31,48 @@ def one_line_error(result) -> str:
     return lines[0]
 
 
+def cli_error(*args, timeout=30) -> str:
+    """The one-line message of the command line run in this process (in the
+    current directory), which must end within `timeout` seconds with exit
+    status 1. A subprocess per case would cost seconds of torch import each;
+    test_scan_of_a_factory_that_returns_no_module runs the real process."""
+    from torchscan.__main__ import main
+
+    result = {}
+
+    def target():
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                result["code"] = main(list(args))
+        except SystemExit as e:
+            result["code"] = e.code
+        except BaseException as e:  # noqa: BLE001 - reported below
+            result["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"{args}: still running after {timeout} s"
+    assert "error" not in result, f"{args}: {type(result['error']).__name__}: {result['error']}"
+    code = result["code"]
+    assert isinstance(code, str) and "\n" not in code, (args, code)
+    return code
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
 @pytest.fixture(scope="module")
 def bench_report(torchscan):
     a, b = torch.ones(4, 8), torch.ones(8, 2)
     return torchscan.measure_workload(lambda: a @ b, latency=True, min_run_time=0.01)
 
 
-def test_a_fifo_or_directory_is_refused_without_waiting_for_a_writer(tmp_path):
+def test_a_fifo_or_directory_is_refused_without_waiting_for_a_writer(in_tmp):
+    tmp_path = in_tmp
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)
     (tmp_path / "dir.json").mkdir()
@@ -44,17 +81,18 @@ def test_a_fifo_or_directory_is_refused_without_waiting_for_a_writer(tmp_path):
              ("compare", "pipe.json", "ok.json"), ("merge", "ok.json", "pipe.json"), ("render", "dir.json")]
     for args in cases:
         # Before the fix the readers blocked in open() forever: a timeout fails the test.
-        message = one_line_error(run(tmp_path, *args, timeout=60))
+        message = cli_error(*args)
         if "pipe.json" in args:
             assert "pipe.json is a FIFO (named pipe), not a report file" in message, message
         else:
             assert "dir.json is a directory, not a report file" in message, message
 
 
-def test_a_fifo_output_is_refused_before_anything_runs(tmp_path):
+def test_a_fifo_output_is_refused_before_anything_runs(in_tmp):
+    tmp_path = in_tmp
     os.mkfifo(tmp_path / "out.json")
     (tmp_path / "ok.json").write_text("{}")
-    message = one_line_error(run(tmp_path, "diff", "ok.json", "ok.json", "--output", "out.json", timeout=60))
+    message = cli_error("diff", "ok.json", "ok.json", "--output", "out.json")
     assert message == "torchscan diff: --output out.json exists and is not a regular file; give a file name"
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 0, "dur": 1}]}))
@@ -63,17 +101,19 @@ def test_a_fifo_output_is_refused_before_anything_runs(tmp_path):
     assert done.returncode == 2 and "is not a regular file" in done.stderr, done.stderr
 
 
-def test_deep_json_is_refused_by_every_reader(tmp_path, bench_report):
+def test_deep_json_is_refused_by_every_reader(in_tmp, bench_report):
+    tmp_path = in_tmp
     deep = "[" * 100000 + "]" * 100000
     (tmp_path / "deep.json").write_text(deep)
     (tmp_path / "b.json").write_text(json.dumps(bench_report))
     for args in (("render", "deep.json"), ("diff", "deep.json", "deep.json"), ("compare", "deep.json", "b.json"),
                  ("compare", "b.json", "deep.json"), ("merge", "deep.json")):
-        message = one_line_error(run(tmp_path, *args))
+        message = cli_error(*args)
         assert "nest" in message and "200 levels deep" in message, message
 
 
-def test_malformed_benchmark_fields_are_named(torchscan, bench_report, tmp_path):
+def test_malformed_benchmark_fields_are_named(torchscan, bench_report, in_tmp):
+    tmp_path = in_tmp
     comparison = torchscan.compare_benchmarks(bench_report, bench_report, check=True)
     broken = []
     r = json.loads(json.dumps(bench_report))
@@ -95,7 +135,7 @@ def test_malformed_benchmark_fields_are_named(torchscan, bench_report, tmp_path)
         path = tmp_path / f"r{i}.json"
         path.write_text(json.dumps(report))
         args = (command, path.name) if command == "render" else (command, path.name, path.name)
-        assert message in one_line_error(run(tmp_path, *args)), (i, message)
+        assert message in cli_error(*args), (i, message)
         with pytest.raises((ValueError, TypeError), match=message.replace("[", r"\[").replace("^", r"\^")):
             if command == "render":
                 torchscan.render_benchmark(report)
@@ -103,34 +143,39 @@ def test_malformed_benchmark_fields_are_named(torchscan, bench_report, tmp_path)
                 torchscan.compare_benchmarks(report, report)
 
 
-def test_render_names_a_roofline_or_job_report(torchscan, tmp_path):
+def test_render_names_a_roofline_or_job_report(torchscan, in_tmp):
+    tmp_path = in_tmp
     roof = torchscan.roofline(nn.Linear(4, 4), torch.ones(2, 4))
     (tmp_path / "roof.json").write_text(json.dumps(roof))
-    message = one_line_error(run(tmp_path, "render", "roof.json"))
+    message = cli_error("render", "roof.json")
     assert "roof.json is a RooflineReport" in message and "torchscan.render_roofline reads it" in message
-    assert "is a RooflineReport" in one_line_error(run(tmp_path, "compare", "roof.json", "roof.json"))
-    assert "roof.json is a RooflineReport" in one_line_error(run(tmp_path, "merge", "roof.json"))
-    assert "a RooflineReport (torchscan.roofline) is not an AnalysisReport" in one_line_error(
-        run(tmp_path, "diff", "roof.json", "roof.json"))
+    assert "is a RooflineReport" in cli_error("compare", "roof.json", "roof.json")
+    assert "roof.json is a RooflineReport" in cli_error("merge", "roof.json")
+    assert "a RooflineReport (torchscan.roofline) is not an AnalysisReport" in cli_error("diff", "roof.json",
+                                                                                          "roof.json")
     # What does read it accepts it.
     assert "Bottleneck" in torchscan.render_roofline(json.loads((tmp_path / "roof.json").read_text()))
 
 
-def test_scan_of_a_factory_that_returns_no_module(tmp_path):
-    (tmp_path / "factories.py").write_text("def numbers():\n    return [1, 2]\n")
+def test_scan_of_a_factory_that_returns_no_module(in_tmp, monkeypatch):
+    (in_tmp / "factories.py").write_text("def numbers():\n    return [1, 2]\n")
+    expected = ("torchscan {}: factories:numbers returned list, not a torch.nn.Module; FACTORY must build the "
+                "model (e.g. torchscan.examples:small_cnn)")
+    # The real process once: exit status 1, one line on stderr, no traceback.
+    assert one_line_error(run(in_tmp, "scan", "factories:numbers", "--input-shape", "4")) == expected.format("scan")
+    monkeypatch.syspath_prepend(str(in_tmp))
     for command in ("scan", "bench", "roofline"):
-        message = one_line_error(run(tmp_path, command, "factories:numbers", "--input-shape", "4"))
-        assert message == (f"torchscan {command}: factories:numbers returned list, not a torch.nn.Module; FACTORY "
-                           "must build the model (e.g. torchscan.examples:small_cnn)")
+        assert cli_error(command, "factories:numbers", "--input-shape", "4") == expected.format(command)
 
 
-def test_repeated_keys_are_refused_by_the_python_readers(tmp_path, bench_report):
+def test_repeated_keys_are_refused_by_the_python_readers(in_tmp, bench_report):
+    tmp_path = in_tmp
     text = json.dumps(bench_report)
     repeated = text.replace('"totals": {', '"totals": {"latency": 1, ', 1)
     assert repeated != text
     (tmp_path / "r.json").write_text(repeated)
     for args in (("render", "r.json"), ("compare", "r.json", "r.json"), ("merge", "r.json")):
-        assert 'the key "latency" appears twice in one object' in one_line_error(run(tmp_path, *args))
+        assert 'the key "latency" appears twice in one object' in cli_error(*args)
 
 
 def test_roofline_readers_validate(torchscan):
