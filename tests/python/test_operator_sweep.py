@@ -226,3 +226,40 @@ def test_every_operator_the_public_surface_reaches_is_counted_or_stated(torchsca
     assert not module_new, f"module-view gaps with no stated reason: {module_new}"
     assert len(reached) > 450, len(reached)  # the sweep reaches the ordinary surface
     assert elapsed < 60, elapsed
+
+
+# Conversions: a floating copy of integers, no arithmetic (zero by the copy rule).
+CASTS = {"Tensor.bfloat16", "Tensor.double", "Tensor.float", "Tensor.half"}
+
+
+def test_integer_operands_with_a_floating_result_are_never_a_complete_zero(torchscan):
+    """Every callable that turns integer tensors into a floating result
+    computed in floating point (the computation-dtype rule,
+    formulas/CONVENTIONS.md): its count is not a complete 0, casts aside."""
+    ints = torch.arange(1, 13).reshape(3, 4)
+    patterns = ((ints,), (ints, ints.flip(0)), (ints, 2), (ints, 1))
+    zero, checked = [], 0
+    for label, _, fn, _ in _callables():
+        for args in patterns:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    out = fn(*_fresh(args))
+            except Exception:
+                continue
+            break
+        else:
+            continue
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if label in CASTS or not any(isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel() > 0
+                                     for o in outs):
+            continue
+        reports = _scanned(torchscan, fn, _fresh(args))
+        if reports is None:
+            continue
+        checked += 1
+        total = reports[0]["total"]
+        if total["status"] == "complete" and total["value"] == 0:
+            zero.append(label)
+    assert checked > 50, checked
+    assert not zero, zero
