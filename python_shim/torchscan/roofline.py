@@ -573,10 +573,7 @@ def compare_kernelbench(ref_ms: float, gen_ms: float, report: Mapping) -> dict:
     for name, v in (("ref_ms", ref_ms), ("gen_ms", gen_ms)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
             raise ValueError(f"torchscan.compare_kernelbench: {name} must be a positive number of ms, got {v!r}")
-    if not isinstance(report, Mapping) or not isinstance(report.get("totals"), Mapping) \
-            or "sol_ms" not in report["totals"]:
-        raise TypeError("torchscan.compare_kernelbench: report must be a RooflineReport (torchscan.roofline(...)), "
-                        f"got {type(report).__name__}")
+    validate_roofline_report(report, "torchscan.compare_kernelbench")
     sol = report["totals"]["sol_ms"]
     return {"sol_ms": sol, "ref_ms": float(ref_ms), "gen_ms": float(gen_ms),
             "ref_fraction_of_sol": sol / ref_ms, "gen_fraction_of_sol": sol / gen_ms, "speedup": ref_ms / gen_ms}

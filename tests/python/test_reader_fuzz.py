@@ -189,6 +189,12 @@ def test_wide_counts_are_exact_or_refused(torchscan, seeds):
     assert job["totals"]["operator_flops"]["status"] == "partial"
     assert job["totals"]["operator_flops"]["known_value"] == n
     assert "count_overflow" in [d["code"] for d in job["diagnostics"]]
+    # One rank sends and receives 2^127 bytes each: bytes moved 2^128 is past
+    # what a report holds, so the slowest-rank figure is a partial 2^128 - 1.
+    for key in ("bytes_sent", "bytes_received"):
+        ranks[1]["communication"]["totals"][key].update(value=2**127, known_value=2**127)
+    slowest = torchscan.merge_reports(ranks)["slowest_rank"]["most_bytes_moved"]
+    assert slowest["rank"] == 1 and slowest["status"] == "partial" and slowest["value"] == 2**128 - 1
 
 
 def _cli(argv):

@@ -267,8 +267,11 @@ def test_bad_arguments_are_rejected_with_a_message():
     r = torchscan.roofline(mlp(), x)
     with pytest.raises(ValueError, match="gen_ms must be a positive number"):
         torchscan.compare_kernelbench(0.02, -1, r)
-    with pytest.raises(TypeError, match="report must be a RooflineReport"):
+    with pytest.raises(ValueError, match="torchscan.compare_kernelbench: schema_version is None; this TorchScan "
+                                         "reads RooflineReport schema_version 1"):
         torchscan.compare_kernelbench(0.02, 0.01, {"totals": {}})
+    with pytest.raises(TypeError, match="torchscan.compare_kernelbench: a RooflineReport is a dict"):
+        torchscan.compare_kernelbench(0.02, 0.01, [r])
     # The table a name returns is a copy: changing it does not change the next lookup.
     gpu_spec("h100-sxm")["vector"]["fp32"] = 1.0
     assert gpu_spec("h100-sxm")["vector"]["fp32"] == 67.0
