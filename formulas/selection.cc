@@ -29,8 +29,14 @@ std::optional<int64_t> IntArg(const OpCall& call, size_t i) {
   return std::nullopt;
 }
 
-// Counts `per(n)` on each slice of argument 0 along the dim at `dim_arg`
-// (the whole tensor when it is None or absent).
+// A dim given by name (the Dimname overloads): no integer position to read.
+bool NamedDim(const OpCall& call, size_t i) {
+  const ArgKind k = call.arg(i).kind;
+  return k != ArgKind::kInt && k != ArgKind::kNone;
+}
+
+// Counts `per(n)` on each slice of argument 0 along `dim` (the whole tensor
+// when it is nullopt).
 template <class F>
 FormulaResult PerSlice(const OpCall& call, std::optional<int64_t> dim, F per) {
   const TensorMeta* x = DenseArg(call, 0);
@@ -58,15 +64,16 @@ FormulaResult Sort(const OpCall& call) {
   if (call.name == "aten::msort") {
     dim = 0;
   } else {
-    const bool stable = call.overload == "stable" || call.overload == "values_stable";
-    dim = IntArg(call, stable ? 2 : 1).value_or(-1);
+    const size_t at = call.overload == "stable" || call.overload == "values_stable" ? 2 : 1;
+    if (NamedDim(call, at)) return ShapeMismatch(call, "expected an integer dim");
+    dim = IntArg(call, at).value_or(-1);
   }
   return PerSlice(call, dim, SortOf);
 }
 
 FormulaResult Topk(const OpCall& call) {
   const auto k = IntArg(call, 1);
-  if (!k || *k < 0) return ShapeMismatch(call, "expected an integer k >= 0");
+  if (!k || *k < 0 || NamedDim(call, 2)) return ShapeMismatch(call, "expected an integer k >= 0 and dim");
   const int64_t kk = *k;
   return PerSlice(call, IntArg(call, 2).value_or(-1), [kk](int64_t n) {
     if (kk == 0 || n == 0) return Count(0);
@@ -74,18 +81,20 @@ FormulaResult Topk(const OpCall& call) {
   });
 }
 
-FormulaResult Kthvalue(const OpCall& call) { return PerSlice(call, IntArg(call, 2).value_or(-1), Quickselect); }
+FormulaResult Kthvalue(const OpCall& call) {
+  if (NamedDim(call, 2)) return ShapeMismatch(call, "expected an integer dim");
+  return PerSlice(call, IntArg(call, 2).value_or(-1), Quickselect);
+}
 
 FormulaResult Median(const OpCall& call) {
   // median(self) / median.dim(self, dim, keepdim); a named dim has no integer position.
-  if (call.args.size() > 1 && !call.arg(1).is_none() && call.arg(1).kind != ArgKind::kInt) {
-    return ShapeMismatch(call, "expected an integer dim");
-  }
+  if (NamedDim(call, 1)) return ShapeMismatch(call, "expected an integer dim");
   const bool nan = call.name == "aten::nanmedian";
   return PerSlice(call, IntArg(call, 1), [nan](int64_t n) { return Quickselect(n) + (nan ? Count(n) : Count(0)); });
 }
 
 FormulaResult Mode(const OpCall& call) {
+  if (NamedDim(call, 1)) return ShapeMismatch(call, "expected an integer dim");
   return PerSlice(call, IntArg(call, 1).value_or(-1), [](int64_t n) { return SortOf(n) + Neighbours(n); });
 }
 

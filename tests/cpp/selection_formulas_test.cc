@@ -111,6 +111,10 @@ TEST(Selection, Rows) {
   CallBuilder h("aten::histc");
   h.Tensor({10}).Int(3).Double(0).Double(1).Out({3});
   EXPECT_EQ(Flops("aten::histc", h.Call()), 70);
+  // A dim given by name (a Dimname, kOther) has no position: unavailable, never a guess.
+  CallBuilder named("aten::sort");
+  named.Tensor({3, 5}).Str("width").Bool(false).Out({3, 5}).Out({3, 5}, c10::kLong);
+  EXPECT_EQ(Evaluate("aten::sort", named.Call()).status, MetricStatus::kUnavailable);
   // Integer values sort with integer comparisons: 0.
   CallBuilder isort("aten::sort");
   isort.Tensor({3, 5}, c10::kLong).Int(-1).Bool(false).Out({3, 5}, c10::kLong).Out({3, 5}, c10::kLong);
