@@ -68,9 +68,22 @@ def _factory(spec: str):
     return factory
 
 
+def _raised(command: str, what: str, e: Exception) -> NoReturn:
+    """The model's (or factory's) exception as the command's one line: its
+    type and first line (call the API from Python for the traceback)."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, (TypeError, ValueError)) and text.startswith("torchscan."):
+        _fail(command, text.split(": ", 1)[-1])  # TorchScan's own refusal, already one line
+    _fail(command, f"{what} raised {type(e).__name__}{': ' + text[:300] if text else ''}")
+
+
 def _model(command: str, spec: str):
     """FACTORY() of MODULE:FACTORY, refused unless it is an nn.Module."""
-    model = _factory(spec)()
+    factory = _factory(spec)
+    try:
+        model = factory()
+    except Exception as e:
+        _raised(command, f"{spec}()", e)
     if not isinstance(model, torch.nn.Module):
         _fail(command, f"{spec} returned {type(model).__name__}, not a torch.nn.Module; FACTORY must build the "
                        "model (e.g. torchscan.examples:small_cnn)")
@@ -79,9 +92,12 @@ def _model(command: str, spec: str):
 
 def _shape(text: str):
     try:
-        return tuple(int(x) for x in text.split(","))
+        shape = tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise SystemExit(f"torchscan scan: --input-shape takes comma-separated integers, got {text!r}") from None
+        shape = ()
+    if not shape or any(d < 0 for d in shape):
+        raise SystemExit(f"torchscan: --input-shape takes comma-separated non-negative integers, got {text!r}")
+    return shape
 
 
 def _read_report(command: str, path: str, side: Optional[str] = None) -> str:
@@ -205,9 +221,12 @@ def _bench(args) -> None:
         with torch.inference_mode():
             return model(x)
 
-    report = torchscan.measure_workload(workload, latency=True, min_run_time=args.min_run_time,
-                                        warmup=args.warmup, num_threads=args.threads, inputs=(x,),
-                                        work_units=args.batch_size, work_unit="samples", progress=True)
+    try:
+        report = torchscan.measure_workload(workload, latency=True, min_run_time=args.min_run_time,
+                                            warmup=args.warmup, num_threads=args.threads, inputs=(x,),
+                                            work_units=args.batch_size, work_unit="samples", progress=True)
+    except Exception as e:
+        _raised("bench", "the model", e)
     report["inputs"]["source"] = "generated"
     print(torchscan.render_benchmark(report))
     if args.output:
@@ -233,13 +252,17 @@ def _roofline(args) -> None:
     for path in (args.output, args.plot):
         if path:
             _check_output("roofline", path)
-    model = _model("roofline", args.factory).to(args.device).eval()
-    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    x = torch.rand((1, *args.input_shape), dtype=dtype, device=args.device)
+    model = _model("roofline", args.factory)
+    try:
+        model = model.to(args.device).eval()
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+        x = torch.rand((1, *args.input_shape), dtype=dtype, device=args.device)
+    except Exception as e:
+        _raised("roofline", f"building the model and its input on --device {args.device}", e)
     try:
         report = torchscan.roofline(model, x, gpu=args.gpu, precision=args.precision, actual_ms=args.actual_ms)
-    except ValueError as e:
-        _fail("roofline", str(e).replace("torchscan.roofline: ", ""))
+    except Exception as e:
+        _raised("roofline", "the model", e)
     print(report.render())
     if args.plot:
         _write_output("roofline", args.plot, report.to_svg())
@@ -318,8 +341,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             if path:
                 _check_output("scan", path)  # before the model is built or run
         model = _model("scan", args.factory)
-        report = torchscan.crawl_module(model, args.input_shape, mode=args.mode, memory=args.memory,
-                                        trace=bool(args.trace))
+        try:
+            report = torchscan.crawl_module(model, args.input_shape, mode=args.mode, memory=args.memory,
+                                            trace=bool(args.trace))
+        except Exception as e:
+            _raised("scan", "the model", e)
         trace = report.pop("trace", None)  # its own file: reports stay small
         print(torchscan.render_report(report, args.max_depth))
         if args.output:

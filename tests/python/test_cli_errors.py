@@ -168,6 +168,23 @@ def test_scan_of_a_factory_that_returns_no_module(in_tmp, monkeypatch):
         assert cli_error(command, "factories:numbers", "--input-shape", "4") == expected.format(command)
 
 
+def test_a_model_or_factory_that_raises_is_one_line(in_tmp, monkeypatch):
+    (in_tmp / "models.py").write_text(
+        "import torch\n"
+        "def broken():\n    raise OSError('no weights here')\n"
+        "def linear():\n    return torch.nn.Linear(4, 4)\n")
+    monkeypatch.syspath_prepend(str(in_tmp))
+    for command in ("scan", "bench", "roofline"):
+        assert cli_error(command, "models:broken", "--input-shape", "4") == \
+            f"torchscan {command}: models:broken() raised OSError: no weights here"
+        # A batch of (1, 3) into Linear(4, 4): the forward's own error, as one line.
+        message = cli_error(command, "models:linear", "--input-shape", "3")
+        assert message.startswith(f"torchscan {command}: the model raised RuntimeError: mat1 and mat2 shapes cannot "
+                                  "be multiplied"), message
+        assert cli_error(command, "models:linear", "--input-shape", "4,-2") == (
+            "torchscan: --input-shape takes comma-separated non-negative integers, got '4,-2'")
+
+
 def test_repeated_keys_are_refused_by_the_python_readers(in_tmp, bench_report):
     tmp_path = in_tmp
     text = json.dumps(bench_report)
