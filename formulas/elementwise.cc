@@ -1,6 +1,8 @@
 #include "formulas/elementwise.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 #include <optional>
 
 #include "formulas/arithmetic.h"
@@ -154,6 +156,47 @@ FormulaResult LogCumsumExp(const OpCall& call) {
   FormulaResult steps = reduction::Cumulative(call);
   if (steps.status == MetricStatus::kComplete) steps.value = steps.value * 7;
   return steps;
+}
+
+FormulaResult Renorm(const OpCall& call) {
+  const TensorMeta* x = DenseArg(call, 0);
+  const auto p = ScalarArg(call, 1);
+  const ArgMeta& dim = call.arg(2);
+  if (!x || !p || dim.kind != ArgKind::kInt || x->dim() == 0) return NotDense(call);
+  Count norm;
+  const int64_t d = dim.to_int() < 0 ? dim.to_int() + x->dim() : dim.to_int();
+  if (d < 0 || d >= x->dim()) return ShapeMismatch(call, "dimension out of range");
+  const int64_t slices = x->size(d), m = slices > 0 ? x->numel() / slices : 0;
+  if (*p == 1.0 || std::isinf(*p)) {
+    norm = m > 0 ? Count(2) * m - 1 : Count(0);
+  } else if (*p == 2.0) {
+    norm = Count(2) * m;
+  } else {
+    return FormulaResult::Unavailable("unsupported_norm_order",
+                                      std::string(call.name) + ": norms of order " + std::to_string(*p) +
+                                          " have no TorchScan count (orders 1, 2 and +-inf do)");
+  }
+  return CountFor(call, ArithmeticOf(call), Count(slices) * (norm + 4 + m));
+}
+
+FormulaResult SegmentReduce(const OpCall& call) {
+  const TensorMeta* data = DenseArg(call, 0);
+  const TensorMeta* out = DenseOutput(call);
+  const ArgMeta& reduce = call.arg(1);
+  if (!data || !out || reduce.kind != ArgKind::kString) return NotDense(call);
+  const std::string_view r = reduce.str();
+  const Count n = data->numel();
+  Count count;
+  if (r == "sum" || r == "prod") {
+    count = n;
+  } else if (r == "max" || r == "min") {
+    count = Count(2) * n;
+  } else if (r == "mean") {
+    count = n + out->numel();
+  } else {
+    return ShapeMismatch(call, "unknown reduction");
+  }
+  return CountFor(call, ArithmeticOf(call), count);
 }
 
 }  // namespace torchscan::elementwise

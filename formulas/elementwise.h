@@ -66,4 +66,17 @@ FormulaResult Bincount(const OpCall& call);
 // (max, a - b, |.|, negate, exp, log1p, add: 7), n - 1 steps per slice.
 FormulaResult LogCumsumExp(const OpCall& call);
 
+// renorm(self, p, dim, maxnorm): per sub-tensor along dim (m values) its
+// p-norm (p = 1 or inf: m - 1 adds/comparisons after m absolute values, 2m - 1;
+// p = 2: m squares, m - 1 adds, a root, 2m), the factor where(norm >
+// maxnorm, maxnorm / (norm + 1e-7), 1) (4) and m multiplies. Other orders:
+// unavailable, as for vector norms.
+FormulaResult Renorm(const OpCall& call);
+// segment_reduce(data, reduce, ...): the CPU kernel starts each segment from
+// the initial value (or the reduction's identity) and combines every value
+// into it: n combines; max/min also test each value for NaN (2n); mean
+// divides each output value by its length (+ r; an empty segment's divide,
+// which the kernel skips, is counted too).
+FormulaResult SegmentReduce(const OpCall& call);
+
 }  // namespace torchscan::elementwise

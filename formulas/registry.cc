@@ -249,6 +249,7 @@ const OperatorFormula kFormulas[] = {
     TS_PW("allclose", elementwise::Allclose), TS_PW("dist", elementwise::Dist), TS_PW("trace", elementwise::Trace),
     TS_PW("bincount", elementwise::Bincount), TS_PW("cummax", reduction::Cumulative),
     TS_PW("cummin", reduction::Cumulative), TS_PW("logcumsumexp", elementwise::LogCumsumExp),
+    TS_PW("renorm", elementwise::Renorm), TS_PW("segment_reduce", elementwise::SegmentReduce),
     // Visible exclusions: random sampling has no count.
     TS_ROW("rand", misc::RandomSampling), TS_ROW("randn", misc::RandomSampling),
     TS_ROW("rand_like", misc::RandomSampling), TS_ROW("randn_like", misc::RandomSampling),

@@ -187,7 +187,7 @@ TEST(Registry, NativeRowsAndInPlaceSharing) {
             FormulaSource::kFallback);
   // addmm_ (in-place) shares addmm's formula; an unknown operator has none.
   EXPECT_EQ(FindOperatorFormula("aten::addmm_"), FindOperatorFormula("aten::addmm"));
-  EXPECT_EQ(FindOperatorFormula("aten::segment_reduce"), nullptr);
+  EXPECT_EQ(FindOperatorFormula("aten::_trilinear"), nullptr);
   EXPECT_EQ(FindOperatorFormula("aten::relu_"), FindOperatorFormula("aten::relu"));
   // Dunder names are not in-place variants.
   EXPECT_EQ(FindOperatorFormula("aten::__and__"), nullptr);

@@ -181,7 +181,7 @@ def _samples():
         ("aten::bernoulli", lambda: aten.bernoulli(torch.full((3,), 0.5))),
         ("aten::view", lambda: aten.view(x, [6, 4])),
         ("aten::_linalg_det", lambda: aten._linalg_det(torch.eye(3) * 2)),
-        ("aten::renorm", lambda: aten.renorm(x, 2, 0, 1.0)),
+        ("aten::_upsample_bilinear2d_aa", lambda: aten._upsample_bilinear2d_aa(q, [2, 2], False, None)),
         ("aten::logdet", lambda: aten.logdet(torch.eye(3) * 2)),
     ]
 
@@ -212,7 +212,7 @@ def test_the_audit_class_is_what_a_scan_reports(torchscan, audit):
     # the tagged kernels are what the run reports.
     assert all(classes[o] == "composite" for o, _ in checked[2:18]), checked[2:18]
     assert [c for _, c in checked[18:23]] == ["zero_cost", "random", "random", "random", "unsupported"], checked[18:23]
-    assert [classes[o] for o in ("aten::mm", "aten::bernoulli", "aten::view", "aten::_linalg_det", "aten::renorm",
+    assert [classes[o] for o in ("aten::mm", "aten::bernoulli", "aten::view", "aten::_linalg_det", "aten::_upsample_bilinear2d_aa",
                                  "aten::logdet")] == ["operator_formula", "random", "zero_cost", "excluded",
                                                       "unsupported", "composite"]
     # Every tagged overload without a formula row: the 16 composite ones

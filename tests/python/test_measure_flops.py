@@ -277,26 +277,25 @@ def test_view_and_metadata_ops_are_ignored_not_uncounted(torchscan, checks):
 def test_uncounted_operators_make_total_partial(torchscan, checks):
     a, b = torch.randn(3, 4), torch.randn(4, 5)
 
-    lengths = torch.tensor([7, 8])
-
     def workload():
         y = torch.mm(a, b)
-        torch.renorm(y, 2, 0, 1.0)  # no formula: renorm is uncounted
-        torch.renorm(y, 2, 0, 1.0)
-        return torch.segment_reduce(y.flatten(), "sum", lengths=lengths)  # no formula either
+        torch._trilinear(y, y, y, [], [], [], [])  # no formula: _trilinear (F.bilinear's contraction)
+        torch._trilinear(y, y, y, [], [], [], [])
+        return torch.ops.aten._upsample_bilinear2d_aa(y[None, None], [3, 5], False, None)  # none either
 
     report = torchscan.measure_flops(workload)
     checks.assert_valid_report(report)
     total = report["total"]
     assert total["status"] == "partial"
     assert total["value"] is None
-    # The mm is known: 2 * 3 * 4 * 5 = 120; renorm/segment_reduce add nothing (a lower bound).
+    # The mm is known: 2 * 3 * 4 * 5 = 120; _trilinear/_upsample_bilinear2d_aa add nothing (a lower bound).
     assert report["by_operator"]["aten.mm"] == 120
-    assert "aten.renorm" not in report["by_operator"] and "aten.segment_reduce" not in report["by_operator"]
+    assert "aten._trilinear" not in report["by_operator"]
+    assert "aten._upsample_bilinear2d_aa" not in report["by_operator"]
     assert total["known_value"] == sum(report["by_operator"].values())
     found = checks.uncounted(report)
-    assert found.get("aten.renorm") == 2, found
-    assert found.get("aten.segment_reduce") == 1, found
+    assert found.get("aten._trilinear") == 2, found
+    assert found.get("aten._upsample_bilinear2d_aa") == 1, found
 
 
 def test_empty_workload_is_complete_zero(torchscan, checks):
@@ -428,20 +427,21 @@ def test_custom_mapping_is_scoped_to_one_call(torchscan, checks):
     a, b = torch.randn(3, 4), torch.randn(4, 5)
 
     def workload():
-        torch.renorm(torch.mm(a, b), 2, 0, 1.0)
+        y = torch.mm(a, b)
+        torch._trilinear(y, y, y, [], [], [], [])
 
     mapped = torchscan.measure_flops(
         workload,
-        custom_mapping={torch.ops.aten.renorm: _elementwise_flop, torch.ops.aten.mm: lambda *a, **k: 7},
+        custom_mapping={torch.ops.aten._trilinear: _elementwise_flop, torch.ops.aten.mm: lambda *a, **k: 7},
     )
-    assert mapped["by_operator"] == {"aten.mm": 7, "aten.renorm": 15}
+    assert mapped["by_operator"] == {"aten.mm": 7, "aten._trilinear": 15}
 
     plain = torchscan.measure_flops(workload)
     checks.assert_valid_report(plain)
     assert plain["by_operator"]["aten.mm"] == 120  # built-in mm again
-    assert "aten.renorm" not in plain["by_operator"]
+    assert "aten._trilinear" not in plain["by_operator"]
     assert plain["total"]["status"] == "partial"
-    assert checks.uncounted(plain).get("aten.renorm") == 1
+    assert checks.uncounted(plain).get("aten._trilinear") == 1
 
     with torchscan.scan() as s:
         workload()

@@ -27,8 +27,6 @@ import coverage_audit  # noqa: E402
 # (the exclusions PyTorch-wide live in formulas/registry.cc and report
 # themselves as excluded_operator).
 STATED_EXCLUSIONS = {
-    "aten.renorm": "no row yet: a per-slice p-norm, a comparison with maxnorm and a rescale",
-    "aten.segment_reduce": "no row yet: reductions over segments given by lengths",
     "aten._trilinear": "nn.Bilinear's contraction: no row yet for its generic index expansions",
     "aten._upsample_bilinear2d_aa": "antialiased resampling: its filter support depends on the scale",
 }

@@ -13,6 +13,7 @@ Y = torch.rand(3, 4) + 0.5
 CENTRED, HALF, SHIFTED = X - 1, X / 2, X + 1  # (the lambdas below run one operator each)
 WEIGHTS = torch.rand(3)
 ROWS, THETA = torch.tensor([0, 2]), torch.rand(1, 2, 3)
+FLAT, LENGTHS = X.flatten(), torch.tensor([5, 7])
 
 
 def op_view(torchscan, fn):
@@ -74,6 +75,15 @@ def op_view(torchscan, fn):
     # affine_grid (1, 4, 5): 20 locations x 2 coordinates, 3-term dots: 40 * 6 = 240,
     # base grid linspaces 2*4 + 2 and 2*5 + 2: 22 -> 262.
     ("affine_grid", lambda: torch.nn.functional.affine_grid(THETA, (1, 2, 4, 5), align_corners=False), 262),
+    # renorm of 3 rows of m = 4 along dim 0: per row a 2-norm (4 squares, 3 adds, a root: 8),
+    # the factor (4) and 4 multiplies: 3 x 16 = 48; the 1-norm (|.| 4 + 3 adds = 7): 3 x 15 = 45.
+    ("renorm", lambda: torch.renorm(X, 2, 0, 1.0), 48),
+    ("renorm p=1", lambda: torch.renorm(X, 1, 0, 1.0), 45),
+    # segment_reduce of 12 values in segments of 5 and 7: "sum" combines every value
+    # into its segment's start value: 12; "max" adds a NaN test each: 24; "mean" 12 + 2 divides.
+    ("segment_reduce", lambda: torch.segment_reduce(FLAT, "sum", lengths=LENGTHS), 12),
+    ("segment_reduce max", lambda: torch.segment_reduce(FLAT, "max", lengths=LENGTHS), 24),
+    ("segment_reduce mean", lambda: torch.segment_reduce(FLAT, "mean", lengths=LENGTHS), 14),
     # Integer-only arithmetic: zero.
     ("gcd", lambda: torch.gcd(ROWS, ROWS + 1), 0),
     ("shift", lambda: ROWS << 1, 0),
