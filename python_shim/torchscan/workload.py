@@ -53,6 +53,7 @@ import math
 import numbers
 import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Mapping as _MappingABC
@@ -483,22 +484,24 @@ def _stop_profiler(prof, failing: bool) -> None:
         warnings.warn(f"torchscan: could not stop the profiler cleanly: {e}", RuntimeWarning)
 
 
-def _unreported(result) -> list:
-    """Diagnostics when the workload's result holds tensors on a device whose
-    allocator reports nothing (a meta tensor allocates nothing): its peak is
-    unknown there, not zero (as crawl_module(memory=True) says)."""
+def _unreported(result) -> set:
+    """Device types of the result's tensors whose allocator reports nothing
+    (meta): the peak is unknown there, not zero (as crawl_module(memory=True) says)."""
     from torch.utils._pytree import tree_leaves
 
-    devices = sorted({t.device.type for t in tree_leaves(result) if isinstance(t, torch.Tensor)} - {"cpu", "cuda"})
+    return {t.device.type for t in tree_leaves(result) if isinstance(t, torch.Tensor)} - {"cpu", "cuda"}
+
+
+def _unsupported(devices) -> list:
     if not devices:
         return []
     return [{"code": "memory_device_unsupported", "severity": "warning", "metric": "peak_memory",
-             "message": f"the workload's result holds tensors on {', '.join(devices)}, which have no allocator "
+             "message": f"the workload used tensors on {', '.join(sorted(devices))}, which have no allocator "
                         "reports (a meta tensor allocates nothing): memory is measured on cpu and cuda only, so "
                         "peak memory is unavailable"}]
 
 
-def _cpu_peak(workload, where) -> tuple:
+def _cpu_peak(workload, where, devices=frozenset()) -> tuple:
     """(memory evidence, diagnostics) of one call on CPU."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -516,7 +519,7 @@ def _cpu_peak(workload, where) -> tuple:
         raise
     prof.__exit__(None, None, None)
     _refuse_unstarted(result, where)
-    unreported = _unreported(result)
+    unreported = _unsupported(devices | _unreported(result))
     del result
     if unreported:
         return None, unreported
@@ -536,14 +539,14 @@ def _cpu_peak(workload, where) -> tuple:
             "net_bytes": allocated - freed, "allocation_events": allocations, "memory_events": len(events)}, []
 
 
-def _cuda_peak(workload, where, dev) -> tuple:
+def _cuda_peak(workload, where, dev, devices=frozenset()) -> tuple:
     torch.cuda.synchronize(dev)
     before = torch.cuda.memory_allocated(dev)
     torch.cuda.reset_peak_memory_stats(dev)
     result = workload()
     torch.cuda.synchronize(dev)
     _refuse_unstarted(result, where)
-    unreported = _unreported(result)
+    unreported = _unsupported(devices | _unreported(result))
     del result
     if unreported:
         return None, unreported
@@ -554,11 +557,12 @@ def _cuda_peak(workload, where, dev) -> tuple:
             "reserved_peak_bytes": torch.cuda.max_memory_reserved(dev)}, []
 
 
-def _memory(workload, where, dev) -> tuple:
+def _memory(workload, where, dev, devices=frozenset()) -> tuple:
+    """devices: device types with no allocator reports that another pass saw the workload use."""
     if dev.type == "cpu":
-        evidence, diagnostics = _cpu_peak(workload, where)
+        evidence, diagnostics = _cpu_peak(workload, where, devices)
     elif dev.type == "cuda":
-        evidence, diagnostics = _cuda_peak(workload, where, dev)
+        evidence, diagnostics = _cuda_peak(workload, where, dev, devices)
     else:
         evidence, diagnostics = None, [{"code": "memory_device_unsupported", "severity": "warning",
                                         "metric": "peak_memory",
@@ -668,17 +672,29 @@ def measure_workload(workload: Callable[[], Any], *, flops: bool = True, memory:
         diagnostics += lat_diagnostics
         context["timing"] = timing
         context["work_unit"] = _work_unit_record(opts)
+    unreported = frozenset()
     if flops:
-        from torchscan.flops import measure_flops
+        from torchscan.flops import FlopScan
+        from torchscan.flops import _refuse_unstarted as _refuse_unstarted_flops
 
-        flop_report = measure_flops(workload, custom_mapping=custom_mapping)
+        # measure_flops, with memory=True when peak memory is measured too: the
+        # scan's memory view says whether the calls ran on meta, which the
+        # profiler's memory events cannot (a meta tensor allocates nothing).
+        scan = FlopScan(custom_mapping, memory=memory)
+        _refuse_unstarted_flops(scan._run(workload))
+        flop_report = scan.report()
+        if memory:
+            # "tensors on meta have no allocator reports ..." (torchscan_dispatch/memory_view.cc)
+            unreported = frozenset(re.findall(r"tensors on (\w+) have no allocator reports", " ".join(
+                d.get("message", "") for d in scan.memory_report().get("diagnostics", [])
+                if d.get("code") == "memory_device_unsupported")))
         totals["operator_flops"] = flop_report["total"]
         diagnostics += flop_report["diagnostics"]
         report_evidence["operator_flops"] = flop_report
     elif custom_mapping is not None:
         raise ValueError(f"{where}: custom_mapping applies to FLOP counting; pass flops=True or drop it")
     if memory:
-        totals["peak_memory"], memory_evidence, memory_diagnostics = _memory(workload, where, dev)
+        totals["peak_memory"], memory_evidence, memory_diagnostics = _memory(workload, where, dev, unreported)
         diagnostics += memory_diagnostics
         report_evidence["memory"] = memory_evidence
     if profile:

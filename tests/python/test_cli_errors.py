@@ -234,6 +234,17 @@ def test_peak_memory_of_a_meta_workload_is_unavailable(torchscan):
         peak = report["peak_memory"] if "peak_memory" in report else report["totals"]["peak_memory"]
         assert peak["status"] == "unavailable" and peak["value"] is None
         assert "memory_device_unsupported" in [d["code"] for d in report["diagnostics"]]
+    # A meta workload that returns nothing (a backward pass): measure_workload's
+    # FLOP scan sees its calls' devices.
+    xg = torch.ones(64, 256, device="meta", requires_grad=True)
+    report = torchscan.measure_workload(lambda: model(xg).sum().backward())
+    assert report["totals"]["peak_memory"]["status"] == "unavailable"
+    assert report["totals"]["operator_flops"]["status"] == "complete"
+    # A CPU workload that allocates nothing stays a complete 0 (zeroing an existing tensor in place).
+    z = torch.zeros(16)
+    assert torchscan.measure_peak_memory(lambda: z.zero_())["peak_memory"] == {
+        "status": "complete", "value": 0, "known_value": 0, "unit": "bytes", "scope": "workload",
+        "method": "torch.profiler.profile(profile_memory=True):memory_events"}
     # On the CPU the same workload has a measured peak: 64 x 256 float32 outputs = 65,536 bytes at least.
     cpu = nn.Linear(256, 256)
     y = torch.ones(64, 256)
