@@ -6,7 +6,12 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include <string_view>
+
 #include "formulas/op_call.h"
+#include "formulas/registry.h"
 
 namespace torchscan::testing {
 
@@ -86,5 +91,14 @@ class CallBuilder {
   std::deque<std::string> strings_;
   std::vector<ArgMeta> args_, outs_;
 };
+
+// The built-in operator-view row of `op` on `call`; a test failure (and an
+// unavailable result) when the table has no row for `op`.
+inline FormulaResult Evaluate(std::string_view op, const OpCall& call) {
+  const OperatorFormula* f = FindOperatorFormula(op);
+  EXPECT_NE(f, nullptr) << op;
+  return f ? f->flops(call) : FormulaResult::Unavailable("missing", "");
+}
+inline FormulaResult Evaluate(std::string_view op, const CallBuilder& b) { return Evaluate(op, b.Call()); }
 
 }  // namespace torchscan::testing

@@ -17,11 +17,7 @@ namespace {
 
 using testing::CallBuilder;
 
-FormulaResult Evaluate(std::string_view op, const OpCall& call) {
-  const OperatorFormula* f = FindOperatorFormula(op);
-  EXPECT_NE(f, nullptr) << op;
-  return f ? f->flops(call) : FormulaResult::Unavailable("missing", "");
-}
+using testing::Evaluate;
 
 Count Flops(std::string_view op, const OpCall& call) {
   const FormulaResult r = Evaluate(op, call);

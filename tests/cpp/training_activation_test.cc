@@ -14,11 +14,7 @@ namespace {
 
 using testing::CallBuilder;
 
-FormulaResult Evaluate(std::string_view op, const CallBuilder& b) {
-  const OperatorFormula* f = FindOperatorFormula(op);
-  EXPECT_NE(f, nullptr) << op;
-  return f ? f->flops(b.Call()) : FormulaResult::Unavailable("missing", "");
-}
+using testing::Evaluate;
 
 Count Flops(std::string_view op, const CallBuilder& b) {
   const FormulaResult r = Evaluate(op, b);

@@ -18,11 +18,7 @@ using testing::CallBuilder;
 constexpr char kSdpaBwd[] = "aten::_scaled_dot_product_flash_attention_for_cpu_backward";
 constexpr char kLstmBwd[] = "aten::mkldnn_rnn_layer_backward";
 
-FormulaResult Evaluate(std::string_view op, const CallBuilder& b) {
-  const OperatorFormula* f = FindOperatorFormula(op);
-  EXPECT_NE(f, nullptr) << op;
-  return f ? f->flops(b.Call()) : FormulaResult::Unavailable("missing", "");
-}
+using testing::Evaluate;
 
 // grad_out, q (1, hq, 3, 4), k/v (1, hkv, 5, 4), out, logsumexp (1, hq, 3).
 CallBuilder Sdpa(int64_t hq, int64_t hkv, double dropout, bool causal, bool mask) {
