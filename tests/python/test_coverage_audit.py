@@ -13,7 +13,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import coverage_audit  # noqa: E402
 
-BASELINE = os.path.join(ROOT, "tools", "audit", "torch-2.13.0.json")
+# The installed release's baseline (one per supported release; the local
+# build tag, +cpu or +cu132, does not change the operators).
+RELEASE = torch.__version__.split("+")[0]
+BASELINE = os.path.join(ROOT, "tools", "audit", f"torch-{RELEASE}.json")
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +28,27 @@ def executed(torchscan):
 def audit(torchscan, executed):
     # After the zoo, as the baseline was made: its packages register operators.
     return coverage_audit.run_audit()
+
+
+def test_the_installed_release_has_a_baseline():
+    assert os.path.exists(BASELINE), (
+        f"no coverage baseline for torch {RELEASE}: write it with "
+        f"`python3 tools/coverage_audit.py --zoo --output tools/audit/torch-{RELEASE}.json` and review the drift")
+
+
+def test_a_tag_one_release_does_not_define_is_no_change():
+    baseline = coverage_audit.load(BASELINE)
+    older = copy.deepcopy(baseline)
+    # As in a release without the `out` tag: no operator carries it.
+    marked = [n for n, v in older["operators"].items() if "out" in (v.get("tags") or ())]
+    assert marked, "the baseline's release defines the out tag"
+    for name in marked:
+        older["operators"][name]["tags"].remove("out")
+    assert coverage_audit.diff(older, baseline)["changed"] == {}
+    # Where both define it, losing it on one operator is a change.
+    one = copy.deepcopy(baseline)
+    one["operators"][marked[0]]["tags"].remove("out")
+    assert list(coverage_audit.diff(one, baseline)["changed"]) == [marked[0]]
 
 
 def test_footing_in_this_release(audit):
