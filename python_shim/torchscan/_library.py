@@ -73,9 +73,11 @@ def _describe(built: str, loaded: str) -> str:
     return f"the running torch is {loaded} (from {where}); {have}; TorchScan supports torch {supported}{note}"
 
 
-def load_error(path: str, loader_message: str, loaded: str = torch.__version__) -> ImportError:
+def load_error(path: str, loader_message: str, loaded: str = "") -> ImportError:
     """The ImportError for a library the loader refused: the loader's own
-    message, the torch found, what this install supports, and the fix."""
+    message, the torch found (default: the running one), what this install
+    supports, and the fix."""
+    loaded = loaded or torch.__version__
     built = built_against_from_file(path)
     message = f"torchscan: cannot load the plugin library {path}: {loader_message.strip()}. "
     message += _describe(built, loaded) + ". "
@@ -89,9 +91,11 @@ def load_error(path: str, loader_message: str, loaded: str = torch.__version__) 
     return ImportError(message)
 
 
-def mismatch_error(built: str, loaded: str = torch.__version__):
-    """None when a library built against `built` serves torch `loaded` (same
-    release; any local build tag such as +cpu or +cu132); else the ImportError."""
+def mismatch_error(built: str, loaded: str = ""):
+    """None when a library built against `built` serves torch `loaded` (default:
+    the running one; same release, any local build tag such as +cpu or +cu132);
+    else the ImportError."""
+    loaded = loaded or torch.__version__
     if release(built) == release(loaded):
         return None
     return ImportError(f"torchscan: the plugin was built against torch {built} but {_describe(built, loaded)}. "
