@@ -23,6 +23,7 @@
 #include "formulas/reduction.h"
 #include "formulas/selection.h"
 #include "formulas/softmax.h"
+#include "torchscan_dispatch/torch_compat.h"
 
 namespace torchscan {
 namespace {
@@ -30,8 +31,9 @@ namespace {
 constexpr FormulaSource kN = FormulaSource::kNative;
 constexpr FormulaSource kF = FormulaSource::kFallback;
 
-// The native rows mirror torch.utils.flop_counter's registry in torch 2.13
-// (torch/utils/flop_counter.py, `flop_registry`), operator for operator.
+// The native rows mirror torch.utils.flop_counter's registry of the release
+// built against (torch/utils/flop_counter.py, `flop_registry`), operator for
+// operator: 2.11 to 2.14 have the same rows, 2.15 adds the CPU flash kernel.
 const OperatorFormula kFormulas[] = {
     {"aten::mm", matmul::Mm, kN},
     {"aten::addmm", matmul::Addmm, kN},
@@ -54,10 +56,15 @@ const OperatorFormula kFormulas[] = {
     {"aten::_efficient_attention_forward", attention::EfficientForward, kN},
     {"aten::_flash_attention_backward", attention::FlashBackward, kN},
     {"aten::_efficient_attention_backward", attention::EfficientBackward, kN},
-    // The CPU flash kernel FlopCounterMode has no entry for: with no native
-    // formula, the table's "CPU SDPA fallback" row applies (complete). Its
-    // backward is a torchscan_training_v1 row (below).
+#if TORCHSCAN_NATIVE_CPU_FLASH_ATTENTION
+    {"aten::_scaled_dot_product_flash_attention_for_cpu", attention::SdpaForward, kN},
+    {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", attention::SdpaBackward, kN},
+#else
+    // The CPU flash kernel FlopCounterMode has no entry for before 2.15: with
+    // no native formula, the table's "CPU SDPA fallback" row applies
+    // (complete). Its backward is a torchscan_training_v1 row (below).
     {"aten::_scaled_dot_product_flash_attention_for_cpu", attention::SdpaCpu, kF},
+#endif
     // PyTorch's fused attention fast paths (nn.MultiheadAttention / nn.TransformerEncoderLayer in eval).
     {"aten::_native_multi_head_attention", attention::NativeMultiHeadAttention, kF},
     {"aten::_transformer_encoder_layer_fwd", attention::TransformerEncoderLayer, kF},
@@ -375,7 +382,9 @@ const OperatorFormula kFormulas[] = {
     {"aten::_fused_adam", optimizers::FusedAdam, kF}, {"aten::_fused_adamw", optimizers::FusedAdamW, kF},
     {"aten::_fused_sgd", optimizers::FusedSgd, kF}, {"aten::_fused_adagrad", optimizers::FusedAdagrad, kF},
     // @@attention_recurrent_backward rows@@
+#if !TORCHSCAN_NATIVE_CPU_FLASH_ATTENTION
     {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", attention::SdpaCpuBackward, kF},
+#endif
     {"aten::mkldnn_rnn_layer_backward", recurrent::MkldnnRnnLayerBackward, kF},
 #undef TS_ROW
 #undef TS_PW
@@ -463,6 +472,15 @@ const char* StatedExclusion(std::string_view op) {
 }
 
 absl::Span<const Exclusion> StatedExclusions() { return kExclusions; }
+
+const char* NativeConvention() {
+  return "torch.utils.flop_counter of torch " TORCHSCAN_TORCH_RELEASE
+#if TORCHSCAN_NATIVE_CPU_FLASH_ATTENTION
+         " (the CPU flash attention kernel and its backward counted as their matrix products)";
+#else
+         " (no native formula for the CPU flash attention kernel: TorchScan's CPU SDPA fallback rows)";
+#endif
+}
 
 const char* FormulaSourceName(FormulaSource s) {
   switch (s) {

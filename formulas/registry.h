@@ -22,6 +22,9 @@ enum class FormulaSource : uint8_t {
   kFallback,  // TorchScan's own (torchscan_flops_v1) where PyTorch has none
 };
 const char* FormulaSourceName(FormulaSource s);
+// Which release's torch.utils.flop_counter the native rows follow, and how it
+// differs between the supported releases (a report's context says it).
+const char* NativeConvention();
 
 struct OperatorFormula {
   std::string_view op;  // qualified operator name without overload: "aten::mm"

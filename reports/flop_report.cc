@@ -11,6 +11,7 @@ nlohmann::json FlopReportJson(const FlopTally& t) {
                   {"torchscan_version", kTorchscanVersion},
                   {"method", kOperatorMethod},
                   {"counting_convention", kOperatorConvention}};
+  if (!t.native_convention.empty()) j["context"]["native_convention"] = t.native_convention;
   j["total"] = MetricJson({t.complete ? MetricStatus::kComplete : MetricStatus::kPartial, t.known,
                            "FLOPs", t.scope, kOperatorMethod});
   j["by_module"] = nlohmann::json::object();

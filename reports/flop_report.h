@@ -28,6 +28,9 @@ struct IgnoredOperator {
 
 struct FlopTally {
   std::string torch_version;
+  // Which release's torch.utils.flop_counter the native formulas follow
+  // (omitted from the report when empty).
+  std::string native_convention;
   std::string scope = "workload";  // "forward" for a single model forward
   bool complete = true;
   // Exact up to 2^128 - 1; a sum that passes it stays at its last exact

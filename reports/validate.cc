@@ -438,7 +438,8 @@ absl::Status FlopReport(const json& r, const Path& p) {
   const json* context = nullptr;
   TS_CHECK_OK(Need(r, p, "context", &context));
   TS_CHECK_OK(Object(*context, p.Key("context")));
-  for (const char* k : {"torch_version", "torchscan_version", "method", "counting_convention"}) {
+  for (const char* k :
+       {"torch_version", "torchscan_version", "method", "counting_convention", "native_convention"}) {
     TS_CHECK_OK(Optional(*context, p.Key("context"), k, String));
   }
   const json* total = nullptr;

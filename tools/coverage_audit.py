@@ -104,15 +104,24 @@ def views_differ(audit: dict) -> Dict[str, str]:
     return {k: v["views_differ"] for k, v in sorted(audit["operators"].items()) if v.get("views_differ")}
 
 
+def tags_defined(audit: dict) -> set:
+    """The operator tags the audited release defines (those any operator
+    carries): torch 2.11 has no `inplace` or `out`, for one."""
+    return {t for v in audit["operators"].values() for t in v.get("tags") or ()}
+
+
 def diff(old: dict, new: dict) -> dict:
     a, b = old["operators"], new["operators"]
+    # A tag one release does not define is no change of the operators it marks.
+    common_tags = tags_defined(old) & tags_defined(new)
     changed = {}
     for name in sorted(a.keys() & b.keys()):
         fields = {}
         for field in COMPARED:
             before, after = a[name].get(field), b[name].get(field)
             if field == "tags":  # a set: the registration order is not a change
-                before, after = sorted(before or []), sorted(after or [])
+                before = sorted(t for t in before or [] if t in common_tags)
+                after = sorted(t for t in after or [] if t in common_tags)
             if field == "at_run" and (before is None or after is None):
                 continue  # audits written before at_run existed
             if before != after:

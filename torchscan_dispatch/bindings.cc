@@ -257,6 +257,12 @@ TORCH_LIBRARY(torchscan, m) {
 
 }  // namespace torchscan
 
+// The torch this library was built against, readable without loading it: the
+// shim quotes it when the loader refuses the library (another release's
+// missing symbol), where built_against() cannot be asked.
+extern "C" __attribute__((used, retain)) const char torchscan_built_against_marker[] =
+    "torchscan-built-against-torch=" TORCHSCAN_BUILT_TORCH_VERSION;
+
 // Module scopes for crawl_module's hooks, called through ctypes (the
 // standard library's foreign-function module): every module call pushes
 // and pops one, and a custom-class method call costs several microseconds

@@ -3,6 +3,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -17,20 +18,38 @@
 namespace torchscan {
 namespace {
 
-const char* TagName(at::Tag t) {
-  switch (t) {
-#define TS_TAG(x) \
-  case at::Tag::x: return #x;
-    TS_TAG(core) TS_TAG(cudagraph_unsafe) TS_TAG(data_dependent_output) TS_TAG(dynamic_output_shape)
-    TS_TAG(flexible_layout) TS_TAG(generated) TS_TAG(inplace) TS_TAG(inplace_view)
-    TS_TAG(maybe_aliasing_or_mutating) TS_TAG(needs_contiguous_strides) TS_TAG(needs_exact_strides)
-    TS_TAG(needs_fixed_stride_order) TS_TAG(nondeterministic_bitwise) TS_TAG(nondeterministic_seeded)
-    TS_TAG(out) TS_TAG(out_variant) TS_TAG(pointwise) TS_TAG(pt2_compliant_tag) TS_TAG(reduction)
-    TS_TAG(view_copy)
-#undef TS_TAG
+// Tags a release may not define (2.11 has no inplace or out): a name is
+// compared only where at::Tag has it, so one list serves every release.
+#define TS_TAG(x)                                                                  \
+  template <typename T, typename = void>                                           \
+  struct Has_##x : std::false_type {};                                             \
+  template <typename T>                                                            \
+  struct Has_##x<T, std::void_t<decltype(T::x)>> : std::true_type {};              \
+  template <typename T>                                                            \
+  bool Is_##x(T t) {                                                               \
+    if constexpr (Has_##x<T>::value) {                                             \
+      return t == T::x;                                                            \
+    } else {                                                                       \
+      return false;                                                                \
+    }                                                                              \
   }
+#define TS_TAGS(X)                                                                                        \
+  X(core) X(cudagraph_unsafe) X(data_dependent_output) X(dynamic_output_shape) X(flexible_layout)         \
+  X(generated) X(inplace) X(inplace_view) X(maybe_aliasing_or_mutating) X(needs_contiguous_strides)       \
+  X(needs_exact_strides) X(needs_fixed_stride_order) X(nondeterministic_bitwise)                          \
+  X(nondeterministic_seeded) X(out) X(out_variant) X(pointwise) X(pt2_compliant_tag) X(reduction)         \
+  X(view_copy)
+TS_TAGS(TS_TAG)
+#undef TS_TAG
+
+const char* TagName(at::Tag t) {
+#define TS_TAG(x) \
+  if (Is_##x(t)) return #x;
+  TS_TAGS(TS_TAG)
+#undef TS_TAG
   return "unknown";
 }
+#undef TS_TAGS
 
 bool IsCollective(const std::string& name) {
   return absl::StartsWith(name, "c10d::") || absl::StartsWith(name, "_c10d_functional") ||

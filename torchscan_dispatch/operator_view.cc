@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "formulas/registry.h"
 
 namespace torchscan {
 namespace {
@@ -313,6 +314,7 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
 reports::FlopTally FinishOperatorView(OperatorSums sums, const TallyContext& context) {
   reports::FlopTally t = std::move(sums.t);
   t.torch_version = context.torch_version;
+  t.native_convention = NativeConvention();
   t.scope = context.scope;
   auto& formula_issues = sums.issues;
   const Gaps& gaps = sums.gaps;

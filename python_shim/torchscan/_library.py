@@ -1,10 +1,21 @@
 """Loads libtorchscan.so into the running torch and installs the fallback."""
 
 import os
+import re
 
 import torch
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The torch releases TorchScan builds against. One library serves one
+# release (major.minor), in its CPU and its CUDA build.
+SUPPORTED_RELEASES = ("2.11", "2.12", "2.13", "2.14", "2.15")
+# The release tools/setup.sh builds a checkout against.
+CHECKOUT_RELEASE = "2.13"
+
+# bindings.cc writes this into the library, so the release it needs can be
+# read when the loader refuses it (before built_against() can be asked).
+_MARKER = re.compile(rb"torchscan-built-against-torch=([0-9A-Za-z.+_-]+)\0")
 
 
 def _library_path() -> str:
@@ -12,6 +23,83 @@ def _library_path() -> str:
     if explicit:
         return explicit
     return os.path.join(_HERE, "_lib", "libtorchscan.so.0")
+
+
+def release(version: str) -> str:
+    """'2.15.0+cu132' -> '2.15': the part of a torch version a library is tied to."""
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def built_against_from_file(path: str) -> str:
+    """The torch version the library at `path` was built against, read from
+    its bytes without loading it; "" when the file has no marker."""
+    try:
+        with open(path, "rb") as f:
+            m = _MARKER.search(f.read())
+    except OSError:
+        return ""
+    return m.group(1).decode() if m else ""
+
+
+def _in_checkout() -> bool:
+    return os.path.exists(os.path.join(_HERE, "..", "..", "tools", "setup.sh"))
+
+
+def fix_command(built: str, loaded: str) -> str:
+    """The command that makes this install and the running torch agree."""
+    want = release(built)
+    if release(loaded) in SUPPORTED_RELEASES and release(loaded) != want:
+        if _in_checkout() and release(loaded) == CHECKOUT_RELEASE:
+            other = "or rebuild TorchScan against this torch: `bash tools/setup.sh` in the checkout"
+        elif _in_checkout():
+            other = (f"or build and test TorchScan for torch {release(loaded)} in its own venv: "
+                     f"`bash tools/matrix.sh {release(loaded)}` in the checkout")
+        else:
+            other = (f"or install the TorchScan wheel built for torch {release(loaded)} "
+                     f"(`pip install torchscan-<version>+torch{release(loaded)}-...whl`)")
+        return f"`pip install 'torch=={want}.*'` (the release this install was built against), {other}"
+    return f"`pip install 'torch=={want}.*'` (the release this install was built against)"
+
+
+def _describe(built: str, loaded: str) -> str:
+    supported = ", ".join(SUPPORTED_RELEASES)
+    where = os.path.dirname(torch.__file__)
+    if built:
+        have = (f"this install was built against torch {built} and loads with torch {release(built)}.x "
+                "(CPU or CUDA build)")
+    else:
+        have = "this install's library names no torch release (not a TorchScan library?)"
+    note = "" if release(loaded) in SUPPORTED_RELEASES else f"; torch {release(loaded)} is not a supported release"
+    return f"the running torch is {loaded} (from {where}); {have}; TorchScan supports torch {supported}{note}"
+
+
+def load_error(path: str, loader_message: str, loaded: str = "") -> ImportError:
+    """The ImportError for a library the loader refused: the loader's own
+    message, the torch found (default: the running one), what this install
+    supports, and the fix."""
+    loaded = loaded or torch.__version__
+    built = built_against_from_file(path)
+    message = f"torchscan: cannot load the plugin library {path}: {loader_message.strip()}. "
+    message += _describe(built, loaded) + ". "
+    if "libabsl" in loader_message:
+        message += "Fix: `apt install libabsl20220623` (Debian's abseil), or install a self-contained wheel"
+    elif built and release(built) == release(loaded):
+        message += ("Fix: reinstall TorchScan for this torch (`bash tools/setup.sh` in a checkout, "
+                    "`pip install --force-reinstall` of the wheel otherwise)")
+    else:
+        message += "Fix: " + (fix_command(built, loaded) if built else "reinstall TorchScan")
+    return ImportError(message)
+
+
+def mismatch_error(built: str, loaded: str = ""):
+    """None when a library built against `built` serves torch `loaded` (default:
+    the running one; same release, any local build tag such as +cpu or +cu132);
+    else the ImportError."""
+    loaded = loaded or torch.__version__
+    if release(built) == release(loaded):
+        return None
+    return ImportError(f"torchscan: the plugin was built against torch {built} but {_describe(built, loaded)}. "
+                       f"Fix: {fix_command(built, loaded)}")
 
 
 def load():
@@ -23,16 +111,13 @@ def load():
     try:
         torch.ops.load_library(path)
     except OSError as e:
-        raise ImportError(
-            f"torchscan: cannot load the plugin library {path}: {e}. It needs the torch it was built against "
-            "and Debian's abseil (apt install libabsl20220623)") from None
+        # torch wraps the loader's error ("Could not load this library");
+        # the loader's own message (the missing symbol or library) is the cause.
+        raise load_error(path, str(e.__cause__ or e)) from None
     session_cls = torch.classes.torchscan.Session
-    built = session_cls.built_against()
-    if built != torch.__version__:
-        raise ImportError(
-            f"torchscan: the plugin was built against torch {built} but torch {torch.__version__} "
-            f"is loaded; install torch=={built.split('+')[0]} (the {built} build), or rebuild TorchScan against "
-            "this torch (`bash tools/setup.sh` in a checkout, `bash tools/build_wheel.sh` for a wheel)")
+    error = mismatch_error(session_cls.built_against())
+    if error is not None:
+        raise error
     try:
         session_cls.install()
     except RuntimeError as e:

@@ -165,25 +165,38 @@ def test_calls_that_return_their_input_move_nothing(torchscan):
 # ---- item 13: the CPU SDPA kernel is the complete fallback row
 
 
-def test_cpu_sdpa_is_complete_in_both_views_and_its_backward_is_counted(torchscan):
+def test_cpu_sdpa_is_complete_in_both_views_and_its_backward_is_counted(torchscan, checks):
     q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
-    # A = 1*2*3*5 = 30 scores, R = 6 rows: products 2*30*4 + 2*6*5*4 = 480,
-    # score scale 30, stable softmax 5*30 - 2*6 = 138: 648.
-    report = op_view(torchscan, lambda: F.scaled_dot_product_attention(q, k, v))
-    assert report["by_operator"] == {"aten._scaled_dot_product_flash_attention_for_cpu": 648}
-    # A causal mask adds one op per score: 678.
-    report = op_view(torchscan, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    assert report["by_operator"] == {"aten._scaled_dot_product_flash_attention_for_cpu": 678}
-    # The backward kernel (torchscan_training_v1): five products 5 * 2*30*4 = 1200,
-    # per score scale, exp(s - lse) (2), softmax backward (2), scale back: 6*30 = 180,
+    release = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    # A = 1*2*3*5 = 30 scores, R = 6 rows: products 2*30*4 + 2*6*5*4 = 480.
+    # Before torch 2.15 (the fallback row) plus score scale 30 and stable
+    # softmax 5*30 - 2*6 = 138: 648; from 2.15 on (FlopCounterMode's
+    # convention) the products alone: 480.
+    # The native convention counts the matrix core only, which the table keeps
+    # partial ("Native fused attention"), as for the GPU kernels.
+    native = checks.NATIVE_CPU_SDPA
+    report = op_view(torchscan, lambda: F.scaled_dot_product_attention(q, k, v), complete=not native)
+    fwd = 480 if native else 648
+    assert report["by_operator"] == {"aten._scaled_dot_product_flash_attention_for_cpu": fwd}
+    if native:
+        assert report["total"]["status"] == "partial"
+        assert [d["code"] for d in report["diagnostics"]] == ["fused_attention_matrix_core_only"]
+    assert report["context"]["native_convention"].startswith(f"torch.utils.flop_counter of torch {release} ")
+    # A causal mask adds one op per score in the fallback: 678 (none natively).
+    report = op_view(torchscan, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), complete=not native)
+    causal = 480 if native else 678
+    assert report["by_operator"] == {"aten._scaled_dot_product_flash_attention_for_cpu": causal}
+    # The backward kernel: five products 5 * 2*30*4 = 1200 (FlopCounterMode's
+    # convention from 2.15 on); torchscan_training_v1 before adds per score
+    # scale, exp(s - lse) (2), softmax backward (2), scale back: 6*30 = 180,
     # per row rowsum(dO*O): 6 * (4 + 3) = 42 -> 1422.
     qg = q.clone().requires_grad_()
     with torchscan.scan() as s:
         F.scaled_dot_product_attention(qg, k, v).sum().backward()
     bwd = "aten._scaled_dot_product_flash_attention_for_cpu_backward"
     report = s.report()
-    assert report["total"]["status"] == "complete", report["diagnostics"]
-    assert report["by_operator"][bwd] == 1422
+    assert report["total"]["status"] == ("partial" if native else "complete"), report["diagnostics"]
+    assert report["by_operator"][bwd] == (1200 if native else 1422)
     # Module view: the five products at 2K - 1 per output drop one add per
     # output, per head 2*3*5 (scores, grad scores) + 5*4 (grad v) + 3*4 (grad q)
     # + 4*5 (grad k) = 82, x2 heads = 164: 1422 - 164 = 1258 FLOPs; MACs
@@ -355,7 +368,7 @@ def _llama(**config):
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
 
 
-def test_llama_forward_on_cpu_is_complete_in_both_views(torchscan):
+def test_llama_forward_on_cpu_is_complete_in_both_views(torchscan, checks):
     torch.manual_seed(0)
     model = _llama(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2, vocab_size=100, max_position_embeddings=64)
@@ -363,10 +376,14 @@ def test_llama_forward_on_cpu_is_complete_in_both_views(torchscan):
     report = torchscan.crawl_module(model, kwargs={"input_ids": ids})
     for name in ("module_flops", "macs", "dmas"):
         assert report["totals"][name]["status"] == "complete", report["diagnostics"]
-    assert report["diagnostics"] == []
+    # GQA attention runs the CPU kernel: the complete fallback row before torch
+    # 2.15; from 2.15 FlopCounterMode's matrix core, partial in the operator
+    # view only ("Native fused attention"), with that one diagnostic.
+    core_only = ["fused_attention_matrix_core_only"] if checks.NATIVE_CPU_SDPA else []
+    assert [d["code"] for d in report["diagnostics"]] == core_only
     flops = torchscan.measure_flops(lambda: model(input_ids=ids))
-    assert flops["total"]["status"] == "complete", flops["diagnostics"]
-    # GQA attention runs the CPU kernel, counted as the complete fallback row.
+    assert flops["total"]["status"] == ("partial" if core_only else "complete"), flops["diagnostics"]
+    assert [d["code"] for d in flops["diagnostics"]] == core_only
     assert flops["by_operator"]["aten._scaled_dot_product_flash_attention_for_cpu"] > 0
 
 
@@ -423,13 +440,15 @@ def test_every_zero_cost_view_rule_agrees_with_the_schema(torchscan):
         assert ops[key]["class"] != "zero_cost", key
 
 
-def test_sdpa_on_meta_runs_the_math_path_and_counts_by_its_kernels(torchscan):
+def test_sdpa_on_meta_runs_the_math_path_and_counts_by_its_kernels(torchscan, checks):
     # q = k = v (1, 2, 8, 16): A = 128 scores, R = 16 rows, d = 16.
     cpu = torch.randn(1, 2, 8, 16)
     meta = cpu.to("meta")
     # CPU fused row: products 2*128*16 + 2*16*8*16 = 8192, scale 128, softmax 5*128 - 2*16 = 608: 8928.
-    report = op_view(torchscan, lambda: F.scaled_dot_product_attention(cpu, cpu, cpu))
-    assert report["by_operator"] == {"aten._scaled_dot_product_flash_attention_for_cpu": 8928}
+    # From torch 2.15 FlopCounterMode's convention: the products alone, 8192 (partial: matrix core only).
+    native = checks.NATIVE_CPU_SDPA
+    report = op_view(torchscan, lambda: F.scaled_dot_product_attention(cpu, cpu, cpu), complete=not native)
+    assert report["by_operator"] == {"aten._scaled_dot_product_flash_attention_for_cpu": 8192 if native else 8928}
     # Meta math path: sqrt(scale) on q and on k (2 x 256 values), the two bmm (8192),
     # _safe_softmax 608 + 2 per score (256): 864 -> 9568.
     report = op_view(torchscan, lambda: F.scaled_dot_product_attention(meta, meta, meta))

@@ -140,9 +140,30 @@ def test_a_profiler_cannot_start_inside_and_nothing_is_left_behind():
                 torch.ones(10)
     assert not tls_mode_included()
     assert not torch.autograd._profiler_enabled()
+    if _profiler_breaks_after_its_own_refusal():
+        pytest.skip("this torch's profiler does not start again after refusing to start inside another "
+                    "profiler, with no TorchScan loaded (Kineto left prepared)")
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         torch.ones(10)
     assert len(prof.events()) > 0  # the slot is free again
+
+
+def _profiler_breaks_after_its_own_refusal() -> bool:
+    # torch 2.11: a profiler refused inside another one leaves Kineto in a
+    # state where the next profiler fails ("Can't disable Kineto profiler when
+    # it's not running"). Checked in a process without TorchScan; releases
+    # from 2.13 on recover, so only older ones pay for the check.
+    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13):
+        return False
+    import subprocess
+    import sys
+
+    code = ("import torch\nfrom torch.profiler import profile\n"
+            "with profile() as a:\n"
+            "    try:\n"
+            "        with profile() as b: torch.ones(3)\n"
+            "    except RuntimeError: pass\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120).returncode != 0
 
 
 def test_a_raising_forward_propagates_and_leaves_nothing_behind():

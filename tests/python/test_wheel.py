@@ -87,5 +87,19 @@ def test_installed_wheel_refuses_another_torch_with_what_to_do(venv, tmp_path):
                          env=_clean_env())
     assert res.returncode != 0
     assert "ImportError" in res.stderr
-    assert f"built against torch {torch.__version__} but torch 2.14.1+cpu is loaded" in res.stderr
-    assert f"install torch=={torch.__version__.split('+')[0]}" in res.stderr
+    release = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    assert f"built against torch {torch.__version__} but the running torch is 2.14.1+cpu" in res.stderr
+    assert f"`pip install 'torch=={release}.*'`" in res.stderr
+    # Not a checkout: the other fix is the wheel for the torch found.
+    assert "the TorchScan wheel built for torch 2.14" in res.stderr
+
+
+def test_installed_wheel_accepts_another_build_of_its_release(venv, tmp_path):
+    # The CUDA build of the same release (a local tag other than the one built
+    # against) is the same release: accepted. (2 x 8) @ (8 x 4): 2*2*8*4 = 128.
+    code = ("import torch\ntorch.__version__ = torch.__version__.split('+')[0] + '+cu130'\nimport torchscan\n"
+            "print(torchscan.measure_flops(lambda: torch.ones(2, 8) @ torch.ones(8, 4))['total']['value'])\n")
+    res = subprocess.run([str(venv), "-c", code], capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+                         env=_clean_env())
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "128"
