@@ -23,7 +23,7 @@
 #include "formulas/reduction.h"
 #include "formulas/selection.h"
 #include "formulas/softmax.h"
-#include "torchscan_dispatch/torch_compat.h"
+#include "formulas/torch_compat.h"
 
 namespace torchscan {
 namespace {

@@ -8,6 +8,7 @@
 #include "formulas/attention.h"
 #include "formulas/recurrent.h"
 #include "formulas/registry.h"
+#include "formulas/torch_compat.h"
 #include "tests/cpp/formula_testing.h"
 
 namespace torchscan {
@@ -35,6 +36,22 @@ CallBuilder Sdpa(int64_t hq, int64_t hkv, double dropout, bool causal, bool mask
   return b;
 }
 
+// The fallback row itself: the registry uses it before torch 2.15, whose
+// FlopCounterMode counts this kernel's products (the native row then wins).
+FormulaResult Row(const CallBuilder& b) { return attention::SdpaCpuBackward(b.Call()); }
+
+TEST(TrainingAttentionBackward, TheRegistryUsesTheInstalledReleasesRow) {
+  const OperatorFormula* f = FindOperatorFormula(kSdpaBwd);
+  ASSERT_NE(f, nullptr);
+#if TORCHSCAN_NATIVE_CPU_FLASH_ATTENTION
+  EXPECT_EQ(f->flops, &attention::SdpaBackward);
+  EXPECT_EQ(f->source, FormulaSource::kNative);
+#else
+  EXPECT_EQ(f->flops, &attention::SdpaCpuBackward);
+  EXPECT_EQ(f->source, FormulaSource::kFallback);
+#endif
+}
+
 TEST(TrainingAttentionBackward, CpuFlashBackwardByHand) {
   // q (1,2,3,4), k/v (1,2,5,4), d = dv = 4: A = 1*2*3*5 = 30 scores, R = 6 rows.
   // Products per head (3 queries, 5 keys, width 4), each a dot at 2 FLOPs/term:
@@ -48,23 +65,23 @@ TEST(TrainingAttentionBackward, CpuFlashBackwardByHand) {
   //   attn * (gattn - dsum) 2, gradient through the scale 1: 6 * 30 = 180.
   // Per row: rowsum(grad_out * out) 4 multiplies + 3 adds = 7: 6 * 7 = 42.
   // 1200 + 180 + 42 = 1422.
-  const FormulaResult plain = Evaluate(kSdpaBwd, Sdpa(2, 2, 0, false, false));
+  const FormulaResult plain = Row(Sdpa(2, 2, 0, false, false));
   ASSERT_EQ(plain.status, MetricStatus::kComplete) << plain.message;
   EXPECT_EQ(plain.value, 1422);
   // A causal mask: one selection per score, + 30 = 1452; with an explicit mask
   // as well (an add per score), + 30 more = 1482.
-  EXPECT_EQ(Evaluate(kSdpaBwd, Sdpa(2, 2, 0, true, false)).value, 1452);
-  EXPECT_EQ(Evaluate(kSdpaBwd, Sdpa(2, 2, 0, false, true)).value, 1452);
-  EXPECT_EQ(Evaluate(kSdpaBwd, Sdpa(2, 2, 0, true, true)).value, 1482);
+  EXPECT_EQ(Row(Sdpa(2, 2, 0, true, false)).value, 1452);
+  EXPECT_EQ(Row(Sdpa(2, 2, 0, false, true)).value, 1452);
+  EXPECT_EQ(Row(Sdpa(2, 2, 0, true, true)).value, 1482);
 }
 
 TEST(TrainingAttentionBackward, GroupedQueryCountsQueryHeads) {
   // 4 query heads over 2 KV heads: every query head does the per-head work of
   // the test above (600 products + 90 per-score + 21 per-row = 711); the sums of
   // the group's K/V gradients are the continuation of the same dots. 4 * 711 = 2844.
-  EXPECT_EQ(Evaluate(kSdpaBwd, Sdpa(4, 2, 0, false, false)).value, 2844);
+  EXPECT_EQ(Row(Sdpa(4, 2, 0, false, false)).value, 2844);
   // 3 query heads over 2 KV heads is no grouping.
-  EXPECT_EQ(Evaluate(kSdpaBwd, Sdpa(3, 2, 0, false, false)).status, MetricStatus::kUnavailable);
+  EXPECT_EQ(Row(Sdpa(3, 2, 0, false, false)).status, MetricStatus::kUnavailable);
 }
 
 TEST(TrainingAttentionBackward, RelatesToTheForwardRow) {
@@ -73,7 +90,7 @@ TEST(TrainingAttentionBackward, RelatesToTheForwardRow) {
   // times the forward's (five products of the same size instead of two).
   CallBuilder fwd("aten::_scaled_dot_product_flash_attention_for_cpu");
   fwd.Tensor({1, 2, 3, 4}).Tensor({1, 2, 5, 4}).Tensor({1, 2, 5, 4}).Double(0).Bool(false).None().None();
-  EXPECT_EQ(Evaluate("aten::_scaled_dot_product_flash_attention_for_cpu", fwd).value, 648);
+  EXPECT_EQ(attention::SdpaCpu(fwd.Call()).value, 648);
   const std::vector<int64_t> g{1, 2, 3, 4}, q{1, 2, 3, 4}, k{1, 2, 5, 4}, v{1, 2, 5, 4};
   EXPECT_EQ(*attention::SdpaBackwardFlops(g, q, k, v), 1200);
   EXPECT_EQ(*attention::SdpaForwardFlops(q, k, v), 480);
@@ -81,19 +98,19 @@ TEST(TrainingAttentionBackward, RelatesToTheForwardRow) {
 
 TEST(TrainingAttentionBackward, LimitsAndNoGradient) {
   // Dropout inside the kernel is not counted (as in the forward row).
-  const FormulaResult dropout = Evaluate(kSdpaBwd, Sdpa(2, 2, 0.1, false, false));
+  const FormulaResult dropout = Row(Sdpa(2, 2, 0.1, false, false));
   EXPECT_EQ(dropout.status, MetricStatus::kUnavailable);
   EXPECT_EQ(dropout.code, "unsupported_attention_dropout");
   // grad_out must have the query's (batch, heads, length) and V's width.
   CallBuilder bad(kSdpaBwd);
   bad.Tensor({1, 2, 4, 4}).Tensor({1, 2, 3, 4}).Tensor({1, 2, 5, 4}).Tensor({1, 2, 5, 4});
   bad.Tensor({1, 2, 3, 4}).Tensor({1, 2, 3}).Double(0).Bool(false).None().None();
-  EXPECT_EQ(Evaluate(kSdpaBwd, bad).status, MetricStatus::kUnavailable);
+  EXPECT_EQ(Row(bad).status, MetricStatus::kUnavailable);
   // An undefined grad_out: the kernel returns undefined gradients, computing nothing.
   CallBuilder none(kSdpaBwd);
   none.None().Tensor({1, 2, 3, 4}).Tensor({1, 2, 5, 4}).Tensor({1, 2, 5, 4});
   none.Tensor({1, 2, 3, 4}).Tensor({1, 2, 3}).Double(0).Bool(false).None().None();
-  const FormulaResult zero = Evaluate(kSdpaBwd, none);
+  const FormulaResult zero = Row(none);
   EXPECT_EQ(zero.status, MetricStatus::kComplete);
   EXPECT_EQ(zero.value, 0);
 }
