@@ -55,7 +55,12 @@ bool PromotesIntegersToFloat(std::string_view op) {
       "aten::logsumexp", "aten::sinc", "aten::logit", "aten::lgamma", "aten::digamma", "aten::i0",
       "aten::deg2rad", "aten::rad2deg", "aten::special_i0e", "aten::special_i1", "aten::special_i1e",
       "aten::special_ndtr", "aten::special_ndtri", "aten::special_erfcx", "aten::special_log_ndtr",
-      "aten::special_xlog1py", "aten::special_entr", "aten::logaddexp", "aten::logaddexp2"};
+      "aten::special_xlog1py", "aten::special_entr", "aten::logaddexp", "aten::logaddexp2",
+      "aten::special_bessel_j0", "aten::special_bessel_j1", "aten::special_bessel_y0", "aten::special_bessel_y1",
+      "aten::special_modified_bessel_i0", "aten::special_modified_bessel_i1", "aten::special_modified_bessel_k0",
+      "aten::special_modified_bessel_k1", "aten::special_scaled_modified_bessel_k0",
+      "aten::special_scaled_modified_bessel_k1", "aten::special_spherical_bessel_j0", "aten::special_airy_ai",
+      "aten::polygamma", "aten::angle", "aten::mvlgamma"};
   return names->contains(FunctionalName(op));
 }
 
@@ -64,6 +69,9 @@ Arithmetic ComputationArithmetic(const OpCall& call, Arithmetic operands) {
   const ArgMeta& out = call.output(0);
   if (!out.is_tensor() || !out.tensor().defined || !c10::isFloatingType(out.tensor().dtype)) return operands;
   if (call.out_form && !PromotesIntegersToFloat(call.name)) return operands;  // computed in the operands' dtype
+  // Division with a rounding mode keeps integer operands integral (floor and
+  // trunc division of integers), whatever dtype the destination has.
+  if (FunctionalName(call.name) == "aten::div" && call.arg(2).kind == ArgKind::kString) return operands;
   return Arithmetic::kReal;
 }
 

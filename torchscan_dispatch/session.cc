@@ -389,6 +389,10 @@ Status Session::Stop() {
     if (s.options.threads == Threads::kAll) {
       // Any thread may stop it; calls still running are left out (in_flight).
       s.all->Stop();
+      // Pauses taken under it with no scan of the thread's own have no owner
+      // (PauseThreadRecordingForScan); one an interrupt kept from its resume
+      // ends here, as a thread scan's own do when it stops.
+      ReleasePausesOf(nullptr);
       s.logs = s.all->Logs();
       (void)LeaveFinishedAllThreadsScan();
       s.phase = Phase::kStopped;

@@ -62,6 +62,11 @@ def test_out_destinations_take_no_part_in_promotion(torchscan):
     # add of two int64 tensors computes in int64, then converts into f: 0.
     assert op_view(torchscan, lambda: torch.add(I, J, out=f)) == 0
     assert op_view(torchscan, lambda: torch.mul(I, J, out=f)) == 0
+    # Floor division of integers stays integral whatever the destination: 0.
+    assert op_view(torchscan, lambda: torch.div(I, J, rounding_mode="floor", out=f)) == 0
+    # Special functions promote integers as exp does: one evaluation per value, 1,000.
+    assert op_view(torchscan, lambda: torch.special.bessel_j0(I, out=f)) == 1000
+    assert op_view(torchscan, lambda: torch.special.modified_bessel_i0(I, out=f)) == 1000
 
 
 def test_in_place_float_results_of_integer_operands(torchscan):

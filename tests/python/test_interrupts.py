@@ -178,3 +178,17 @@ def test_an_interrupt_at_a_random_moment_leaves_nothing_behind(name, attempts, r
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert inside >= attempts // 2, (inside, attempts)
+
+
+def test_a_pause_left_open_under_an_all_threads_scan_ends_with_it(torchscan):
+    # An interrupt between an analysis pause and its resume, inside a
+    # threads="all" scan (which gives the starting thread no scan of its own):
+    # the pause has no owner, and ends when the all-threads scan stops.
+    with torchscan.scan(threads="all"):
+        Session.pause_thread_recording()  # never resumed, as after a Ctrl-C
+        assert Session.thread_recording_paused()
+    assert not Session.thread_recording_paused()
+    # The next scan records: mm (2,3)@(3,4), 2*3*4*2 = 48 FLOPs.
+    with torchscan.scan() as s:
+        torch.mm(torch.ones(2, 3), torch.ones(3, 4))
+    assert s.report()["total"] == {**s.report()["total"], "status": "complete", "value": 48}
