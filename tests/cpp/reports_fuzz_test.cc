@@ -333,8 +333,8 @@ TEST(ReportReaders, CountsTo2To128AreReadExactly) {
   EXPECT_NE(DumpJson(*back).find("\"delta\":-36893488147419103204,"), std::string::npos) << DumpJson(*back);
 }
 
-// The two FlopReports the issue describes: 2^64 and 2^64 + 2 FLOPs, all of
-// them aten.mm. Through doubles both are 2^64 (delta 0, aten.mm unchanged).
+// Two FlopReports of 2^64 and 2^64 + 2 FLOPs, all of them aten.mm. Through
+// doubles both would be 2^64 (delta 0, aten.mm unchanged): the delta is exact.
 TEST(ReportReaders, DiffPast2To64IsExact) {
   const std::string two64 = "18446744073709551616", two64_2 = "18446744073709551618";
   auto flop_text = [](const std::string& n) {

@@ -80,7 +80,7 @@ def test_a_fifo_or_directory_is_refused_without_waiting_for_a_writer(in_tmp):
     cases = [("render", "pipe.json"), ("diff", "pipe.json", "ok.json"), ("diff", "ok.json", "pipe.json"),
              ("compare", "pipe.json", "ok.json"), ("merge", "ok.json", "pipe.json"), ("render", "dir.json")]
     for args in cases:
-        # Before the fix the readers blocked in open() forever: a timeout fails the test.
+        # A reader that opened the FIFO would block forever: a timeout fails the test.
         message = cli_error(*args)
         if "pipe.json" in args:
             assert "pipe.json is a FIFO (named pipe), not a report file" in message, message

@@ -316,5 +316,5 @@ def test_the_audit_lists_the_operators_whose_two_views_differ(audit):
     registered = {name.split(".")[0] for name in audit["operators"]}
     expected = {reason: names & registered for reason, names in expected.items() if names & registered}
     assert by_reason == expected
-    # _grouped_mm and grid_sampler_2d are no longer among them.
+    # _grouped_mm and grid_sampler_2d have module-view formulas: not among them.
     assert not {"aten::_grouped_mm", "aten::grid_sampler_2d"} & {o.split(".")[0] for o in differ}
