@@ -1,4 +1,4 @@
-// Communication of a scan (issue 13, distributed jobs): the collectives it
+// Communication of a scan (distributed jobs): the collectives it
 // recorded (c10d, _c10d_functional, c10d_functional, _dtensor), each valued
 // as bytes this rank sent and received under a stated algorithm convention
 // (formulas/communication.h). A report section of its own: never FLOPs.

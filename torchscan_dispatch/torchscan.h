@@ -286,7 +286,7 @@ class Session {
   StatusOr<std::string> FlopReportJson(const ReportFilter& filter = {});
   // The module view of the same calls (module_flops, macs, dmas) as JSON text.
   StatusOr<std::string> ModuleReportJson(const ReportFilter& filter = {});
-  // Memory traffic of the same calls (the roofline's input, issue 16): per
+  // Memory traffic of the same calls (the roofline's input): per
   // kernel of the operator view's plan, FLOPs, bytes read and written, and
   // the fused estimates' groups (torchscan_dispatch/traffic.h) as JSON text.
   StatusOr<std::string> TrafficJson(const ReportFilter& filter = {});

@@ -1,4 +1,4 @@
-// Memory traffic from the recorded data flow (issue 16, the roofline): per
+// Memory traffic from the recorded data flow (the roofline's input): per
 // counted call, the bytes it reads (its tensor operands) and writes (its
 // returns), and two fused estimates that group calls whose intermediate
 // tensors never leave the group, decided from recorded tensor identities.

@@ -1,4 +1,4 @@
-"""Distributed jobs (issue 13): each rank's place in its job, its collectives'
+"""Distributed jobs: each rank's place in its job, its collectives'
 bytes, and the job report that merges the ranks' reports.
 
 A rank's report (crawl_module, measure_flops, scan().report()) carries, when

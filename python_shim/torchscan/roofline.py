@@ -1,4 +1,4 @@
-"""Roofline analysis from the executed data flow (issue 16).
+"""Roofline analysis from the executed data flow.
 
 One scan records every ATen call of the workload; the engine
 (torchscan_dispatch/traffic.cc) turns its kernels into FLOPs (the operator
