@@ -13,7 +13,7 @@ from torchscan.workload import (compare_benchmarks, measure_latency, measure_pea
 from torchscan.workload import is_benchmark_comparison as _is_benchmark_comparison
 from torchscan.workload import is_benchmark_report as _is_benchmark_report
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 
 @_functools.wraps(_render_model_report)
