@@ -1,5 +1,7 @@
-// The README's C++ example, compiled and run as a test (tests/python/test_readme.py
-// checks that the README shows this file's example verbatim).
+// The C++ API examples of torchscan_dispatch/README.md, compiled and run as a
+// test (tests/python/test_readme.py checks that the documents show each marked
+// example verbatim, its include written as the installed package spells it:
+// <torchscan/torchscan.h>).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
