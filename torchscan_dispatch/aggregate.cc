@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_format.h"
 #include "reports/metric.h"
 #include "reports/names.h"
@@ -21,14 +22,26 @@ inline void Mix(uint64_t& h, uint64_t v) {
 
 constexpr uint64_t kSeed = 0x5DEECE66Dull;
 
-// {"shape", "dtype"} of the first tensor among a call's operands (null: none).
-nlohmann::json FirstTensor(const Event& e) {
+// The first defined tensor among a call's operands (nullptr: none).
+const TensorMeta* FirstOperand(const Event& e) {
   for (const ArgMeta& a : e.args()) {
     const TensorMeta* t = a.kind == ArgKind::kTensor                           ? &a.tensor()
                           : a.kind == ArgKind::kTensorList && a.count > 0 ? &a.tensors()[0]
                                                                             : nullptr;
-    if (t == nullptr || !t->defined) continue;
-    nlohmann::json shape = t->nested ? nlohmann::json() : nlohmann::json(std::vector<int64_t>(t->sizes().begin(), t->sizes().end()));
+    if (t != nullptr && t->defined) return t;
+  }
+  return nullptr;
+}
+
+// What a module call or request was given, as far as its calls show: the
+// first tensor operand of its first call that has one (a fill that builds
+// its input has none), {"shape", "dtype"}; null when no call has one.
+nlohmann::json InputOf(const BlockLog<Event>& events, int64_t begin, int64_t end) {
+  for (int64_t i = std::max<int64_t>(begin, 0); i < end && i < static_cast<int64_t>(events.size()); ++i) {
+    const TensorMeta* t = FirstOperand(events[i]);
+    if (t == nullptr) continue;
+    nlohmann::json shape =
+        t->nested ? nlohmann::json() : nlohmann::json(std::vector<int64_t>(t->sizes().begin(), t->sizes().end()));
     return {{"shape", shape}, {"dtype", reports::DtypeName(t->dtype)}};
   }
   return nullptr;
@@ -157,7 +170,7 @@ uint64_t LayerAggregate::EventHash(const Event& e) {
 }
 
 int32_t LayerAggregate::GroupOf(const GroupKey& key, const reports::LayerTally& row, int32_t parent,
-                                const nlohmann::json& input, std::pair<int64_t, int64_t> order) {
+                                absl::FunctionRef<nlohmann::json()> input, std::pair<int64_t, int64_t> order) {
   auto [it, fresh] = group_index_.emplace(key, static_cast<int32_t>(groups_.size()));
   if (fresh) {
     Group g;
@@ -166,7 +179,7 @@ int32_t LayerAggregate::GroupOf(const GroupKey& key, const reports::LayerTally& 
     g.row.thread = 0;
     g.row.request.clear();
     g.signature = std::get<2>(key);
-    g.input = input;
+    g.input = input();
     g.calls = 1;
     g.order = order;
     groups_.push_back(std::move(g));
@@ -210,7 +223,8 @@ void LayerAggregate::Add(const AggregateBatch& b) {
   // Signatures: every call made inside a module call or request, in order.
   std::vector<uint64_t> scope_sig(std::max(nscopes, 0), kSeed), request_sig(nrequests, kSeed);
   std::vector<Count::Wide> request_begin(nrequests, ~Count::Wide{0});
-  std::vector<int64_t> request_first(nrequests, -1), time_lo(nrequests, -1), time_hi(nrequests, -1);
+  std::vector<int64_t> time_lo(nrequests, -1), time_hi(nrequests, -1);
+  std::vector<int64_t> request_operand(nrequests, -1);  // its first call with a tensor operand
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
     const int32_t q = e.request - b.first_request;
@@ -220,7 +234,7 @@ void LayerAggregate::Add(const AggregateBatch& b) {
     for (int32_t s = e.scope; s >= b.first_scope; s = scopes[s].parent) Mix(scope_sig[s - b.first_scope], h);
     if (!in_request) continue;
     Mix(request_sig[q], h);
-    if (request_first[q] < 0) request_first[q] = static_cast<int64_t>(i);
+    if (request_operand[q] < 0 && FirstOperand(e) != nullptr) request_operand[q] = static_cast<int64_t>(i);
     if (b.times != nullptr && 2 * i + 1 < b.times->size()) {
       const int64_t start = (*b.times)[2 * i], end = (*b.times)[2 * i + 1];
       if (time_lo[q] < 0 || start < time_lo[q]) time_lo[q] = start;
@@ -241,12 +255,9 @@ void LayerAggregate::Add(const AggregateBatch& b) {
     if (sc.end_event < 0 || sc.unsettled) continue;  // running, or part of a request still running
     const reports::LayerTally& row = (*b.scope_rows)[k];
     const int32_t parent = sc.parent >= b.first_scope ? group_of[sc.parent - b.first_scope] : -1;
-    nlohmann::json input;
-    const int64_t first = sc.begin_event - b.base;
-    if (sc.end_event > sc.begin_event && first >= 0 && first < static_cast<int64_t>(events.size())) {
-      input = FirstTensor(events[first]);
-    }
-    group_of[k] = GroupOf({sc.path, sc.call_index, scope_sig[k], sc.failed}, row, parent, input, {seq_of(sc.request), k});
+    group_of[k] = GroupOf({sc.path, sc.call_index, scope_sig[k], sc.failed}, row, parent,
+                          [&] { return InputOf(events, sc.begin_event - b.base, sc.end_event - b.base); },
+                          {seq_of(sc.request), k});
     counted[k] = true;
     if (sc.parent < b.first_scope && sc.request < 0) ++units_;
   }
@@ -265,7 +276,7 @@ void LayerAggregate::Add(const AggregateBatch& b) {
     c.totals = totals.known;
     c.complete = totals.complete;
     c.calls = b.request_calls[q];
-    if (request_first[q] >= 0) c.input = FirstTensor(events[request_first[q]]);
+    if (request_operand[q] >= 0) c.input = InputOf(events, request_operand[q], request_operand[q] + 1);
     c.requests = 1;
     c.first_id = c.last_id = b.request_ids[q];
     c.first_seq = c.last_seq = seq;

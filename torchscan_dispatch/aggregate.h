@@ -29,6 +29,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/functional/function_ref.h"
+
 #include "reports/layers.h"
 #include "torchscan_dispatch/receptive_field.h"
 #include "torchscan_dispatch/scan_state.h"
@@ -130,8 +132,10 @@ class LayerAggregate {
   using ClassKey = std::tuple<uint64_t, Count::Wide, Count::Wide, Count::Wide, Count::Wide, int, int64_t>;
   static constexpr size_t kMaxClasses = 256;
 
-  int32_t GroupOf(const GroupKey& key, const reports::LayerTally& row, int32_t parent, const nlohmann::json& input,
-                  std::pair<int64_t, int64_t> order);
+  // The group of `key`, created from `row` (`input`: its input, asked for
+  // a new group only) or with `row` added to it.
+  int32_t GroupOf(const GroupKey& key, const reports::LayerTally& row, int32_t parent,
+                  absl::FunctionRef<nlohmann::json()> input, std::pair<int64_t, int64_t> order);
   void AddClass(const ClassKey& key, const RequestClass& c);
   uint64_t EventHash(const Event& e);
   void Trim();
