@@ -61,6 +61,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
+from torchscan._profiler_noise import ProfilerNoise
+
 # The reports' reading side (validation, comparison, rendering) lives in
 # torchscan.benchmark_reports; these names stay importable from here.
 from torchscan.benchmark_reports import (SCHEMA_VERSION, _STATUSES, _block_statistics, _quantile,  # noqa: F401
@@ -471,11 +473,17 @@ def _profiler_memory_events(prof, device_type: str) -> list:
     return events
 
 
+def _start_profiler(prof) -> None:
+    with ProfilerNoise():
+        prof.__enter__()
+
+
 def _stop_profiler(prof, failing: bool) -> None:
     """Stop a profiler started here; while the workload's exception is on its
     way, a failure to stop is a warning, never a replacement exception."""
     try:
-        prof.__exit__(*(sys.exc_info() if failing else (None, None, None)))
+        with ProfilerNoise():
+            prof.__exit__(*(sys.exc_info() if failing else (None, None, None)))
     except Exception as e:
         if not failing:
             raise
@@ -507,7 +515,7 @@ def _cpu_peak(workload, where, devices=frozenset()) -> tuple:
 
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
     try:
-        prof.__enter__()
+        _start_profiler(prof)
     except RuntimeError as e:  # another profiler is active on this thread
         return None, [{"code": "profiler_unavailable", "severity": "warning", "metric": "peak_memory",
                        "message": f"torch.profiler could not start ({str(e).strip().splitlines()[0]}); "
@@ -517,7 +525,7 @@ def _cpu_peak(workload, where, devices=frozenset()) -> tuple:
     except BaseException:
         _stop_profiler(prof, failing=True)
         raise
-    prof.__exit__(None, None, None)
+    _stop_profiler(prof, failing=False)
     _refuse_unstarted(result, where)
     unreported = _unsupported(devices | _unreported(result))
     del result
@@ -608,7 +616,7 @@ def _profile(workload, where, dev) -> tuple:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     prof = profile(activities=activities)
     try:
-        prof.__enter__()
+        _start_profiler(prof)
     except RuntimeError as e:
         return None, "unavailable", [{"code": "profiler_unavailable", "severity": "warning", "metric": "profile",
                                       "message": f"torch.profiler could not start ({str(e).strip().splitlines()[0]})"}]
@@ -620,7 +628,7 @@ def _profile(workload, where, dev) -> tuple:
     except BaseException:
         _stop_profiler(prof, failing=True)
         raise
-    prof.__exit__(None, None, None)
+    _stop_profiler(prof, failing=False)
     _refuse_unstarted(result, where)
     del result
     rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
