@@ -285,7 +285,8 @@ def _render_scan_report(report: Mapping) -> str:
         request_totals = aggregate.get("request_totals")
         if isinstance(request_totals, Mapping) and request_totals:
             lines += ["", "Per-request totals:"]
-            for name, d in request_totals.items():
+            order = {name: i for i, name in enumerate(_METRIC_ORDER)}
+            for name, d in sorted(request_totals.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])):
                 lines.append(f"  {name}: {_distribution_text(d)}")
         classes = aggregate.get("request_classes")
         if isinstance(classes, list) and classes:

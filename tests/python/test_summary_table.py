@@ -201,3 +201,14 @@ def test_the_interactive_prompt_shows_the_table_once():
     out = subprocess.run([sys.executable, "-i", "-q"], input=code, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("Layer ") == 1 and "'schema_version'" not in out.stdout, out.stdout
+
+
+def test_summary_options_are_checked_and_a_broken_report_still_prints():
+    with pytest.raises(TypeError, match="verbose must be True or False"):
+        torchscan.summary(TwoBlocks(), (4,), verbose="yes")
+    report = torchscan.summary(TwoBlocks(), (4,), verbose=False)
+    report["layers"] = 3  # edited into something the renderer refuses
+    text = repr(report)
+    assert text.startswith("SummaryReport (no table: ") and "'layers': 3" in text
+    with pytest.raises(ValueError):
+        str(report)  # str() is the table, and says why there is none
