@@ -166,7 +166,7 @@ def roofline_svg(report: Mapping, *, points: str = "layers", width: int = 720, h
         # is drawn larger, one step per covering point, so it shows as a rim.
         later = rows_pts[rows_pts.index(p) + 1:]
         covering = sum(1 for q in later if id(q) in number and abs(X(q[1]) - x) < 4 and abs(Y(q[2]) - y) < 4)
-        out.append(marker(n, x, y, title_text(name, i, perf, bound), 1 + 0.5 * min(covering, 6)))
+        out.append(marker(n, x, y, title_text(name, i, perf, bound), 1 + 0.5 * min(covering, 3)))
     # Numbers after every marker, where they cover no marker and no other number
     # (nearest free place first); a number with no free place is left to the legend.
     placed += [(X(p[1]) - 6, Y(p[2]) - 6, X(p[1]) + 6, Y(p[2]) + 6) for p in pts]
