@@ -57,7 +57,7 @@ import re
 import sys
 import time
 from collections.abc import Mapping as _MappingABC
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 import torch
 
@@ -334,7 +334,8 @@ def _time_latency(workload, where, *, warmup, min_run_time, number, repeats, dev
                 break
             number *= 10
     shown = _Progress(progress, min_run_time)
-    raw, total = [], 0.0
+    raw: List[float] = []
+    total = 0.0
     try:
         while (len(raw) < repeats) if repeats is not None else (total < min_run_time):
             t = block(number)
@@ -680,7 +681,7 @@ def measure_workload(workload: Callable[[], Any], *, flops: bool = True, memory:
         diagnostics += lat_diagnostics
         context["timing"] = timing
         context["work_unit"] = _work_unit_record(opts)
-    unreported = frozenset()
+    unreported: frozenset = frozenset()
     if flops:
         from torchscan.flops import FlopScan
         from torchscan.flops import _refuse_unstarted as _refuse_unstarted_flops
