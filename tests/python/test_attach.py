@@ -154,9 +154,18 @@ def _term_after_requests(served, out, extra):
 
     cmd = [sys.executable, str(ATTACH), "--output", str(out), *extra, "--", str(SERVER), "--model",
            str(served["model"]), "--requests", "100000", "--workers", "1", "--input", INPUT_ARG, "--pace-ms", "50"]
+    import select
+
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_until(proc, lambda: executable(proc.pid) == SERVER_EXE, "the launcher exec'd the server")
-    time.sleep(1.5)  # LibTorch start-up, the model load, then about 20 requests
+    # The signal comes once the server has said it served two requests
+    # ("served K" per request), however slow start-up is: a fixed sleep could
+    # end before the first request on a loaded machine.
+    seen, deadline = "", time.monotonic() + 120
+    while "served 2\n" not in seen and proc.poll() is None:
+        assert time.monotonic() < deadline, f"the server served no two requests in 120 s: {seen!r}"
+        if select.select([proc.stdout], [], [], 1.0)[0]:
+            seen += os.read(proc.stdout.fileno(), 4096).decode()
     os.kill(proc.pid, signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     return proc, stderr
