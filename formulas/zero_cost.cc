@@ -29,6 +29,8 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::retain_grad", R::kMetadata}, {"aten::retains_grad", R::kMetadata},
       {"aten::_has_compatible_shallow_copy_type", R::kMetadata},
       {"aten::detach_", R::kMetadata}, {"aten::as_strided_", R::kMetadata}, {"aten::set_data", R::kMetadata},
+      // torch 2.14 on: set_data as an operator (torch.compile replays input data mutations with it).
+      {"aten::shallow_copy_data_", R::kMetadata},
       // In-place views: they change self's sizes/strides (their schema marks
       // self written, so the view rule does not see them).
       {"aten::transpose_", R::kMetadata}, {"aten::t_", R::kMetadata}, {"aten::squeeze_", R::kMetadata},
