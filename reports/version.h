@@ -1,5 +1,5 @@
 #pragma once
 
 namespace torchscan::reports {
-inline constexpr char kTorchscanVersion[] = "0.1.0";
+inline constexpr char kTorchscanVersion[] = "0.3.0";
 }  // namespace torchscan::reports

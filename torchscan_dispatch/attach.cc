@@ -451,11 +451,27 @@ __attribute__((constructor)) void Attach() {
   const char* st = std::getenv("TORCHSCAN_ATTACH_STREAMING");
   if (!options.timestamps && (!st || std::string(st) != "0")) {
     options.streaming = true;
+    // Smaller folds than a scan's default: each fold's transient memory
+    // (plans and tallies over the calls it folds) adds to the server's peak,
+    // and the aggregated rows make a fold's cost per call the same either way.
+    options.fold_every = 512;
     // How many calls are held before a fold (tests fold at every request).
     if (const char* n = std::getenv("TORCHSCAN_ATTACH_FOLD_EVERY"); n && std::atoll(n) > 0) {
       options.fold_every = static_cast<size_t>(std::atoll(n));
     }
   }
+  // Layer rows are aggregated across requests (one row per module identity
+  // and call signature: a report bounded by the model, not by the traffic);
+  // TORCHSCAN_ATTACH_PER_REQUEST_LAYERS keeps the rows of the last N
+  // requests as well ("all": every request's).
+  if (const char* keep = std::getenv("TORCHSCAN_ATTACH_PER_REQUEST_LAYERS"); keep && *keep) {
+    if (std::string(keep) == "all") {
+      options.per_request_rows = SIZE_MAX;
+    } else if (std::atoll(keep) > 0) {
+      options.per_request_rows = static_cast<size_t>(std::atoll(keep));
+    }
+  }
+  unsetenv("TORCHSCAN_ATTACH_PER_REQUEST_LAYERS");
   attached->session = std::make_unique<Session>(options);
   if (Status st = attached->session->Start(); !st.ok()) {
     std::fprintf(stderr, "torchscan attach: not attaching: %s\n", st.message().c_str());

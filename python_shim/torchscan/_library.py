@@ -1,7 +1,9 @@
 """Loads libtorchscan.so into the running torch and installs the fallback."""
 
+import importlib.metadata
 import os
 import re
+import warnings
 
 import torch
 
@@ -45,6 +47,14 @@ def _in_checkout() -> bool:
     return os.path.exists(os.path.join(_HERE, "..", "..", "tools", "setup.sh"))
 
 
+def _package_version() -> str:
+    """This install's version without its local label ('0.3.0' of '0.3.0+torch2.15')."""
+    try:
+        return importlib.metadata.version("torchscan-dispatch").split("+")[0]
+    except importlib.metadata.PackageNotFoundError:
+        return "VERSION"
+
+
 def fix_command(built: str, loaded: str) -> str:
     """The command that makes this install and the running torch agree."""
     want = release(built)
@@ -55,8 +65,9 @@ def fix_command(built: str, loaded: str) -> str:
             other = (f"or build and test TorchScan for torch {release(loaded)} in its own venv: "
                      f"`bash tools/matrix.sh {release(loaded)}` in the checkout")
         else:
-            other = (f"or install the TorchScan wheel built for torch {release(loaded)} "
-                     f"(`pip install torchscan-<version>+torch{release(loaded)}-...whl`)")
+            other = (f"or install the TorchScan wheel built for torch {release(loaded)}: "
+                     f"`pip install --force-reinstall --find-links DIR 'torchscan-dispatch=={_package_version()}"
+                     f"+torch{release(loaded)}'` (DIR: the folder that holds the wheels)")
         return f"`pip install 'torch=={want}.*'` (the release this install was built against), {other}"
     return f"`pip install 'torch=={want}.*'` (the release this install was built against)"
 
@@ -102,7 +113,27 @@ def mismatch_error(built: str, loaded: str = ""):
                        f"Fix: {fix_command(built, loaded)}")
 
 
+# PyPI's `torchscan` is another project with the same import name: installed
+# into one environment, the two packages overwrite each other's files.
+OTHER_DISTRIBUTION = "torchscan"
+
+
+def other_distribution_warning():
+    """The warning text when another distribution also installs `torchscan`; else None."""
+    try:
+        other = importlib.metadata.distribution(OTHER_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return (f"torchscan: this is TorchScan (distribution torchscan-dispatch, from {_HERE}), but the distribution "
+            f"`{OTHER_DISTRIBUTION}` {other.version}, a different project with the same import name, is also "
+            "installed here and may have replaced some of its files. Fix: `pip uninstall torchscan`, then reinstall "
+            "TorchScan (`pip install --force-reinstall` of its wheel, or `bash tools/setup.sh` in a checkout)")
+
+
 def load():
+    message = other_distribution_warning()
+    if message:
+        warnings.warn(message, stacklevel=3)
     path = _library_path()
     if not os.path.exists(path):
         raise ImportError(
