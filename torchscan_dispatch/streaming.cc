@@ -135,6 +135,7 @@ void Recorder::FoldSettled() {
   constexpr size_t kKeptSignatures = 1 << 14;
   if (calls_.size() > kKeptSignatures) calls_.Clear();
   if (aggregate_layers) {
+    folder->ForgetFields();
     // Aggregated: nothing refers to them any more (nothing is open), so
     // memory stays bounded by the model, not by the requests served.
     scopes_.clear();

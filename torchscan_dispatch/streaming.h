@@ -91,6 +91,11 @@ class Folder {
   int64_t thread = 0;
   // Each call's receptive-field state after the folded calls.
   const FieldFlow& fields() const { return fields_; }
+  // Recorder::aggregate_layers: the data flow starts afresh after a fold.
+  // Nothing is open then, so the next requests' tensors are made after it;
+  // a served model's activations take ever new addresses (large ones are
+  // mapped anew), and a flow kept across folds would grow with the requests.
+  void ForgetFields() { fields_ = FieldFlow(); }
 
  private:
   const Overrides* overrides_;  // the session's caller formulas (fixed while the scan runs)
