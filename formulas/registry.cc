@@ -442,6 +442,8 @@ const Exclusion kExclusions[] = {
     TS_LAPACK("linalg_qr"), TS_LAPACK("linalg_solve_triangular"), TS_LAPACK("triangular_solve"),
     TS_LAPACK("linalg_lu_solve"), TS_LAPACK("lu_unpack"), TS_LAPACK("ormqr"), TS_LAPACK("linalg_ldl_solve"),
     TS_LAPACK("linalg_pinv"),
+    // torch 2.14 on: the polar decomposition and the Hermitian matrix square root.
+    TS_LAPACK("linalg_polar"), TS_LAPACK("linalg_matrix_sqrth"),
 #undef TS_LAPACK
 #define TS_POLY(name) {"aten::special_" name, kPolynomialGap}
     TS_POLY("chebyshev_polynomial_t"), TS_POLY("chebyshev_polynomial_u"), TS_POLY("chebyshev_polynomial_v"),

@@ -29,6 +29,8 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::retain_grad", R::kMetadata}, {"aten::retains_grad", R::kMetadata},
       {"aten::_has_compatible_shallow_copy_type", R::kMetadata},
       {"aten::detach_", R::kMetadata}, {"aten::as_strided_", R::kMetadata}, {"aten::set_data", R::kMetadata},
+      // torch 2.14 on: set_data as an operator (torch.compile replays input data mutations with it).
+      {"aten::shallow_copy_data_", R::kMetadata},
       // In-place views: they change self's sizes/strides (their schema marks
       // self written, so the view rule does not see them).
       {"aten::transpose_", R::kMetadata}, {"aten::t_", R::kMetadata}, {"aten::squeeze_", R::kMetadata},
@@ -50,6 +52,8 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       // Picks the SDPA backend for the inputs' metadata and returns its index.
       {"aten::_fused_sdp_choice", R::kMetadata},
       {"aten::record_stream", R::kMetadata}, {"aten::_nested_tensor_size", R::kMetadata},
+      // FSDP2's stream bookkeeping for gradient buffers (a no-op by default; torch 2.15 on).
+      {"fsdp::record_grad_output_stream", R::kMetadata},
       {"prim::layout", R::kMetadata}, {"prim::device", R::kMetadata},
       // allocation
       {"aten::empty", R::kAllocation}, {"aten::empty_like", R::kAllocation},
@@ -76,6 +80,10 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::_copy_from_and_resize", R::kCopy}, {"aten::contiguous", R::kCopy},
       {"aten::cat", R::kCopy}, {"aten::stack", R::kCopy},
       {"aten::split_with_sizes_copy", R::kCopy}, {"aten::_chunk_cat", R::kCopy},
+      // FSDP2's gradient copy-in (torch 2.15 on): _chunk_cat that casts to the
+      // output's dtype as it copies (one fused kernel on CUDA; on CPU _to_copy
+      // and _chunk_cat, which this call's count stands for).
+      {"fsdp::chunk_cat_mixed_dtype", R::kCopy},
       // Casts that return their input when there is nothing to cast (their
       // schema says view; what they returned decides, see ZeroCostCosts).
       {"aten::_autocast_to_reduced_precision", R::kCopy}, {"aten::_autocast_to_full_precision", R::kCopy},

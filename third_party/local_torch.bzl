@@ -37,10 +37,14 @@ cc_library(
     linkopts = ["-L{root}/lib", "-lc10", "-ltorch_cpu"],
 )
 
-# Programs run from the build tree (the tests) find LibTorch here.
+# Programs run from the build tree (the tests) find LibTorch here. They also
+# load libtorch.so, as every LibTorch program built with CMake's
+# TORCH_LIBRARIES does: code torch generates at run time relies on it being
+# loaded already (in the CUDA builds, an AOTInductor package's model library
+# names libtorch.so without a search path; the CPU builds' do not).
 cc_library(
     name = "runtime",
-    linkopts = ["-Wl,-rpath,{root}/lib"],
+    linkopts = ["-Wl,-rpath,{root}/lib", "-L{root}/lib", "-ltorch"],
     deps = [":libtorch"],
 )
 """.format(abi = abi, root = root))

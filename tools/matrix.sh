@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The support matrix, tested: for each torch release (and build) asked for,
-# builds the plugin against that torch in its own venv and Bazel output base,
-# installs it beside a copy of the shim, and runs the README examples, the
-# FlopCounterMode parity tests and the coverage audit there. Prints a table
+# builds the plugin, the attach and preload libraries and the example servers
+# against that torch in its own venv and Bazel output base, installs them in a
+# copy of the source tree (the shim's _lib, bazel-bin), and runs the README
+# examples, the FlopCounterMode parity tests, the coverage audit and the
+# AOTInductor, attach and preload tests there. Prints a table
 # (release x build x result). CI stays on one release (tools/test.sh); this
 # is run by hand before a release.
 #   bash tools/matrix.sh [RELEASE[:BUILD] ...]     e.g. 2.15 2.11:cuda 2.13:cpu
@@ -20,8 +22,13 @@ ROOT=$PWD
 . tools/env.sh
 DIR=${TORCHSCAN_MATRIX_DIR:-$HOME/.cache/torchscan-matrix}
 SUPPORTED=(2.11 2.12 2.13 2.14 2.15)
-TESTS=(tests/python/test_readme.py tests/python/test_measure_flops.py tests/python/test_coverage_audit.py)
-TARGETS=(//:torchscan //torchscan_dispatch:libtorchscan_attach.so //torchscan_dispatch:libtorchscan_preload.so)
+TESTS=(tests/python/test_readme.py tests/python/test_measure_flops.py tests/python/test_coverage_audit.py
+       tests/python/test_aoti.py tests/python/test_attach.py tests/python/test_attach_wrapper.py
+       tests/python/test_serving.py)
+# The libraries tools/setup.sh installs and the programs those tests drive.
+TARGETS=(//:torchscan //torchscan_dispatch:libtorchscan_attach.so //torchscan_dispatch:libtorchscan_preload.so
+         //tests:example_server //tests:example_server_scanned //tests:aoti_server //tests:dlopen_host
+         //tests:libexample_server.so)
 mkdir -p "$DIR"
 
 cells=("$@")
@@ -29,7 +36,7 @@ cells=("$@")
 
 rows=()
 run_one() {  # release build -> one table row
-  local rel=$1 build=$2 var venv py log shim base torch_version
+  local rel=$1 build=$2 var venv py log tree base torch_version
   case " ${SUPPORTED[*]} " in *" $rel "*) ;; *) rows+=("$rel|$build|not supported"); return ;; esac
   var="TORCHSCAN_VENV_${rel//./_}_$build"
   venv=${!var:-$DIR/torch$rel-$build}
@@ -58,15 +65,22 @@ run_one() {  # release build -> one table row
   fi
   local bin
   bin=$(PATH="$venv/bin:$PATH" bazel --output_base="$base" info bazel-bin 2>>"$log")
-  shim="$DIR/shim-$rel-$build"
-  rm -rf "$shim" && mkdir -p "$shim" && cp -r python_shim/torchscan "$shim/" && rm -rf "$shim/torchscan/_lib"
-  mkdir -p "$shim/torchscan/_lib"
-  install -m 0755 "$bin/torchscan_dispatch/libtorchscan.so" "$shim/torchscan/_lib/libtorchscan.so.0"
-  install -m 0755 "$bin/torchscan_dispatch/libtorchscan_attach.so" "$shim/torchscan/_lib/libtorchscan_attach.so"
-  install -m 0755 "$bin/torchscan_dispatch/libtorchscan_preload.so" "$shim/torchscan/_lib/libtorchscan_preload.so"
+  # A copy of the source tree (tracked and untracked files, not the ignored
+  # build outputs): the tests and tools/attach.py find the libraries and
+  # programs beside themselves (python_shim/torchscan/_lib, bazel-bin), and
+  # here those are this release's, never the checkout's own.
+  tree="$DIR/tree-$rel-$build"
+  rm -rf "$tree" && mkdir -p "$tree" &&
+    git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$tree" 2>>"$log" ||
+    { rows+=("$rel|$build|FAIL: copy of the tree ($log)"); return; }
+  local lib=$tree/python_shim/torchscan/_lib
+  rm -rf "$lib" && mkdir -p "$lib" && ln -s "$bin" "$tree/bazel-bin"
+  install -m 0755 "$bin/torchscan_dispatch/libtorchscan.so" "$lib/libtorchscan.so.0"
+  install -m 0755 "$bin/torchscan_dispatch/libtorchscan_attach.so" "$lib/libtorchscan_attach.so"
+  install -m 0755 "$bin/torchscan_dispatch/libtorchscan_preload.so" "$lib/libtorchscan_preload.so"
   local summary
-  summary=$(PYTHONPATH="$shim" TORCHSCAN_REQUIRE_LIB=1 "$py" -m pytest "${TESTS[@]}" -q -p no:cacheprovider 2>&1 |
-    tee -a "$log" | tail -1)
+  summary=$(cd "$tree" && PYTHONPATH="$tree/python_shim" TORCHSCAN_REQUIRE_LIB=1 \
+    "$py" -m pytest "${TESTS[@]}" -q -p no:cacheprovider 2>&1 | tee -a "$log" | tail -1)
   if grep -qE '(^| )[0-9]+ passed' <<<"$summary" && ! grep -qE 'failed|error' <<<"$summary"; then
     rows+=("$rel|$build|pass: torch $torch_version, ${summary//=/}")
   else

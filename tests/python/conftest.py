@@ -33,6 +33,10 @@ MODE_KEY_NAME = "TESTING_ONLY_GenericMode"
 # the installed release.
 NATIVE_CPU_SDPA = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu in flop_registry
 
+# The installed release, (major, minor): where PyTorch's own Python code (its
+# decompositions) changed between releases, a hand derivation follows it.
+TORCH_RELEASE = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+
 METRIC_STATUSES = {"complete", "partial", "unavailable"}
 SCALAR_TYPES = (str, int, float, bool, type(None))
 

@@ -377,6 +377,7 @@ def test_crawl_module_inside_a_job(torchscan, job_dir, capsys):
 
 
 def test_fsdp2_step_gathers_and_scatters(torchscan, job_dir):
+    import torch.distributed.fsdp  # noqa: F401, PLC0415  (registers the fsdp:: operators, as in the workers)
     report0 = _load(job_dir, "fsdp_rank0.json")
     if "fsdp_error" in report0:
         pytest.skip(f"FSDP2 (fully_shard) does not run on CPU gloo with this torch: {report0['fsdp_error']}")
@@ -399,7 +400,10 @@ def test_fsdp2_step_gathers_and_scatters(torchscan, job_dir):
         report = _load(job_dir, f"fsdp_rank{rank}.json")
         uncounted = [d["operator"] for d in report["diagnostics"] if d["code"] == "uncounted_operator"]
         assert uncounted == [], uncounted
-        for copy in ("aten._foreach_copy_", "aten.split_with_sizes_copy", "aten._chunk_cat"):
+        # From torch 2.15 on the gradients' copy-in is fsdp::chunk_cat_mixed_dtype
+        # (a C++ kernel, a copy itself) in place of fsdp::chunk_cat's _chunk_cat.
+        chunk_cat = "fsdp.chunk_cat_mixed_dtype" if hasattr(torch.ops.fsdp, "chunk_cat_mixed_dtype") else "aten._chunk_cat"
+        for copy in ("aten._foreach_copy_", "aten.split_with_sizes_copy", chunk_cat):
             assert report["ignored_operators"][copy]["reason"] == "copy", report["ignored_operators"]
 
 
@@ -430,3 +434,31 @@ def test_functional_collectives_resolve_their_group(torchscan, job_dir):
         # no FLOPs of their own, so they leave the FLOPs' status to the rest.
         codes = {d["code"] for d in _load(job_dir, f"functional_rank{rank}.json")["diagnostics"]}
         assert "unattributed_thread_work" not in codes, codes
+
+
+def test_fsdp_copy_in_and_stream_bookkeeping_are_zero_cost(torchscan, checks):
+    # FSDP2's operators from torch 2.15 on. chunk_cat_mixed_dtype is _chunk_cat
+    # casting to out's dtype as it copies: no arithmetic (conversions and
+    # copies are excluded from the FLOP table), 0 FLOPs, and counted as one
+    # copy, not as an unknown operator. record_grad_output_stream only orders
+    # a buffer's free behind a stream: metadata.
+    import torch.distributed.fsdp  # noqa: F401, PLC0415  (registers the fsdp:: operators)
+    if not hasattr(torch.ops.fsdp, "chunk_cat_mixed_dtype"):
+        pytest.skip(f"torch {torch.__version__} has no fsdp::chunk_cat_mixed_dtype")
+    tensors = [torch.randn(4, 3, dtype=torch.bfloat16), torch.randn(2, 3)]
+    # Each input split into 2 chunks along dim 0: rows of 2*3 + 1*3 = 9 values.
+    out = torch.empty(2, 9)
+
+    def workload():
+        torch.ops.fsdp.chunk_cat_mixed_dtype(tensors, dim=0, num_chunks=2, out=out)
+        torch.ops.fsdp.record_grad_output_stream(out, 0, 0, 0)
+
+    report = torchscan.measure_flops(workload)
+    checks.assert_valid_report(report)
+    assert torch.equal(out, torch._chunk_cat([t.float() for t in tensors], 0, 2))
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert report["total"]["value"] == 0
+    assert checks.uncounted(report) == {}
+    ignored = report["ignored_operators"]
+    assert ignored["fsdp.chunk_cat_mixed_dtype"]["reason"] == "copy", ignored
+    assert ignored["fsdp.record_grad_output_stream"]["reason"] == "metadata", ignored

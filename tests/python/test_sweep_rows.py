@@ -101,8 +101,25 @@ def test_sweep_rows(torchscan, name, fn, expected):
 
 def test_factorizations_are_stated_exclusions_never_zero(torchscan):
     a = torch.rand(4, 4) + 4 * torch.eye(4)
-    for fn in (lambda: torch.linalg.inv(a), lambda: torch.linalg.det(a), lambda: torch.linalg.svd(a),
-               lambda: torch.linalg.pinv(a), lambda: torch.linalg.cholesky(a @ a.T)):
+    fns = [lambda: torch.linalg.inv(a), lambda: torch.linalg.det(a), lambda: torch.linalg.svd(a),
+           lambda: torch.linalg.pinv(a), lambda: torch.linalg.cholesky(a @ a.T)]
+    # torch 2.14 on: polar decomposition and Hermitian square root (their own kernels).
+    if hasattr(torch.linalg, "polar"):
+        fns.append(lambda: torch.linalg.polar(a))
+    if hasattr(torch.linalg, "matrix_sqrth"):
+        fns.append(lambda: torch.linalg.matrix_sqrth(a @ a.T))
+    for fn in fns:
         report = torchscan.measure_flops(fn)
         assert report["total"]["status"] == "partial"
         assert any(d["code"] == "excluded_operator" for d in report["diagnostics"]), report["diagnostics"]
+
+
+def test_shallow_copy_data_is_metadata(torchscan):
+    # torch 2.14 on: self takes source's data (storage and metadata), no values move.
+    if not hasattr(torch.ops.aten, "shallow_copy_data_"):
+        pytest.skip(f"torch {torch.__version__} has no aten::shallow_copy_data_")
+    a, b = torch.zeros(3), torch.ones(3)
+    report = torchscan.measure_flops(lambda: torch.ops.aten.shallow_copy_data_(a, b))
+    assert torch.equal(a, b)
+    assert report["total"]["status"] == "complete" and report["total"]["value"] == 0, report["diagnostics"]
+    assert report["ignored_operators"]["aten.shallow_copy_data_"]["reason"] == "metadata", report["ignored_operators"]
