@@ -5,8 +5,9 @@
 # failures; the exit status is non-zero if any stage failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. tools/env.sh
 bash tools/setup.sh
+. tools/env.sh
+PY=${TORCHSCAN_VENV:-$PWD/.venv}/bin/python
 
 failed=()
 stage() {
@@ -14,8 +15,9 @@ stage() {
   printf '\n[test] === %s: %s ===\n' "$name" "$*"
   "$@" || failed+=("$name")
 }
+# Builds the test programs too (the example servers the Python tests drive).
 stage "C++ tests" bazel test //...
-stage "Python tests" env TORCHSCAN_REQUIRE_LIB=1 python3 -m pytest tests/python -q
+stage "Python tests" env TORCHSCAN_REQUIRE_LIB=1 "$PY" -m pytest tests/python -q
 # Own output directory (.bazelrc): does not invalidate the build above.
 stage "C++ tests under ASan+UBSan" bazel test --config=asan //tests:all
 
