@@ -98,27 +98,116 @@ std::string FieldText(const json* m) {
   return absl::StrJoin(parts, "x");
 }
 
-// A layer's metric; a metric covered by an ancestor (metric_owners) is absent.
-std::string LayerMetric(const json& metrics, const char* name) {
-  const json* m = Find(metrics, name);
-  return m ? MetricText(*m) : "-";
-}
-
-// Bytes in binary units ("64.00KiB"); ">= " marks a partial value.
-std::string BytesText(const json* m) {
-  if (!m || !m->is_object()) return "-";
-  const std::string status = String(*m, "status");
-  const json* v = Find(*m, status == "complete" ? "value" : "known_value");
-  if (status == "unavailable" || !v || !(v->is_number() || IsWideCount(*v))) return "n/a";
+// A byte count in binary units ("64.00KiB"): one family for every size the table shows.
+std::string Bytes(double b) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double b = NumberAsDouble(*v);
   int unit = 0;
   while (b >= 1024 && unit < 5) {
     b /= 1024;
     ++unit;
   }
-  const std::string text = unit == 0 ? absl::StrFormat("%.0fB", b) : absl::StrFormat("%.2f%s", b, kUnits[unit]);
+  return unit == 0 ? absl::StrFormat("%.0fB", b) : absl::StrFormat("%.2f%s", b, kUnits[unit]);
+}
+
+// A byte MetricResult in binary units; ">= " marks a partial value.
+std::string BytesText(const json* m) {
+  if (!m || !m->is_object()) return "-";
+  const std::string status = String(*m, "status");
+  const json* v = Find(*m, status == "complete" ? "value" : "known_value");
+  if (status == "unavailable" || !v || !(v->is_number() || IsWideCount(*v))) return "n/a";
+  const std::string text = Bytes(NumberAsDouble(*v));
   return status == "partial" ? ">= " + text : text;
+}
+
+// An exact count with thousands separators ("1,184"): parameter counts are
+// read exactly, not rounded. Digits of a count up to 2^128 - 1.
+std::string Grouped(unsigned __int128 c) {
+  std::string digits;
+  do {
+    digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(c % 10)));
+    c /= 10;
+  } while (c != 0);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<size_t>(i), ",");
+  return digits;
+}
+
+std::string Grouped(const json* v) {
+  if (!v) return "?";
+  const std::optional<unsigned __int128> c = ExactCount(*v);
+  return c ? Grouped(*c) : Human(*v);
+}
+
+std::string HumanWide(unsigned __int128 c) {
+  return c <= UINT64_MAX ? Human(json(static_cast<uint64_t>(c))) : HumanNumber(static_cast<double>(c));
+}
+
+// A row's module-view metric with the metrics of the hidden layers below it
+// added (rows are exclusive, so the sum is the subtree's work): complete when
+// every part is, a lower bound (">= ") when some part is partial or
+// unavailable, n/a when none has a value. A metric covered by an ancestor
+// (metric_owners) is absent and adds nothing: the owner's row holds it.
+struct MetricSum {
+  bool present = false;  // some part has the metric
+  bool valued = false;   // some part is not unavailable
+  bool incomplete = false;
+  unsigned __int128 known = 0;
+
+  void Add(const json* m) {
+    if (!m || !m->is_object()) return;
+    present = true;
+    const std::string status = String(*m, "status");
+    if (status != "complete") incomplete = true;
+    if (status == "unavailable") return;
+    const json* v = Find(*m, status == "complete" ? "value" : "known_value");
+    const std::optional<unsigned __int128> c = v ? ExactCount(*v) : std::nullopt;
+    if (!c) {
+      incomplete = true;
+      return;
+    }
+    valued = true;
+    if (__builtin_add_overflow(known, *c, &known)) {  // past 2^128 - 1: the largest count, a lower bound
+      known = ~static_cast<unsigned __int128>(0);
+      incomplete = true;
+    }
+  }
+
+  std::string Text() const {
+    if (!present) return "-";
+    if (!valued) return "n/a";
+    return incomplete ? ">= " + HumanWide(known) : HumanWide(known);
+  }
+};
+
+// What a visible row shows: its own values, plus those of the hidden layers
+// folded into it.
+struct VisibleRow {
+  const json* layer = nullptr;
+  MetricSum metrics[3];  // module_flops, macs, dmas
+  unsigned __int128 parameters = 0;
+  bool parameters_known = true;
+  bool repeat = false;  // a later call of a module shown before: its parameters are counted there
+};
+
+constexpr const char* kRowMetrics[3] = {"module_flops", "macs", "dmas"};
+
+// The parameters a layer row adds to the table's sum: none on a module's
+// later calls (the same parameters), and not those counted at an earlier
+// module's row (shared_parameters: tied weights).
+void AddParameters(const json& l, VisibleRow* row) {
+  const json* call = Find(l, "call_index");
+  if (call && call->is_number_integer() && *call != 0) return;
+  const json* params = Find(l, "parameters");
+  const std::optional<unsigned __int128> own = params ? ExactCount(*params) : std::nullopt;
+  if (!own) {
+    row->parameters_known = false;
+    return;
+  }
+  unsigned __int128 n = *own;
+  if (const json* shared = Find(l, "shared_parameters")) {
+    const std::optional<unsigned __int128> s = ExactCount(*shared);
+    if (s) n -= std::min(*s, n);
+  }
+  if (__builtin_add_overflow(row->parameters, n, &row->parameters)) row->parameters_known = false;
 }
 
 // Indentation stops growing here, so a corrupt depth cannot make a huge line.
@@ -135,22 +224,57 @@ std::string RenderAnalysis(const json& r, int max_depth, bool receptive_field) {
     memory = memory || (m && Find(*m, "peak_memory"));
   }
   if (memory) rows[0].insert(rows[0].end(), {"Peak mem", "Kept"});
+  // Layers deeper than max_depth are not shown: each one's work and
+  // parameters are added into the last visible row before it (in call
+  // order, its ancestor at max_depth), so the visible rows add up to the
+  // totals. Memory columns need no folding: a call's peak and kept bytes
+  // already include its children's.
+  std::vector<VisibleRow> visible;
+  bool folded = false;
+  std::vector<std::string> shared_notes;
+  size_t shared_rows = 0;
   for (const auto& l : r["layers"]) {
     const json* d = Find(l, "depth");
     const uint64_t depth = d && d->is_number_unsigned() ? d->get<uint64_t>() : 0;
-    if (max_depth >= 0 && depth > static_cast<uint64_t>(max_depth)) continue;
+    const json* found = Find(l, "metrics");
+    const bool hidden = max_depth >= 0 && depth > static_cast<uint64_t>(max_depth);
+    if (!hidden) {
+      visible.emplace_back();
+      visible.back().layer = &l;
+      const json* call = Find(l, "call_index");
+      visible.back().repeat = call && call->is_number_integer() && *call != 0;
+    } else if (visible.empty()) {
+      continue;  // no row to fold into (not in a well-formed report: the root comes first)
+    } else {
+      folded = true;
+    }
+    VisibleRow& row = visible.back();
+    for (int k = 0; k < 3; ++k) row.metrics[k].Add(found ? Find(*found, kRowMetrics[k]) : nullptr);
+    AddParameters(l, &row);
+    if (const json* shared = Find(l, "shared_parameters"); shared && ExactCount(*shared).value_or(0) > 0) {
+      const std::string path = String(l, "path");
+      if (++shared_rows <= 5) {
+        shared_notes.push_back(absl::StrCat(path.empty() ? "(root)" : path, " shares ", Grouped(shared), " with ",
+                                            String(l, "shared_with").empty() ? "(root)" : String(l, "shared_with")));
+      }
+    }
+  }
+  for (const VisibleRow& v : visible) {
+    const json& l = *v.layer;
+    const json* d = Find(l, "depth");
+    const uint64_t depth = d && d->is_number_unsigned() ? d->get<uint64_t>() : 0;
     const std::string path = String(l, "path");
     const json* call = Find(l, "call_index");
-    const bool repeat = call && call->is_number_integer() && *call != 0;
     const std::string label = std::string(2 * std::min(depth, kMaxIndent), ' ') + (path.empty() ? "(root)" : path) +
-                              (repeat ? absl::StrCat(" #", call->dump()) : "");
+                              (v.repeat ? absl::StrCat(" #", call->dump()) : "");
     static const json kNone = json::object();
     const json* found = Find(l, "metrics");
     const json& m = found ? *found : kNone;
-    const json* params = Find(l, "parameters");
     const json* output = Find(l, "output");
-    rows.push_back({label, String(l, "type"), Shape(output ? *output : json()), params ? Human(*params) : "-",
-                    LayerMetric(m, "module_flops"), LayerMetric(m, "macs"), LayerMetric(m, "dmas")});
+    // A later call shows "(recursive)": its parameters are those of the module's first call.
+    const std::string params = v.repeat ? "(recursive)" : v.parameters_known ? Grouped(v.parameters) : "?";
+    rows.push_back({label, String(l, "type"), Shape(output ? *output : json()), params, v.metrics[0].Text(),
+                    v.metrics[1].Text(), v.metrics[2].Text()});
     if (receptive_field) {
       rows.back().insert(rows.back().end(), {FieldText(Find(m, "receptive_field")),
                                              FieldText(Find(m, "effective_stride")),
@@ -161,19 +285,31 @@ std::string RenderAnalysis(const json& r, int max_depth, bool receptive_field) {
     }
   }
   const json& t = r["totals"];
-  auto count = [&](const char* k) {
-    const json* v = Find(t, k);
-    return v ? Human(*v) : "?";
-  };
+  auto count = [&](const char* k) { return Grouped(Find(t, k)); };
   auto metric = [&](const char* k) {
     const json* v = Find(t, k);
     return v ? MetricText(*v) : "n/a";
   };
-  std::string out = Table(rows);
+  auto bytes = [&](const char* k) {
+    const json* v = Find(t, k);
+    return v && (v->is_number() || IsWideCount(*v)) ? Bytes(NumberAsDouble(*v)) : "?";
+  };
+  std::string out = folded ? absl::StrCat("Rows at depth ", max_depth,
+                                          " include the layers below them (FLOPs, MACs, DMAs, parameters); "
+                                          "the rows add up to the totals.\n")
+                           : "Each row counts its own work and parameters, not its sublayers'; "
+                             "the rows add up to the totals.\n";
+  absl::StrAppend(&out, Table(rows));
+  if (!shared_notes.empty()) {
+    absl::StrAppend(&out, "Shared parameters are counted once, at their first row: ", absl::StrJoin(shared_notes, "; "),
+                    shared_rows > shared_notes.size() ? absl::StrCat("; and ", shared_rows - shared_notes.size(), " more")
+                                                      : "",
+                    "\n");
+  }
   absl::StrAppend(&out, "\n");
-  absl::StrAppend(&out, absl::StrFormat("Parameters: %s (trainable %s, frozen %s), %s; buffers %s\n",
+  absl::StrAppend(&out, absl::StrFormat("Parameters: %s (trainable %s, frozen %s), %s; buffers %s (%s)\n",
                                         count("parameters"), count("trainable_parameters"), count("frozen_parameters"),
-                                        absl::StrCat(count("parameter_bytes"), "B"), count("buffer_elements")));
+                                        bytes("parameter_bytes"), count("buffer_elements"), bytes("buffer_bytes")));
   absl::StrAppend(&out, "Module view (TorchScan conventions): ", metric("module_flops"), " FLOPs, ", metric("macs"),
                   " MACs, ", metric("dmas"), " DMAs\n");
   absl::StrAppend(&out, "Operator view (PyTorch dispatch): ", metric("operator_flops"), " FLOPs\n");

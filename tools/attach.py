@@ -12,6 +12,13 @@ a Chrome / Perfetto trace there. Before running the binary it checks that
 the binary is dynamically linked against LibTorch and that its torch
 version and C++ ABI match the library's; otherwise it refuses and says why.
 
+The report's layer rows are aggregated across requests ("aggregate": one
+row per module call of a request and call signature, with its call count
+and summed metrics, the distribution of the requests' totals and the
+requests whose shapes or totals differ from the common case), so its size
+and the server's memory do not grow with the requests served.
+--per-request-layers [N] also keeps the last N requests' own rows.
+
 The launcher becomes the binary (exec, same pid). From the moment it has
 parsed its arguments, --signal sent to that pid no longer kills it: the
 signal waits until the library is ready and then writes a report.
@@ -143,6 +150,11 @@ def main(argv=None) -> int:
     parser.add_argument("--hold-calls", action="store_true",
                         help="keep every recorded call until the report (a full scan) instead of folding calls "
                              "into the report's sums as requests finish (streaming, the default)")
+    parser.add_argument("--per-request-layers", nargs="?", const="all", metavar="N",
+                        help="besides the layer rows aggregated across requests (one per module call of a request "
+                             "and call signature, the report's \"aggregate\"), keep the layer rows and totals of "
+                             "the last N requests in \"layers\" and \"requests\"; no N: every request's (the "
+                             "report then grows with the requests served)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- BINARY [ARGS...]")
     args = parser.parse_args(argv)
     held = hold_signal(args.signal) if args.signal else False
@@ -150,6 +162,10 @@ def main(argv=None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the binary to run after --, e.g. -- ./server --port 8000")
+    if args.per_request_layers is not None and args.per_request_layers != "all" and (
+            not args.per_request_layers.isdigit() or int(args.per_request_layers) < 1):
+        parser.error(f"--per-request-layers {args.per_request_layers!r}: give a number of requests (1 or more), "
+                     "or no value for every request")
     if args.trace is not None and (not args.trace or os.path.isdir(args.trace)):
         parser.error(f"--trace {args.trace!r}: give the file the trace is written to")
     if args.trace is not None and os.path.realpath(args.trace) == os.path.realpath(args.output):
@@ -200,6 +216,8 @@ def main(argv=None) -> int:
             env["TORCHSCAN_ATTACH_SIGNAL_HELD"] = "1"  # the library unblocks it
     if args.hold_calls:
         env["TORCHSCAN_ATTACH_STREAMING"] = "0"
+    if args.per_request_layers is not None:
+        env["TORCHSCAN_ATTACH_PER_REQUEST_LAYERS"] = args.per_request_layers
     if args.report_on_sigterm:
         env["TORCHSCAN_ATTACH_REPORT_ON_TERM"] = "1"
         if term_held:

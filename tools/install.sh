@@ -8,7 +8,8 @@
 #   PREFIX/lib/libtorchscan_attach.so      the attach library (tools/attach.py --library)
 #   PREFIX/lib/libtorchscan_preload.so     what tools/attach.py --wrapper preloads (beside the attach library)
 #   PREFIX/lib/cmake/TorchScan/            find_package(TorchScan CONFIG) -> TorchScan::torchscan
-#   PREFIX/lib/pkgconfig/torchscan.pc      pkg-config --cflags --libs torchscan
+#   PREFIX/lib/pkgconfig/torchscan.pc      pkg-config --cflags --libs torchscan (with -Wl,-rpath
+#                               to PREFIX/lib and to LibTorch's lib/: the program runs as built)
 #
 # Usage: bash tools/install.sh PREFIX   (builds first; run tools/setup.sh once before)
 set -euo pipefail
@@ -103,7 +104,11 @@ CMAKE
 mkdir -p "$LIB/pkgconfig"
 cat > "$LIB/pkgconfig/torchscan.pc" <<PC
 # LibTorch has no pkg-config file: its flags are the ones of torch $TORCH_VERSION,
-# the torch this library was built against.
+# the torch this library was built against. torch_dir is a directory with
+# LibTorch's include/ and lib/: the torch package of a Python installation or
+# an unpacked standalone LibTorch archive of the same release; choose another
+# with pkg-config --define-variable=torch_dir=DIR. The -Wl,-rpath flags let the
+# program find both libraries without LD_LIBRARY_PATH.
 prefix=\${pcfiledir}/../..
 libdir=\${prefix}/lib
 includedir=\${prefix}/include
@@ -113,6 +118,6 @@ Name: TorchScan
 Description: FLOPs, MACs, memory and receptive fields of LibTorch calls, from the dispatcher
 Version: $VERSION
 Cflags: -std=c++20 -D_GLIBCXX_USE_CXX11_ABI=$ABI -I\${includedir} -I\${torch_dir}/include -I\${torch_dir}/include/torch/csrc/api/include
-Libs: -L\${libdir} -ltorchscan -L\${torch_dir}/lib -ltorch -ltorch_cpu -lc10
+Libs: -L\${libdir} -Wl,-rpath,\${libdir} -ltorchscan -L\${torch_dir}/lib -Wl,-rpath,\${torch_dir}/lib -ltorch -ltorch_cpu -lc10
 PC
 echo "[install] TorchScan $VERSION (torch $TORCH_VERSION) in $PREFIX"

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "absl/strings/str_cat.h"
+#include "torchscan_dispatch/streaming.h"
 
 namespace torchscan {
 namespace {
@@ -201,9 +202,12 @@ std::shared_ptr<ThreadLog> AllThreadsScan::Join(uint64_t generation) {
   log->recorder.record_owned_children = record_owned_children_;
   log->recorder.torchscript_requests = torchscript_requests_;
   log->recorder.timestamps = timestamps_;
+  log->recorder.aggregate_layers = aggregate_layers;
   if (make_folder) {
     log->recorder.folder = make_folder();
     log->recorder.fold_every = fold_every;
+    log->recorder.folder->thread = log->number;
+    log->recorder.folder->aggregate().keep_requests = keep_requests;
   }
   char name[64] = {0};
   if (pthread_getname_np(pthread_self(), name, sizeof(name)) == 0) log->name = name;

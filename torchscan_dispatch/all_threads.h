@@ -53,6 +53,10 @@ class AllThreadsScan {
   // Streaming scans: each thread's recorder gets a Folder from this (set before Start).
   std::function<std::shared_ptr<Folder>()> make_folder;
   size_t fold_every = 0;
+  // Layer rows aggregated across requests (Recorder::aggregate_layers), and
+  // how many requests keep their own rows (LayerAggregate::keep_requests).
+  bool aggregate_layers = false;
+  size_t keep_requests = 0;
 
   absl::Status Start();  // fails when another all-threads scan is active
   void Stop();           // seals every log; later calls are not recorded

@@ -456,6 +456,18 @@ __attribute__((constructor)) void Attach() {
       options.fold_every = static_cast<size_t>(std::atoll(n));
     }
   }
+  // Layer rows are aggregated across requests (one row per module identity
+  // and call signature: a report bounded by the model, not by the traffic);
+  // TORCHSCAN_ATTACH_PER_REQUEST_LAYERS keeps the rows of the last N
+  // requests as well ("all": every request's).
+  if (const char* keep = std::getenv("TORCHSCAN_ATTACH_PER_REQUEST_LAYERS"); keep && *keep) {
+    if (std::string(keep) == "all") {
+      options.per_request_rows = SIZE_MAX;
+    } else if (std::atoll(keep) > 0) {
+      options.per_request_rows = static_cast<size_t>(std::atoll(keep));
+    }
+  }
+  unsetenv("TORCHSCAN_ATTACH_PER_REQUEST_LAYERS");
   attached->session = std::make_unique<Session>(options);
   if (Status st = attached->session->Start(); !st.ok()) {
     std::fprintf(stderr, "torchscan attach: not attaching: %s\n", st.message().c_str());

@@ -216,7 +216,9 @@ TORCH_LIBRARY(torchscan, m) {
                     return c10::make_intrusive<ScriptSession>(ScanOptions{
                         .scope = std::move(scope), .threads = Threads::kAll, .torchscript_scopes = false,
                         .timestamps = timestamps, .streaming = streaming,
-                        .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0))});
+                        .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0)),
+                        // Python scans report one row per module call, as crawl_module does.
+                        .layer_rows = LayerRowMode::kPerCall});
                   })
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
       .def_static("coverage_audit", []() { return CoverageAuditJson(); })

@@ -17,7 +17,10 @@ void HeldBounds(Recorder::Scope& s, int64_t folded) {
 
 EventSet::EventSet(const Recorder& r)
     : scopes(r.scopes()), label_sets(r.label_sets()), memory(&r.memory()), times(&r.call_times()), events_(&r.events()) {
-  for (const auto& q : r.requests()) requests.push_back(q.id);
+  for (const auto& q : r.requests()) {
+    requests.push_back(q.id);
+    request_seqs.push_back(q.seq);
+  }
   first_index = r.folded();
   if (r.folder) {
     folded_ = &r.folder->folded();
@@ -59,7 +62,9 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
   }
   auto request_kept = [&](int32_t q) { return q >= 0 ? kept_request[q] : filter.requests.empty(); };
   // The request's index in this set, or -1 (not settled).
-  auto request_at = [&](int32_t q) { return q >= 0 && settled[q] ? RequestIndex(src_requests[q].id) : -1; };
+  auto request_at = [&](int32_t q) {
+    return q >= 0 && settled[q] ? RequestIndex(src_requests[q].id, src_requests[q].seq) : -1;
+  };
   // New index of every kept call (-1: left out), and of every scope.
   std::vector<int32_t> call_at(count, -1);
   std::vector<int64_t> kept_before(count + 1, 0);
@@ -81,7 +86,8 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
     to.thread = thread;
     to.request = request_at(from.request);
     to.parent = from.parent >= 0 ? scope_at[from.parent] : -1;
-    to.call_index = calls_per_path_[from.path]++;
+    to.call_index = keep_call_index ? from.call_index : calls_per_path_[from.path]++;
+    to.unsettled = from.request >= 0 && !settled[from.request];
     to.begin_event = kept_before[std::min<size_t>(to.begin_event, count)];
     to.end_event = to.end_event < 0 ? -1 : kept_before[std::min<size_t>(to.end_event, count)];
     scope_at[s] = static_cast<int32_t>(scopes.size());
@@ -111,9 +117,12 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
   times = all_timed_ ? &owned_times_ : nullptr;
 }
 
-int32_t EventSet::RequestIndex(const std::string& id) {
+int32_t EventSet::RequestIndex(const std::string& id, int64_t seq) {
   auto [it, inserted] = request_index_.emplace(id, static_cast<int32_t>(requests.size()));
-  if (inserted) requests.push_back(id);
+  if (inserted) {
+    requests.push_back(id);
+    request_seqs.push_back(seq);
+  }
   return it->second;
 }
 
@@ -121,6 +130,7 @@ std::unique_ptr<EventSet> EventSet::ByRequest() const {
   auto out = std::make_unique<EventSet>();
   out->label_sets = label_sets;
   out->requests = requests;
+  out->request_seqs = request_seqs;
   if (folded_ != nullptr) {
     // Rows by request: the folded requests' rows become the scopes' rows.
     Folded* f = out->Folds();

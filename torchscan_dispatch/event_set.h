@@ -49,6 +49,10 @@ struct EventSet {
   std::vector<Recorder::Scope> scopes;
   LabelTree label_sets;
   std::vector<std::string> requests;  // ids, by Event::request
+  std::vector<int64_t> request_seqs;  // Recorder::Request::seq, by Event::request
+  // Add keeps each module call's own call index (Recorder::aggregate_layers:
+  // counted within its request) instead of numbering calls across the set.
+  bool keep_call_index = false;
   int64_t in_flight = 0;              // calls left out because they were still running
   const MemoryLog* memory = nullptr;  // the recorder's allocator log (borrowed sets only)
   // Call times as Recorder::call_times() (ScanOptions::timestamps): the
@@ -59,7 +63,7 @@ struct EventSet {
   std::vector<std::pair<size_t, int64_t>> thread_starts;
 
  private:
-  int32_t RequestIndex(const std::string& id);  // in `requests`, added if new
+  int32_t RequestIndex(const std::string& id, int64_t seq);  // in `requests`, added if new
   Folded* Folds();  // owned_folded_, created on first use
   BlockLog<Event> owned_;
   std::vector<int64_t> owned_times_;

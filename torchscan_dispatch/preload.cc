@@ -5,7 +5,8 @@
 //
 // The attach library cannot be preloaded there: it needs LibTorch, and a
 // preload whose dependency is missing stops the process before main(). This
-// one needs only libc, so it loads anywhere, and it does nothing until
+// one needs no LibTorch (libc, libstdc++, libm and libgcc_s, present
+// wherever LibTorch runs), so it loads anywhere, and it does nothing until
 // LibTorch is in the process: when it loads into a LibTorch program (the
 // server the wrapper started), or after a dlopen that brought libc10.so in,
 // it loads libtorchscan_attach.so from its own directory, which attaches as

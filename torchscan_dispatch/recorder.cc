@@ -272,6 +272,8 @@ bool SameValues(absl::Span<const ArgMeta> a, absl::Span<const ArgMeta> b) {
 
 }  // namespace
 
+uint64_t HashCallValues(uint64_t seed, absl::Span<const ArgMeta> values) { return HashValues(seed, values); }
+
 bool CallTable::Eq::operator()(const CallSig* a, const CallSig* b) const {
   if (a == b) return true;
   if (a->hash != b->hash || a->started != b->started || a->finished != b->finished || a->raised != b->raised) {

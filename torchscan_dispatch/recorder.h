@@ -58,6 +58,10 @@ class CallTensors {
   absl::flat_hash_map<uintptr_t, uint32_t> index_;
 };
 
+// The content hash CallTable keys signatures by, of `values` continuing
+// from `seed`: the same values give the same hash in every process.
+uint64_t HashCallValues(uint64_t seed, absl::Span<const ArgMeta> values);
+
 // The signatures of one recorder's calls.
 class CallTable {
  public:

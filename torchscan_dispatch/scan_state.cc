@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "torchscan_dispatch/aggregate.h"
 #include "torchscan_dispatch/all_threads.h"
 #include "torchscan_dispatch/fallback.h"
 #include "torchscan_dispatch/recorder.h"
@@ -210,6 +211,7 @@ void Recorder::ExitLabel(std::string_view label) {
 
 int32_t Recorder::PushScope(std::string path) {
   const int32_t id = static_cast<int32_t>(scopes_.size());
+  if (aggregate_layers && scope_ < 0 && request_ < 0) calls_per_path_.clear();  // a unit of its own
   const int32_t call_index = calls_per_path_[path]++;
   Scope scope;
   scope.path = std::move(path);
@@ -249,6 +251,10 @@ bool Recorder::BeginRequest(std::string id) {
   if (request_ >= 0) return false;
   request_ = static_cast<int32_t>(requests_.size());
   requests_.push_back({std::move(id), recorded(), true});
+  if (aggregate_layers) {
+    requests_.back().seq = NextRequestSeq();
+    calls_per_path_.clear();  // call indices count within the request
+  }
   return true;
 }
 

@@ -178,6 +178,7 @@ class Recorder {
     std::vector<uintptr_t> outputs;   // identities of its output tensors
     // Last: PushScope initialises the fields above in order.
     int64_t thread = 0;               // thread number (EventSet::Add; 0: not an all-threads set)
+    bool unsettled = false;           // EventSet::Add: its request was still running at the cut
   };
   int32_t PushScope(std::string path);
   // Closes `id` (and any scope opened inside it that was left open);
@@ -193,6 +194,7 @@ class Recorder {
     int64_t begin_event = 0;
     bool open = true;
     int64_t end_event = -1;  // calls recorded when it ended (-1: open)
+    int64_t seq = 0;         // aggregate_layers: its place among all threads' requests (NextRequestSeq)
   };
   bool BeginRequest(std::string id);  // false when a request is already open
   bool EndRequest();                  // false when none is open
@@ -225,6 +227,10 @@ class Recorder {
   // request of its own, "forward-<n>" (n counts them process-wide from 1):
   // an attached server's requests without a code change.
   bool torchscript_requests = false;
+  // Layer rows aggregated across requests (aggregate.h): call indices count
+  // from each request's start (outside requests, from each top-level module
+  // call's), and a fold drops the module calls and requests it aggregated.
+  bool aggregate_layers = false;
   void EnterTorchScriptFunction();   // a TorchScript function call started
   void LeaveTorchScriptFunction();   // ... and returned (or raised)
 

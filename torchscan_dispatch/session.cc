@@ -24,6 +24,7 @@
 #include "torchscan_built_against.h"
 #include "absl/functional/function_ref.h"
 #include "reports/version.h"
+#include "torchscan_dispatch/aggregate.h"
 #include "torchscan_dispatch/all_threads.h"
 #include "torchscan_dispatch/communication.h"
 #include "torchscan_dispatch/event_set.h"
@@ -102,6 +103,9 @@ struct Session::State {
   // Streaming kAll scans: nonzero while a snapshot reads the logs at its cuts (no fold may move them).
   std::shared_ptr<std::atomic<int>> folds_paused = std::make_shared<std::atomic<int>>(0);
 
+  // Layer rows aggregated across requests (ScanOptions::layer_rows; aggregate.h).
+  bool Aggregated() const { return options.threads == Threads::kAll && options.layer_rows != LayerRowMode::kPerCall; }
+
   TallyContext Context() const {
     return {TORCHSCAN_BUILT_TORCH_VERSION, options.scope, unattributed, unattributed_zero_cost};
   }
@@ -126,6 +130,7 @@ struct Session::State {
   // snapshot of every thread's settled calls while the scan runs.
   std::unique_ptr<EventSet> Gather(const ReportFilter& filter, const std::vector<Cut>* cuts = nullptr) {
     auto set = std::make_unique<EventSet>();
+    set->keep_call_index = Aggregated();
     if (options.threads == Threads::kCurrent) {
       set->Add(recorder, recorder.events().size(), 1, filter);
       return set;
@@ -334,10 +339,17 @@ Status Session::Start() {
           "scan started now would count none of its calls; start the scan outside that work");
     }
     s.thread = std::this_thread::get_id();
+    if (s.options.layer_rows == LayerRowMode::kAggregated && s.options.threads != Threads::kAll) {
+      return absl::InvalidArgumentError(
+          "torchscan: layer rows aggregated across requests (LayerRowMode::kAggregated) need ScanOptions::threads = "
+          "Threads::kAll; a scan of the current thread reports one row per module call");
+    }
     if (s.options.threads == Threads::kAll) {
       s.all = std::make_unique<AllThreadsScan>(s.options.torchscript_scopes, s.options.join_on_first_call,
                                                s.options.record_owned_children, s.options.torchscript_requests,
                                                s.options.timestamps);
+      s.all->aggregate_layers = s.Aggregated();
+      s.all->keep_requests = s.options.per_request_rows;
       if (s.options.streaming) {
         const Overrides* overrides = &s.overrides;
         std::shared_ptr<const std::atomic<int>> paused = s.folds_paused;
@@ -713,15 +725,7 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, boo
       layers[i].allocated_bytes = memory.scopes[i].allocated;
     }
   }
-  for (size_t i = 0; i < scopes.size(); ++i) {
-    if (!fields[i]) continue;  // kUnseen
-    using S = reports::LayerTally::FieldState;
-    const Field& f = *fields[i];
-    layers[i].field_state = f.kind == Field::Kind::kSpatial ? S::kSpatial
-                            : f.kind == Field::Kind::kUnknown ? S::kUnknown : S::kNotApplicable;
-    layers[i].field_reason = f.reason;
-    for (const AxisField& a : f.axes) layers[i].field_axes.push_back({a.dim, {a.rf, a.jump, a.padding}});
-  }
+  for (size_t i = 0; i < scopes.size(); ++i) SetLayerField(layers[i], fields[i]);
   if (handlers && !s.module_handlers.empty()) ApplyModuleHandlers(p.Handlers(s.module_handlers, s.catalog), layers);
   return layers;
 }
@@ -904,8 +908,18 @@ StatusOr<std::string> Session::TraceJson() {
   }());
 }
 
+// Streaming scans that aggregate layer rows drop each module call once folded.
+static absl::Status CheckPerCallRows(const Session::State& s) {
+  if (!s.options.streaming || !s.Aggregated()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "torchscan: this streaming scan aggregates layer rows across requests (ScanOptions::layer_rows), so it "
+      "keeps no row per module call; read ScanReportJson's \"aggregate\" (or the last requests' rows, "
+      "ScanOptions::per_request_rows), or scan with LayerRowMode::kPerCall");
+}
+
 StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {
   return Public([&]() -> absl::StatusOr<std::string> {
+    if (auto st = CheckPerCallRows(*state_); !st.ok()) return st;
     return StoppedReport(*state_, filter, [&](Planned& p) { return LayersOf(*state_, p, {true, true, true, true}); });
   }());
 }
@@ -917,6 +931,7 @@ StatusOr<std::vector<LayerRow>> Session::LayerRows(const ReportFilter& filter) {
       return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
     }
     if (auto st = CheckFilter(s, filter); !st.ok()) return st;
+    if (auto st = CheckPerCallRows(s); !st.ok()) return st;
     std::vector<reports::LayerTally> tallies;
     if (Unfiltered(filter)) {
       tallies = LayerTallies(s, s.Calls());
@@ -1016,7 +1031,7 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
     j["module_report"] = module_view ? ModuleJson(s, p) : nlohmann::json();
     // The layers are spliced in as text at the end: with a row per module
     // call they are most of the report, and as a JSON tree most of its memory and time.
-    const std::vector<reports::LayerTally> layers = LayerTallies(s, p);
+    std::vector<reports::LayerTally> layers = LayerTallies(s, p);
     j["layers"] = kLayersPlaceholder;
     // Per thread and per request: each one's own calls, valued alone.
     // `whole`: the part is every call of the report, whose views are valued above.
@@ -1059,11 +1074,14 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
                               {"totals", total_of(part, whole)}});
     }
     // Per request, in one pass: the calls re-scoped by request, tallied like layers.
-    j["requests"] = nlohmann::json::array();
+    std::vector<reports::LayerTally> request_rows;
+    std::vector<int64_t> request_calls;
     if (!p.set->requests.empty()) {
       Planned by_request{p.set->ByRequest()};
-      std::vector<reports::LayerTally> rows(by_request.set->scopes.size());
-      std::vector<int64_t> calls(rows.size(), 0);
+      std::vector<reports::LayerTally>& rows = request_rows;
+      rows.resize(by_request.set->scopes.size());
+      std::vector<int64_t>& calls = request_calls;
+      calls.assign(rows.size(), 0);
       // Streaming scans: the folded requests' values and calls first.
       if (const Folded* f = by_request.set->folded()) {
         for (size_t q = 0; q < rows.size() && q < f->scopes.size(); ++q) {
@@ -1085,15 +1103,43 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
         const int32_t q = by_request.set->events()[i].scope;
         if (q >= 0) ++calls[q];
       }
-      for (size_t q = 0; q < rows.size(); ++q) {
-        nlohmann::json totals = nlohmann::json::object();
-        for (int m = 0; m < 4; ++m) {
-          if (!(m == 0 ? op_view : module_view)) continue;
-          totals[reports::kLayerMetricNames[m]] = reports::MetricJson(
-              {rows[q].complete[m] ? MetricStatus::kComplete : MetricStatus::kPartial, rows[q].known[m],
-               reports::kLayerMetricUnits[m], s.options.scope, reports::kLayerMetricMethods[m]});
-        }
-        j["requests"].push_back({{"request", by_request.set->requests[q]}, {"calls", calls[q]}, {"totals", totals}});
+    }
+    auto request_json = [&](const std::string& id, int64_t calls, const reports::LayerTally& row) {
+      nlohmann::json totals = nlohmann::json::object();
+      for (int m = 0; m < 4; ++m) {
+        if (!(m == 0 ? op_view : module_view)) continue;
+        totals[reports::kLayerMetricNames[m]] = reports::MetricJson(
+            {row.complete[m] ? MetricStatus::kComplete : MetricStatus::kPartial, row.known[m],
+             reports::kLayerMetricUnits[m], s.options.scope, reports::kLayerMetricMethods[m]});
+      }
+      return nlohmann::json{{"request", id}, {"calls", calls}, {"totals", totals}};
+    };
+    j["requests"] = nlohmann::json::array();
+    if (s.Aggregated()) {
+      // The folds' aggregate, and the calls still held aggregated alike;
+      // "layers" and "requests": the last requests kept whole.
+      LayerAggregate aggregate;
+      aggregate.keep_requests = s.options.per_request_rows;
+      if (const Folded* f = p.set->folded()) aggregate.Merge(f->aggregate);
+      AggregateBatch held;
+      held.events = &p.set->events();
+      held.scopes = &p.set->scopes;
+      held.scope_rows = &layers;
+      held.request_ids = p.set->requests;
+      held.request_seqs = p.set->request_seqs;
+      held.request_rows = &request_rows;
+      held.request_calls = request_calls;
+      held.times = p.set->times;
+      aggregate.Add(held);
+      j["aggregate"] = aggregate.Json(s.options.scope, {op_view, module_view, module_view, module_view},
+                                      held.times != nullptr);
+      for (const LayerAggregate::KeptRequest& k : aggregate.kept()) {
+        j["requests"].push_back(request_json(k.id, k.calls, k.totals));
+      }
+      layers = aggregate.KeptLayers();
+    } else {
+      for (size_t q = 0; q < request_rows.size(); ++q) {
+        j["requests"].push_back(request_json(p.set->requests[q], request_calls[q], request_rows[q]));
       }
     }
     // Thread names and request ids are caller bytes: never fail on bad UTF-8.

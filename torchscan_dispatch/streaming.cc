@@ -46,6 +46,7 @@ void Folded::Add(const Folded& other, const std::vector<int32_t>& scope_at, cons
     AddRow(requests[request_at[q]], other.requests[q]);
   }
   operators_seen.insert(other.operators_seen.begin(), other.operators_seen.end());
+  aggregate.Merge(other.aggregate);
 }
 
 void Folder::Fold(const Recorder& r) {
@@ -73,14 +74,46 @@ void Folder::Fold(const Recorder& r) {
   }
   std::vector<std::optional<Field>> fields = fields_.Run(events, 0, events.size(), module_plan, catalog_, queries);
 
-  for (size_t i = 0; i < scope_rows.size(); ++i) {
-    folded_.scopes.push_back(RowOf(scope_rows[i]));
-    folded_.scopes.back().field = std::move(fields[i]);
-  }
-  for (const auto& row : request_rows) folded_.requests.push_back(RowOf(row));
-  for (size_t i = 0; i < events.size(); ++i) {
-    const int32_t q = events[i].request;
-    if (q >= first_request) ++folded_.requests[q].calls;
+  if (r.aggregate_layers) {
+    // Aggregated: the rows are grouped now and the recorder drops the scopes and requests.
+    AggregateBatch batch;
+    batch.events = &events;
+    batch.base = base;
+    batch.scopes = &scopes;
+    batch.first_scope = first_scope;
+    for (size_t i = 0; i < scope_rows.size(); ++i) {
+      const Recorder::Scope& sc = scopes[first_scope + i];
+      reports::LayerTally& row = scope_rows[i];
+      row.path = sc.path;
+      row.call_index = sc.call_index;
+      row.failed = sc.failed;
+      row.depth = sc.parent >= first_scope ? scope_rows[sc.parent - first_scope].depth + 1 : 0;
+      SetLayerField(row, fields[i]);
+    }
+    batch.scope_rows = &scope_rows;
+    batch.first_request = first_request;
+    for (size_t q = first_request; q < r.requests().size(); ++q) {
+      batch.request_ids.push_back(r.requests()[q].id);
+      batch.request_seqs.push_back(r.requests()[q].seq);
+    }
+    batch.request_rows = &request_rows;
+    batch.request_calls.assign(request_rows.size(), 0);
+    for (size_t i = 0; i < events.size(); ++i) {
+      const int32_t q = events[i].request;
+      if (q >= first_request) ++batch.request_calls[q - first_request];
+    }
+    batch.thread = thread;
+    folded_.aggregate.Add(batch);
+  } else {
+    for (size_t i = 0; i < scope_rows.size(); ++i) {
+      folded_.scopes.push_back(RowOf(scope_rows[i]));
+      folded_.scopes.back().field = std::move(fields[i]);
+    }
+    for (const auto& row : request_rows) folded_.requests.push_back(RowOf(row));
+    for (size_t i = 0; i < events.size(); ++i) {
+      const int32_t q = events[i].request;
+      if (q >= first_request) ++folded_.requests[q].calls;
+    }
   }
   for (size_t i = 0; i < events.size(); ++i) {
     if (!seen_.insert(events[i].op()).second) continue;
@@ -101,6 +134,13 @@ void Recorder::FoldSettled() {
   // to a bound that keeps a scan of ever-new shapes flat.
   constexpr size_t kKeptSignatures = 1 << 14;
   if (calls_.size() > kKeptSignatures) calls_.Clear();
+  if (aggregate_layers) {
+    // Aggregated: nothing refers to them any more (nothing is open), so
+    // memory stays bounded by the model, not by the requests served.
+    scopes_.clear();
+    requests_.clear();
+    return;
+  }
   // The folded scopes' fields are answered: their output identities are not needed again.
   for (size_t s = first_scope; s < scopes_.size(); ++s) std::vector<uintptr_t>().swap(scopes_[s].outputs);
 }

@@ -29,6 +29,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "torchscan_dispatch/aggregate.h"
 #include "torchscan_dispatch/communication.h"
 #include "torchscan_dispatch/module_view.h"
 #include "torchscan_dispatch/op_catalog.h"
@@ -64,6 +65,9 @@ struct Folded {
   std::vector<FoldedRow> scopes;    // by module scope; the scopes closed before the calls held
   std::vector<FoldedRow> requests;  // by request
   std::set<std::string> operators_seen;  // "aten::add.Tensor", for RecordedOperators
+  // Recorder::aggregate_layers: the folded module calls and requests, aggregated
+  // (scopes and requests above stay empty).
+  LayerAggregate aggregate;
 
   // Adds `other`'s rows for the scopes and requests `scope_at` / `request_at`
   // map them to (-1: left out), and its sums.
@@ -81,6 +85,10 @@ class Folder {
   // when nothing is open, before it drops them.
   void Fold(const Recorder& r);
   const Folded& folded() const { return folded_; }
+  // Recorder::aggregate_layers: how many requests keep their own rows, and
+  // the thread number they name (set before the first fold).
+  LayerAggregate& aggregate() { return folded_.aggregate; }
+  int64_t thread = 0;
   // Each call's receptive-field state after the folded calls.
   const FieldFlow& fields() const { return fields_; }
 

@@ -104,6 +104,13 @@ enum class Threads {
   kAll,      // every thread, while the scan is active (one such scan at a time)
 };
 
+// ScanReportJson's layer rows (ScanOptions::layer_rows).
+enum class LayerRowMode {
+  kDefault,     // kAggregated for Threads::kAll scans, kPerCall otherwise
+  kPerCall,     // one row per module call, every request's
+  kAggregated,  // rows aggregated across requests (Threads::kAll only)
+};
+
 struct ScanOptions {
   // Scope label of the totals: "workload" (any work) or "forward".
   std::string scope = "workload";
@@ -153,6 +160,17 @@ struct ScanOptions {
   // formulas, and reports filtered by request (they need every call).
   bool streaming = false;
   size_t fold_every = 4096;
+  // kAggregated: the report's "aggregate" holds one row per module identity
+  // (path and call index within its request) and call signature (operators
+  // and shapes: calls of other shapes or batch sizes are rows of their own)
+  // with its call count and summed metrics, the distribution of the
+  // requests' totals (min, median, p99, max) and the requests by class (the
+  // common case first). "layers" and "requests" then hold the last
+  // `per_request_rows` requests only (SIZE_MAX: all). A streaming scan so
+  // aggregated keeps memory bounded by the model, not by the requests
+  // served; LayersJson and LayerRows need LayerRowMode::kPerCall there.
+  LayerRowMode layer_rows = LayerRowMode::kDefault;
+  size_t per_request_rows = 0;
 };
 
 // Which calls a report covers; empty sets mean all. Requests and threads

@@ -47,6 +47,14 @@ def _in_checkout() -> bool:
     return os.path.exists(os.path.join(_HERE, "..", "..", "tools", "setup.sh"))
 
 
+def _package_version() -> str:
+    """This install's version without its local label ('0.3.0' of '0.3.0+torch2.15')."""
+    try:
+        return importlib.metadata.version("torchscan-dispatch").split("+")[0]
+    except importlib.metadata.PackageNotFoundError:
+        return "VERSION"
+
+
 def fix_command(built: str, loaded: str) -> str:
     """The command that makes this install and the running torch agree."""
     want = release(built)
@@ -58,8 +66,8 @@ def fix_command(built: str, loaded: str) -> str:
                      f"`bash tools/matrix.sh {release(loaded)}` in the checkout")
         else:
             other = (f"or install the TorchScan wheel built for torch {release(loaded)}: "
-                     f"`pip install --force-reinstall --find-links DIR 'torchscan-dispatch==VERSION+torch{release(loaded)}'` "
-                     "(DIR holds the wheels)")
+                     f"`pip install --force-reinstall --find-links DIR 'torchscan-dispatch=={_package_version()}"
+                     f"+torch{release(loaded)}'` (DIR: the folder that holds the wheels)")
         return f"`pip install 'torch=={want}.*'` (the release this install was built against), {other}"
     return f"`pip install 'torch=={want}.*'` (the release this install was built against)"
 

@@ -617,6 +617,28 @@ def _layer_rows(session, scope: str, metrics: bool) -> list:
     return rows
 
 
+def _mark_shared_parameters(layers: list, calls: list) -> None:
+    """Tied weights (one tensor registered in two modules) count once in the
+    totals; a module's first row whose parameters were already counted at an
+    earlier module's row says how many (shared_parameters) and where
+    (shared_with), so the rendered rows add up to the totals."""
+    first = {}  # id(parameter) -> path of the first row that holds it
+    for layer, call in zip(layers, calls):
+        if layer["call_index"] != 0:
+            continue
+        shared, owner = 0, None
+        for p in call[0]._parameters.values():
+            if p is None:
+                continue
+            seen = first.setdefault(id(p), layer["path"])
+            if seen != layer["path"]:
+                shared += p.numel()
+                owner = seen if owner is None else owner
+        if shared:
+            layer["shared_parameters"] = shared
+            layer["shared_with"] = owner
+
+
 def _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
                   memory, token_results) -> dict:
     import torchscan
@@ -675,6 +697,8 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
         parameter_bytes += n * p.element_size()
         if p.requires_grad:
             trainable += n
+    if sum(len(m._parameters) for m in modules) > len(unique_params):  # some tensor is in two modules, or None
+        _mark_shared_parameters(layers, calls)
     buffer_elements = buffer_bytes = 0
     for b in unique_buffers:
         n = b.numel()
@@ -736,64 +760,6 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     return report
 
 
-def _report_json(report, where: str, what: str = "the report") -> str:
-    """A report mapping as JSON text for the C++ readers; what cannot be JSON
-    (NaN, a tensor, a cycle, absurd nesting) is refused here, by name."""
-    import json
-
-    try:
-        return json.dumps(report, allow_nan=False)
-    except TypeError as e:
-        raise TypeError(f"{where}: {what} is not JSON-serializable ({e}); pass the report dict as saved") from None
-    except (ValueError, RecursionError) as e:
-        raise ValueError(f"{where}: {what} is not valid JSON ({e})") from None
-
-
-def _compare_json_text(before: str, after: str, before_file: str = "", after_file: str = "") -> str:
-    """ReportDiff JSON text of two reports given as JSON text; the file names
-    (when known) appear in error messages, with "before"/"after"."""
-    from torchscan._library import Session
-
-    return Session.compare_reports(before, after, before_file, after_file)
-
-
-def _render_json_text(text: str, max_depth: Optional[int] = None, receptive_field: bool = False,
-                      file: str = "") -> str:
-    """render_report for a report given as JSON text; `file` names it in errors."""
-    from torchscan._library import Session
-
-    _check_max_depth(max_depth, "torchscan.render_report")
-    depth = -1 if max_depth is None else min(operator.index(max_depth), 2**31 - 1)  # past any real depth
-    return Session.render_report(text, depth, bool(receptive_field), file)
-
-
-def compare_reports(before: Mapping, after: Mapping) -> dict:
-    """ReportDiff of two saved reports of the same kind: two AnalysisReports
-    (layer calls matched by path and call index) or two FlopReports (total and
-    by_operator). Numeric deltas only when both sides are complete. A report
-    that does not match the schema is a ValueError naming the side and field."""
-    import json
-
-    where = "torchscan.compare_reports"
-    return json.loads(_compare_json_text(_report_json(before, where, "the before report"),
-                                         _report_json(after, where, "the after report")))
-
-
-def render_report(report: Mapping, max_depth: Optional[int] = None, receptive_field: bool = False) -> str:
-    """Text rendering of a saved AnalysisReport or FlopReport; measures nothing.
-    max_depth: deepest layer depth shown (0: the root only; None, or any depth
-    past the deepest layer: every layer). receptive_field adds
-    receptive-field, effective-stride and padding columns."""
-    _check_flag(receptive_field, "receptive_field", "torchscan.render_report")
-    return _render_json_text(_report_json(report, "torchscan.render_report"), max_depth, receptive_field)
-
-
-def summary(module: nn.Module, input_shape: Optional[Sequence] = None, *, max_depth: Optional[int] = None,
-            receptive_field: bool = False, **crawl_options) -> dict:
-    """Print a readable table of crawl_module's report and return the report
-    (max_depth and receptive_field as in render_report)."""
-    _check_max_depth(max_depth, "torchscan.summary")  # before the model runs
-    _check_flag(receptive_field, "receptive_field", "torchscan.summary")
-    report = crawl_module(module, input_shape, **crawl_options)
-    print(render_report(report, max_depth, receptive_field))
-    return report
+# The readers and summary() live in torchscan._summary (imported last: it calls crawl_module).
+from torchscan._summary import (SummaryReport, _compare_json_text, _render_json_text, _report_json,  # noqa: E402
+                                compare_reports, render_report, summary)

@@ -29,6 +29,7 @@ std::string CountFlops(const at::Tensor& x, const at::Tensor& w) {
 std::string ServeScanned(int requests, const at::Tensor& w) {
   torchscan::ScanOptions options;
   options.threads = torchscan::Threads::kAll;
+  options.per_request_rows = requests;  // each request's own rows and totals, besides the aggregate
   torchscan::Session session(options);
   {
     torchscan::ScanGuard scan(session);
@@ -41,8 +42,9 @@ std::string ServeScanned(int requests, const at::Tensor& w) {
     }
     for (auto& t : workers) t.join();
   }
-  // Everything, per thread and per request; FlopReportJson({{}, {"request-0"}})
-  // gives one request's FlopReport, ({{}, {"request-0", "request-1"}}) two merged.
+  // Everything: per thread, per request, and the layer rows aggregated across
+  // requests; FlopReportJson({{}, {"request-0"}}) gives one request's
+  // FlopReport, ({{}, {"request-0", "request-1"}}) two merged.
   return session.ScanReportJson().value();
 }
 // --- README server example ends ---

@@ -7,10 +7,13 @@
 // RequestScope per request.
 //
 //   example_server --model m.pt --requests N --workers W --input 1,3,32,32
-//                  [--scan REPORT.json [--join-at-start] [--lean]] [--pace-ms MS]
+//                  [--scan REPORT.json [--join-at-start] [--lean] [--per-request-layers N|all]]
+//                  [--pace-ms MS]
 //
 // --lean: ScanOptions::record_owned_children = false (same report, fewer
 // calls recorded).
+// --per-request-layers: the report keeps the last N requests' own layer
+// rows ("all": every request's) beside the rows aggregated across requests.
 // --join-at-start: workers join the scan when they start
 // (torchscan::JoinAllThreadsScan) instead of on their first operator, which
 // spares every ATen call the RecordFunction input boxing.
@@ -44,7 +47,7 @@
 namespace {
 
 struct Args {
-  std::string model, scan_report;
+  std::string model, scan_report, per_request_layers;
   int requests = 8, workers = 2, pace_ms = 0;
   bool join_at_start = false, lean = false;
   std::vector<int64_t> input = {1, 3, 32, 32};
@@ -84,6 +87,8 @@ int main(int argc, char** argv) {
       a.workers = std::stoi(value);
     } else if (flag == "--scan") {
       a.scan_report = value;
+    } else if (flag == "--per-request-layers") {
+      a.per_request_layers = value;
     } else if (flag == "--pace-ms") {
       a.pace_ms = std::stoi(value);
     } else if (flag == "--input") {
@@ -106,6 +111,11 @@ int main(int argc, char** argv) {
     options.threads = torchscan::Threads::kAll;
     options.join_on_first_call = !a.join_at_start;
     options.record_owned_children = !a.lean;
+    if (a.per_request_layers == "all") {
+      options.per_request_rows = SIZE_MAX;
+    } else if (!a.per_request_layers.empty()) {
+      options.per_request_rows = static_cast<size_t>(std::stoll(a.per_request_layers));
+    }
     session = std::make_unique<torchscan::Session>(options);
     if (torchscan::Status st = session->Start(); !st.ok()) {
       std::fprintf(stderr, "example_server: %s\n", std::string(st.message()).c_str());

@@ -2,7 +2,8 @@
 not write TorchScan would: a separate CMake project and a plain Makefile
 (pkg-config) build tests/consumers/main.cc against the installed tree only,
 with their own abseil first on the include path and defined in the program;
-the binaries run, alone and under the attach launcher."""
+the binaries run, alone and under the attach launcher. The C++ programs the
+documents print are built the way they say (pkg-config, CMake) and run."""
 
 import json
 import os
@@ -14,6 +15,7 @@ import sys
 import pytest
 import torch
 
+from tests.python import test_readme as readme
 from tests.python.conftest import REPO_ROOT
 
 CONSUMERS = REPO_ROOT / "tests" / "consumers"
@@ -174,14 +176,80 @@ def test_a_program_using_the_api_under_the_launcher_gets_one_engine(prefix, make
     assert attached["operator_flops"]["total"]["value"] == 1088
 
 
-def test_readme_cmake_lines_are_the_consumer_s():
-    # The README's CMake example is the tested consumer's, line for line.
-    readme = (REPO_ROOT / "README.md").read_text()
-    (block,) = re.findall(r"```cmake\n(.*?)```", readme, re.S)
-    consumer = (CONSUMERS / "cmake/CMakeLists.txt").read_text().splitlines()
-    for line in block.strip().splitlines():
-        assert line in consumer, line
-    assert "bash tools/install.sh /opt/torchscan" in readme
+def _plain_prefix(prefix, tmp_path):
+    # pkg-config quotes nothing: the documents' commands get a prefix without spaces.
+    plain = tmp_path / "prefix"
+    plain.symlink_to(prefix)
+    return plain
+
+
+def _run_documented_commands(doc, block, prefix, cwd):
+    """Runs a document's ```sh block as printed, with the test's prefix for
+    /opt/torchscan and without LD_LIBRARY_PATH; the install line is the
+    prefix fixture's own run of tools/install.sh."""
+    lines = [line for line in block.splitlines() if not line.startswith("bash tools/install.sh")]
+    script = "set -euo pipefail\n" + "\n".join(lines).replace("/opt/torchscan", str(prefix)) + "\n"
+    # python3 is the interpreter running the tests (its torch is the one built against).
+    env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], "HOME": str(cwd)}
+    res = subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+    assert res.returncode == 0, f"{doc}: the printed commands failed:\n{script}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    return res.stdout
+
+
+def _check_count_program_output(doc, stdout):
+    report = json.loads(stdout.strip().splitlines()[-1])
+    # relu(x @ w) for (8x16) @ (16x4): 8*4 outputs of 16-term dots at 2 FLOPs a
+    # term = 1024 for mm; relu one selection per value of the (8x4) result = 32.
+    assert report["by_operator"] == {"aten.mm": 1024, "aten.relu": 32}, doc
+    assert report["total"]["status"] == "complete" and report["total"]["value"] == 1056, doc
+
+
+def _sh_blocks(doc, needle):
+    return [b for b in readme.blocks(doc, "sh") if needle in b]
+
+
+@pytest.mark.parametrize("doc", sorted({doc for doc, _ in readme.cpp_programs()}))
+def test_documented_program_builds_with_pkg_config_as_printed_and_runs(doc, prefix, tmp_path):
+    (program,) = [src for d, src in readme.cpp_programs() if d == doc]
+    (commands,) = _sh_blocks(doc, "pkg-config")
+    assert "g++ count.cc" in commands and "./count" in commands
+    (tmp_path / "count.cc").write_text(program)
+    stdout = _run_documented_commands(doc, commands, _plain_prefix(prefix, tmp_path), tmp_path)
+    _check_count_program_output(doc, stdout)
+
+
+def test_documented_cmake_project_builds_as_printed_and_runs(prefix, tmp_path):
+    doc = "torchscan_dispatch/README.md"
+    (program,) = [src for d, src in readme.cpp_programs() if d == doc]
+    (cmakelists,) = readme.blocks(doc, "cmake")
+    (commands,) = _sh_blocks(doc, "cmake -S")
+    (tmp_path / "count.cc").write_text(program)
+    (tmp_path / "CMakeLists.txt").write_text(cmakelists)
+    stdout = _run_documented_commands(doc, commands, _plain_prefix(prefix, tmp_path), tmp_path)
+    _check_count_program_output(doc, stdout)
+
+
+def test_pkg_config_flags_carry_rpaths_and_torch_dir_is_the_user_s_choice(prefix, tmp_path):
+    plain = _plain_prefix(prefix, tmp_path)
+    env = {**os.environ, "PKG_CONFIG_PATH": str(plain / "lib/pkgconfig")}
+
+    def pc(*args):
+        return subprocess.run(["pkg-config", *args, "torchscan"], capture_output=True, text=True, env=env,
+                              timeout=60, check=True).stdout.split()
+
+    libdir = pc("--variable=libdir")[0]
+    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    libs = pc("--libs")
+    assert f"-Wl,-rpath,{libdir}" in libs and f"-Wl,-rpath,{torch_lib}" in libs
+    assert os.path.realpath(libdir) == str(prefix / "lib")
+    # A standalone LibTorch (same layout: include/, lib/) is chosen without editing the file.
+    other = pc("--define-variable=torch_dir=/opt/libtorch", "--cflags", "--libs")
+    assert "-I/opt/libtorch/include" in other and "-L/opt/libtorch/lib" in other
+    assert "-Wl,-rpath,/opt/libtorch/lib" in other and not [f for f in other if torch_lib in f]
+
+
+def test_readme_names_the_install_command():
+    assert "bash tools/install.sh /opt/torchscan" in (REPO_ROOT / "README.md").read_text()
 
 
 def test_the_launcher_never_runs_main_to_check_a_library_that_cannot_load(make_consumer, tmp_path):

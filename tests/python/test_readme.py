@@ -113,3 +113,34 @@ def test_cpp_examples_are_the_tested_ones():
             shown.update(matches)
     # Every tested function is shown somewhere, so the check above has something to check.
     assert shown == set(CPP_EXAMPLES)
+
+
+def _anchors(doc: str):
+    # GitHub's heading ids: lower case, punctuation other than - and _ dropped,
+    # spaces to hyphens, a repeated heading numbered -1, -2, ...
+    seen, out = {}, set()
+    with open(os.path.join(ROOT, doc)) as f:
+        text = re.sub(r"^```.*?^```", "", f.read(), flags=re.S | re.M)
+    for title in re.findall(r"^#{1,6} +(.+?) *$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def test_links_between_documents_resolve():
+    broken = []
+    for doc in DOCUMENTS:
+        with open(os.path.join(ROOT, doc)) as f:
+            text = re.sub(r"^```.*?^```", "", f.read(), flags=re.S | re.M)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # an external address
+            path, _, anchor = target.partition("#")
+            resolved = os.path.normpath(os.path.join(os.path.dirname(doc), path)) if path else doc
+            if not os.path.exists(os.path.join(ROOT, resolved)):
+                broken.append(f"{doc}: {target} (no {resolved})")
+            elif anchor and (not resolved.endswith(".md") or anchor not in _anchors(resolved)):
+                broken.append(f"{doc}: {target} (no heading #{anchor} in {resolved})")
+    assert broken == []

@@ -46,7 +46,10 @@ def per_path(layers, metric):
     return {p: sorted(v, key=repr) for p, v in out.items()}
 
 
-def check_report(report, served, requests):
+FIELDS = ("receptive_field", "effective_stride", "effective_padding")
+
+
+def check_report(report, served, requests, per_request_layers=False):
     flops, crawl = served["flops"], served["crawl"]
     assert report["kind"] == "torchscan_scan_report"
     total = report["operator_flops"]["total"]
@@ -61,23 +64,69 @@ def check_report(report, served, requests):
         got = report["module_report"]["totals"][metric]
         assert got["status"] == "complete", report["module_report"]["diagnostics"]
         assert got["value"] == requests * (crawl["totals"][metric]["value"] + input_fill[metric]), metric
+    check_aggregate(report["aggregate"], served, requests)
+    if per_request_layers is None:  # the caller checks the rows it kept
+        return
+    if not per_request_layers:
+        # Aggregated by default: no row per module call, none per request.
+        assert report["layers"] == [] and report["requests"] == []
+        return
     # Per-layer rows from the TorchScript model's own module paths: every
     # crawl_module layer call appears once per request with the same values
     # (receptive fields from the data flow included).
-    for metric in ("module_flops", "macs", "dmas", "receptive_field", "effective_stride", "effective_padding"):
+    for metric in ("module_flops", "macs", "dmas", *FIELDS):
         want = {p: sorted(v * requests, key=repr) for p, v in per_path(crawl["layers"], metric).items()}
         assert per_path(report["layers"], metric) == want, metric
+
+
+def check_aggregate(aggregate, served, requests):
+    """The rows aggregated across requests: one per crawl_module layer call
+    (path and call index within the forward; every request has the same
+    shapes, so one signature), called once per request, its sums `requests`
+    times the in-process crawl's values; its receptive fields the crawl's."""
+    crawl = served["crawl"]
+    rows = {(r["path"], r["call_index"]): r for r in aggregate["layers"]}
+    assert len(rows) == len(aggregate["layers"])  # one signature per module call
+    want = {(l["path"], l["call_index"]): l for l in crawl["layers"]}
+    assert set(rows) == set(want) | {("", 0)}  # "": the scripted model's root
+    per_request_flops = served["flops"]["total"]["value"]
+    op_sum = 0
+    for key, row in rows.items():
+        assert row["calls"] == requests, key
+        assert row["input"]["dtype"] == "float32"
+        op_sum += row["metrics"]["operator_flops"]["value"]
+        if key not in want:
+            continue
+        for metric in ("module_flops", "macs", "dmas"):
+            m = row["metrics"][metric]
+            assert m["status"] == "complete" and m["value"] == requests * want[key]["metrics"][metric]["value"], (key, metric)
+        for metric in FIELDS:  # the crawl's scope is "forward", the scan's "workload"
+            got, crawled = ({k: v for k, v in m.items() if k != "scope"}
+                            for m in (row["metrics"][metric], want[key]["metrics"][metric]))
+            assert got == crawled, (key, metric)
+    # The layers' operator FLOPs are the model's, every request's.
+    assert op_sum == requests * per_request_flops
+    assert aggregate["requests"] == requests
+    # Every request did the same work: one class, and a distribution of one value.
+    dist = aggregate["request_totals"]["operator_flops"]
+    assert dist == {"requests": requests, "exact": True, "unit": "FLOPs", "min": per_request_flops,
+                    "median": per_request_flops, "p99": per_request_flops, "max": per_request_flops}
+    (common,) = aggregate["request_classes"]
+    assert common["common"] is True and common["requests"] == requests
+    assert common["input"] == {"shape": list(INPUT_SHAPE), "dtype": "float32"}
+    assert common["totals"]["operator_flops"]["value"] == per_request_flops
+    assert common["totals"]["macs"]["value"] == crawl["totals"]["macs"]["value"]
 
 
 def test_server_scanned_through_the_cpp_api(served, tmp_path):
     requests = 6
     out = tmp_path / "report.json"
     run = subprocess.run([str(SCANNED_SERVER), "--model", str(served["model"]), "--requests", str(requests),
-                          "--workers", "3", "--input", INPUT_ARG, "--scan", str(out)],
+                          "--workers", "3", "--input", INPUT_ARG, "--scan", str(out), "--per-request-layers", "all"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     report = json.loads(out.read_text())
-    check_report(report, served, requests)
+    check_report(report, served, requests, per_request_layers=True)
     assert report["context"]["threads"] == "all"
     # Per request: each one is exactly one forward; per thread: they add up.
     per_request = served["flops"]["total"]["value"]
@@ -133,7 +182,7 @@ def attach(served, output, requests, workers, *extra, signal_name=None, pace_ms=
 def test_attach_launcher_scans_an_unmodified_server(served, tmp_path):
     requests = 6
     out = tmp_path / "attached.json"
-    proc = attach(served, out, requests, 3)
+    proc = attach(served, out, requests, 3, launcher=["--per-request-layers"])
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
     assert f"served {requests}" in stdout
@@ -142,7 +191,7 @@ def test_attach_launcher_scans_an_unmodified_server(served, tmp_path):
     # Everything the process ran: model loading on the main thread adds no
     # FLOPs (allocation and storage binding are zero-cost), the requests add
     # exactly N forwards.
-    check_report(report, served, requests)
+    check_report(report, served, requests, per_request_layers=True)
     # Each top-level TorchScript forward is a request of its own: N of them,
     # numbered from 1 (model loading runs TorchScript functions that make no
     # operator call: they are not requests), each exactly one forward of the
@@ -169,11 +218,12 @@ def test_attach_launcher_scans_an_unmodified_server(served, tmp_path):
 def test_attach_streams_by_default_and_reports_what_holding_every_call_reports(served, tmp_path):
     # One worker, so requests, threads and layer rows come in the same order
     # in both runs. Streaming folds after every request (fold every call);
-    # --hold-calls keeps all of them until the exit report.
+    # --hold-calls keeps all of them until the exit report. The aggregate
+    # and the last requests' rows do not depend on when calls were folded.
     requests = 5
     reports = {}
-    for mode, launcher, env in (("held", ["--hold-calls"], {}),
-                                ("streamed", [], {"TORCHSCAN_ATTACH_FOLD_EVERY": "1"})):
+    for mode, launcher, env in (("held", ["--hold-calls", "--per-request-layers", "3"], {}),
+                                ("streamed", ["--per-request-layers", "3"], {"TORCHSCAN_ATTACH_FOLD_EVERY": "1"})):
         out = tmp_path / f"{mode}.json"
         proc = attach(served, out, requests, 1, launcher=launcher, env={**os.environ, **env})
         _, stderr = proc.communicate(timeout=300)
@@ -183,7 +233,13 @@ def test_attach_streams_by_default_and_reports_what_holding_every_call_reports(s
     assert held["context"].pop("streaming") is False and streamed["context"].pop("streaming") is True
     for r in (held, streamed):
         r.pop("attach")  # pid, timing and memory of each run
-        check_report(r, served, requests)
+        check_report(r, served, requests, per_request_layers=None)
+        # The last 3 requests, whole.
+        assert [q["request"] for q in r["requests"]] == [f"forward-{i}" for i in (3, 4, 5)]
+        assert sorted({row["request"] for row in r["layers"]}) == ["forward-3", "forward-4", "forward-5"]
+        for metric in ("module_flops", "macs", "dmas", *FIELDS):
+            want = {p: sorted(v * 3, key=repr) for p, v in per_path(served["crawl"]["layers"], metric).items()}
+            assert per_path(r["layers"], metric) == want, metric
     assert streamed == held
 
 
@@ -266,14 +322,18 @@ def test_snapshots_under_load_list_finished_requests_only(served, tmp_path):
     running = 0
     for snap in snapshots:
         running += snap["context"]["in_flight_calls"] > 0
-        listed = snap["requests"]
-        for q in listed:
-            assert q["calls"] > 0, (q, snap["context"])
-            assert q["totals"]["operator_flops"] == {**served["flops"]["total"], "scope": "workload"}, q
-        assert len({q["request"] for q in listed}) == len(listed)
+        # Aggregated: the finished requests only, each one whole forward.
+        aggregate = snap["aggregate"]
+        listed = aggregate["requests"]
+        assert listed > 0 and snap["requests"] == [] and snap["layers"] == []
+        (common,) = aggregate["request_classes"]
+        assert common["requests"] == listed and common["calls"] > 0
+        assert common["totals"]["operator_flops"] == {**served["flops"]["total"], "scope": "workload"}
+        assert aggregate["request_totals"]["operator_flops"]["max"] == per_request
+        assert {row["calls"] for row in aggregate["layers"]} == {listed}, snap["context"]
         total = snap["operator_flops"]["total"]
         assert total["status"] == "complete"
-        assert total["value"] == len(listed) * per_request, snap["context"]
+        assert total["value"] == listed * per_request, snap["context"]
     assert running > 0  # requests were running while snapshots were taken
     check_report(json.loads(out.read_text()), served, requests)
 

@@ -157,7 +157,7 @@ def test_installed_wheel_refuses_another_torch_with_what_to_do(venv, tmp_path):
     assert f"`pip install 'torch=={RELEASE}.*'`" in res.stderr
     # Not a checkout: the other fix is the wheel for the torch found.
     other_release = ".".join(other.split(".")[:2])
-    assert f"'torchscan-dispatch==VERSION+torch{other_release}'" in res.stderr
+    assert f"'torchscan-dispatch=={VERSION}+torch{other_release}'" in res.stderr
 
 
 def test_installed_wheel_accepts_another_build_of_its_release(venv, tmp_path):
