@@ -3,8 +3,17 @@
 # with torch and the test packages, the Bazel build of the plugin, and an
 # editable install of the package into that environment. Nothing is installed
 # into the system interpreter.
-#   bash tools/setup.sh          (the environment: $TORCHSCAN_VENV, default .venv in the checkout)
+#   bash tools/setup.sh [--tests]    (the environment: $TORCHSCAN_VENV, default .venv in the checkout)
+# --tests also builds the programs the Python tests drive (example servers,
+# the dlopen host, a conflicting fallback library); tools/test.sh passes it.
 set -euo pipefail
+TARGETS=(//:torchscan //torchscan_dispatch:libtorchscan_attach.so //torchscan_dispatch:libtorchscan_preload.so)
+case "${1:-}" in
+  "") ;;
+  --tests) TARGETS+=(//tests:libconflicting_fallback.so //tests:example_server //tests:example_server_scanned
+                     //tests:aoti_server //tests:dlopen_host //tests:libexample_server.so) ;;
+  *) echo "usage: bash tools/setup.sh [--tests]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=${TORCHSCAN_VENV:-$ROOT/.venv}
@@ -45,8 +54,8 @@ fi
 #    attach library (tools/attach.py) and the preload library it uses.
 export TORCHSCAN_VENV=$VENV
 . tools/env.sh
-log "bazel build //:torchscan"
-bazel build //:torchscan //torchscan_dispatch:libtorchscan_attach.so //torchscan_dispatch:libtorchscan_preload.so 2>&1 |
+log "bazel build ${TARGETS[*]}"
+bazel build "${TARGETS[@]}" 2>&1 |
   # Quiet, but keep Bazel's action count ("1 process: 1 internal" = nothing
   # rebuilt); awk, unlike grep, exits 0 on empty output, so a failed build
   # (pipefail) stops setup instead of installing a stale libtorchscan.so.

@@ -5,7 +5,7 @@
 # failures; the exit status is non-zero if any stage failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh
+bash tools/setup.sh --tests
 . tools/env.sh
 PY=${TORCHSCAN_VENV:-$PWD/.venv}/bin/python
 
@@ -15,7 +15,6 @@ stage() {
   printf '\n[test] === %s: %s ===\n' "$name" "$*"
   "$@" || failed+=("$name")
 }
-# Builds the test programs too (the example servers the Python tests drive).
 stage "C++ tests" bazel test //...
 stage "Python tests" env TORCHSCAN_REQUIRE_LIB=1 "$PY" -m pytest tests/python -q
 # Own output directory (.bazelrc): does not invalidate the build above.
