@@ -306,6 +306,20 @@ std::string RenderAnalysis(const json& r, int max_depth, bool receptive_field) {
                                                       : "",
                     "\n");
   }
+  // Parameters of modules that made no call in this forward are in the
+  // total but in no row: said, so the column's sum is not taken for a gap.
+  unsigned __int128 in_rows = 0;
+  bool rows_known = true;
+  for (const VisibleRow& v : visible) {
+    rows_known = rows_known && v.parameters_known;
+    in_rows += v.parameters;
+  }
+  const std::optional<unsigned __int128> total_params =
+      Find(t, "parameters") ? ExactCount(*Find(t, "parameters")) : std::nullopt;
+  if (rows_known && total_params && *total_params > in_rows) {
+    absl::StrAppend(&out, Grouped(*total_params - in_rows),
+                    " parameters belong to modules that did not run in this forward: in the total, in no row\n");
+  }
   absl::StrAppend(&out, "\n");
   absl::StrAppend(&out, absl::StrFormat("Parameters: %s (trainable %s, frozen %s), %s; buffers %s (%s)\n",
                                         count("parameters"), count("trainable_parameters"), count("frozen_parameters"),

@@ -513,78 +513,12 @@ def _fmt_flops(rep: Dict[str, Any]) -> str:
 
 
 def bench_serving(requests: int, workers: int, repeats: int) -> Dict[str, Any]:
-    """The example C++ server (tests/cpp/example_server.cc) at full load:
-    unattached, under tools/attach.py (also with --trace: every thread's
-    calls timed, the trace written after the exit report), and scanning
-    itself through the C++ API (all threads, one RequestScope per request).
-    Runs are interleaved; each arm's figure is the median of the servers'
-    own serving time."""
-    import subprocess
-    import tempfile
+    """Part c (tools/benchmark_serving.py, beside the serving scale and soak figures)."""
+    if str(REPO / "tools") not in sys.path:
+        sys.path.insert(0, str(REPO / "tools"))
+    import benchmark_serving  # noqa: WPS433
 
-    if str(REPO / "tests") not in sys.path:
-        sys.path.insert(0, str(REPO / "tests"))
-    from fixtures.serving import INPUT_SHAPE, build_model, save_torchscript  # noqa: WPS433
-
-    server = REPO / "bazel-bin/tests/example_server"
-    scanned = REPO / "bazel-bin/tests/example_server_scanned"
-    tmp = Path(tempfile.mkdtemp(prefix="torchscan-serving-"))
-    model = save_torchscript(build_model(), tmp / "model.pt")
-    common = ["--model", str(model), "--requests", str(requests), "--workers", str(workers),
-              "--input", ",".join(map(str, INPUT_SHAPE))]
-    arms = {
-        "unattached": [str(server), *common],
-        "attached": [sys.executable, str(REPO / "tools/attach.py"), "--output", str(tmp / "attached.json"),
-                     "--", str(server), *common],
-        "attached_hold_calls": [sys.executable, str(REPO / "tools/attach.py"), "--output", str(tmp / "held.json"),
-                                "--hold-calls", "--", str(server), *common],
-        # Held calls with two clock reads per call on every thread: the cost of
-        # an all-threads trace (its ratio to attached_hold_calls is the clock's
-        # share; a trace needs every call, so --trace holds them).
-        "attached_trace": [sys.executable, str(REPO / "tools/attach.py"), "--output",
-                           str(tmp / "attached_trace.json"), "--trace", str(tmp / "trace.json"),
-                           "--", str(server), *common],
-        "cpp_api_join_on_first_call": [str(scanned), *common, "--scan", str(tmp / "api.json")],
-        "cpp_api_join_at_start": [str(scanned), *common, "--scan", str(tmp / "api2.json"), "--join-at-start"],
-        "cpp_api_join_at_start_lean": [str(scanned), *common, "--scan", str(tmp / "api3.json"), "--join-at-start",
-                                       "--lean"],
-    }
-    times: Dict[str, List[float]] = {a: [] for a in arms}
-    walls: Dict[str, List[float]] = {a: [] for a in arms}
-    rss: Dict[str, List[float]] = {a: [] for a in arms}
-    report_s: Dict[str, List[float]] = {"attached": [], "attached_hold_calls": []}
-    reports = {"attached": tmp / "attached.json", "attached_hold_calls": tmp / "held.json"}
-    for r in range(repeats + 1):  # the first round warms caches up and is dropped
-        for arm in (list(arms) if r % 2 == 0 else list(reversed(arms))):
-            started = time.perf_counter()
-            out = subprocess.run(arms[arm], capture_output=True, text=True, check=True).stdout
-            wall = time.perf_counter() - started
-            lines = out.strip().splitlines()
-            seconds = float(lines[-1].split()[1])
-            # The server's own peak RSS (VmHWM, since exec: not the launcher's
-            # Python); attached, the exit report's, which comes later.
-            peak_kib = int(lines[-2].split()[1])
-            if arm in reports:
-                block = json.loads(reports[arm].read_text())["attach"]
-                peak_kib = max(peak_kib, block["peak_rss_kib"])
-            if r:
-                times[arm].append(seconds)
-                walls[arm].append(wall)
-                rss[arm].append(peak_kib / 1024)
-                if arm in reports:
-                    report_s[arm].append(block["report_seconds"])
-    med = {a: _median(t) for a, t in times.items()}
-    report = json.loads((tmp / "attached.json").read_text())
-    trace_events = len(json.loads((tmp / "trace.json").read_text())["traceEvents"])
-    return {"requests": requests, "workers": workers, "repeats": repeats, "median_s": med,
-            "ratio_vs_unattached": {a: med[a] / med["unattached"] for a in arms if a != "unattached"},
-            "median_wall_s": {a: _median(t) for a, t in walls.items()},
-            "median_peak_rss_mib": {a: _median(t) for a, t in rss.items()},
-            "attached_exit_report_s": _median(report_s["attached"]),
-            "held_exit_report_s": _median(report_s["attached_hold_calls"]),
-            "attached_trace_over_hold_calls": med["attached_trace"] / med["attached_hold_calls"],
-            "trace_events": trace_events,
-            "attached_report_total": report["operator_flops"]["total"]}
+    return benchmark_serving.bench_serving(requests, workers, repeats)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -12,15 +12,23 @@
 #                               to PREFIX/lib and to LibTorch's lib/: the program runs as built)
 #
 # Usage: bash tools/install.sh PREFIX   (builds first; run tools/setup.sh once before)
+# TORCHSCAN_PYTHON: the Python whose torch to build against (default: .venv, else python3)
 set -euo pipefail
 if (($# != 1)) || [[ -z $1 ]]; then
   echo "usage: bash tools/install.sh PREFIX" >&2
   exit 2
 fi
-cd "$(dirname "$0")/.."
-. tools/env.sh
+# A relative PREFIX is relative to the caller's directory.
 mkdir -p "$1"
 PREFIX=$(cd "$1" && pwd)
+cd "$(dirname "$0")/.."
+. tools/env.sh
+# The Python whose torch the library is built against and the package files
+# name (TORCHSCAN_PYTHON; default: the checkout's .venv, else python3), as
+# tools/build_wheel.sh chooses it.
+if [[ -z ${TORCHSCAN_PYTHON:-} && -x .venv/bin/python ]]; then
+  export TORCHSCAN_PYTHON=$PWD/.venv/bin/python
+fi
 PY=${TORCHSCAN_PYTHON:-python3}
 
 # One version, the one the reports carry (reports/version.h).

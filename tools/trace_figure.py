@@ -2,17 +2,22 @@
 """Draw a trace-event JSON trace (TorchScan's, or any) as an SVG timeline.
 
     python3 tools/trace_figure.py trace.json -o trace.svg [--width 1400] [--title TEXT]
-                                  [--start US] [--end US]
+                                  [--requests] [--start US] [--end US]
 
 One band per track (pid, tid), labelled with its thread_name; complete
 ("X") slices as boxes stacked by nesting depth, module slices (cat
 "module") blue and operator slices orange (darker: a kernel with FLOPs),
 labelled where the box is wide enough; each box's tooltip (<title>) holds
 its name, duration and arguments. Flows (bind_id with flow_in / flow_out,
-as TorchScan writes requests) are drawn as grey arrows from each slice's
-start to the next one's. A static picture for documents and offline
-review: no zooming, so long traces are best cut with --start / --end
-(microseconds, the trace's own time axis).
+as TorchScan writes requests) are requests: each is a bar, named by its
+request, in a lane above its track's slices, spanning the request from its
+first slice to its last, with the flow's arrows along the bar's lower edge
+(from each slice's start to the next one's), clear of the slices' labels.
+A static picture for documents and offline review: no zooming, so long
+traces are best cut with --requests (from the first request's start to the
+last one's end) or --start / --end (microseconds, the trace's own time
+axis); a request the window cuts widens it, so requests are drawn whole.
+Tracks with nothing in the window are left out.
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ CHAR_W = 6.2       # px per character of the 11 px label font (an estimate, for 
 
 MODULE_FILLS = ("#3b6fb6", "#5b8cd0", "#7fa8e0", "#a4c3ec")  # by depth, cycling
 OPERATOR_FILL, KERNEL_FILL = "#f2b36f", "#d9822b"
+REQUEST_FILL, FLOW_STROKE = "#d8e8d0", "#3c763d"
 
 
 class TraceError(ValueError):
@@ -154,8 +160,25 @@ def _tooltip(e: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _requests(slices: List[Dict[str, Any]]) -> Dict[Any, List[Dict[str, Any]]]:
+    """Each flow's slices (bind_id), in start order: one request each."""
+    chains: Dict[Any, List[Dict[str, Any]]] = defaultdict(list)
+    for e in slices:
+        if "bind_id" in e:
+            chains[e["bind_id"]].append(e)
+    for chain in chains.values():
+        chain.sort(key=lambda e: e["ts"])
+    return chains
+
+
+def _request_name(chain: List[Dict[str, Any]], key: Any) -> str:
+    named = next((e["args"]["request"] for e in chain if isinstance(e.get("args"), dict)
+                  and isinstance(e["args"].get("request"), (str, int))), None)
+    return str(named) if named is not None else f"flow {key}"
+
+
 def render(events: Sequence[Dict[str, Any]], width: int = 1400, title: Optional[str] = None,
-           start: Optional[float] = None, end: Optional[float] = None) -> str:
+           start: Optional[float] = None, end: Optional[float] = None, requests: bool = False) -> str:
     validate_events(events)
     for name, v in (("--start", start), ("--end", end)):
         if v is not None and not math.isfinite(v):
@@ -167,10 +190,23 @@ def render(events: Sequence[Dict[str, Any]], width: int = 1400, title: Optional[
         slices.append({**e, "ts": float(e["ts"]), "dur": float(e["dur"])})
     if not slices:
         raise TraceError("the trace has no complete (\"X\") slices to draw")
+    chains = _requests(slices)
+    spans = {key: (chain[0]["ts"], max(e["ts"] + e["dur"] for e in chain)) for key, chain in chains.items()}
+    if requests:
+        if not spans:
+            raise TraceError("--requests: the trace has no requests (flows: slices with a bind_id)")
+        first, last = min(a for a, _ in spans.values()), max(b for _, b in spans.values())
+        margin = (last - first) * 0.01
+        start = first - margin if start is None else start
+        end = last + margin if end is None else end
     lo = min(e["ts"] for e in slices) if start is None else start
     hi = max(e["ts"] + e["dur"] for e in slices) if end is None else end
     if hi <= lo:
         raise TraceError(f"empty time window: --start {lo} is not before --end {hi}")
+    # A request the window cuts widens it: requests are drawn whole.
+    for a, b in spans.values():
+        if a < hi and b > lo:
+            lo, hi = min(lo, a), max(hi, b)
     if not math.isfinite(hi - lo) or (hi - lo) < abs(lo) * 1e-12:
         raise TraceError(f"the time window {lo}..{hi} µs cannot be drawn: give --start and --end closer together "
                          "(or further apart)")
@@ -178,7 +214,8 @@ def render(events: Sequence[Dict[str, Any]], width: int = 1400, title: Optional[
              for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
     tracks: Dict[Tuple[Any, Any], List[Dict[str, Any]]] = defaultdict(list)
     for e in slices:
-        tracks[e.get("pid"), e.get("tid")].append(e)
+        if e["ts"] + e["dur"] >= lo and e["ts"] <= hi:  # tracks with nothing in the window are left out
+            tracks[e.get("pid"), e.get("tid")].append(e)
     plot_w = width - LABEL_W - 20
     scale = plot_w / (hi - lo)
 
@@ -186,25 +223,53 @@ def render(events: Sequence[Dict[str, Any]], width: int = 1400, title: Optional[
         return LABEL_W + (min(max(t, lo), hi) - lo) * scale
 
     body: List[str] = []
+    flows: List[str] = []
     y = AXIS_H + (24 if title else 0)
     top = y
-    positions: Dict[int, Tuple[float, float]] = {}  # id(slice) -> (x, y) of its box's left middle
+    positions: Dict[int, Tuple[float, float]] = {}  # id(slice) -> (x of its start, y of its request bar's edge)
     # Numeric thread ids in order, then named ones (a number and a string do not compare).
     order = sorted(tracks, key=lambda k: (str(k[0]), 0, k[1], "") if isinstance(k[1], (int, float))
                    else (str(k[0]), 1, 0, str(k[1])))
     for key in order:
         track = tracks[key]
         levels = _depths(track)
-        h = levels * ROW
+        # The requests whose first slice is on this track: a lane of bars above the slices.
+        here = [(k, c) for k, c in chains.items() if (c[0].get("pid"), c[0].get("tid")) == key
+                and any(id(e) in {id(t) for t in track} for e in c)]
+        lane = ROW if here else 0
+        h = levels * ROW + lane
         label = names.get(key, f"pid {key[0]} tid {key[1]}")
         body.append(f'<rect class="track" x="0" y="{y - 4}" width="{width}" height="{h + 8}" fill="#f6f6f6"/>')
         body.append(f'<text class="track-name" x="8" y="{y + 13}" font-weight="bold">{escape(label)}</text>')
+        taken: List[Tuple[float, float]] = []  # x ranges of the lane's bars and names
+        for k, chain in sorted(here, key=lambda kc: kc[1][0]["ts"]):
+            a, b = spans[k]
+            x0, x1 = x_of(a), x_of(b)
+            w = max(x1 - x0, 3.0)  # a short request still shows
+            name = _request_name(chain, k)
+            body.append(f'<g><title>{escape(name)}: {b - a:.3f} µs, {len(chain)} slices</title>'
+                        f'<rect class="request" x="{x0:.2f}" y="{y}" width="{w:.2f}" height="{ROW - 2}" '
+                        f'fill="{REQUEST_FILL}" stroke="{FLOW_STROKE}" stroke-width="0.8"/></g>')
+            text_w = len(name) * CHAR_W + 4
+            if text_w <= w:  # inside the bar
+                tx = x0 + 2
+            elif x0 + w + 3 + text_w <= LABEL_W + plot_w and not any(
+                    x0 + w < t1 and t0 < x0 + w + 3 + text_w for t0, t1 in taken):
+                tx = x0 + w + 3  # beside it, where nothing else is
+            else:
+                tx = None  # the tooltip names it
+            taken.append((x0, x0 + w))
+            if tx is not None:
+                taken.append((tx, tx + text_w))
+                body.append(f'<text class="request-name" x="{tx:.2f}" y="{y + 11}" fill="{FLOW_STROKE}">'
+                            f'{escape(name)}</text>')
+            for e in chain:
+                positions[id(e)] = (x_of(e["ts"]), y + ROW - 3)
+        ys = y + lane
         for e in sorted(track, key=lambda e: (e["_depth"], e["ts"])):
-            if e["ts"] + e["dur"] < lo or e["ts"] > hi:
-                continue  # outside the window
             x0, x1 = x_of(e["ts"]), x_of(e["ts"] + e["dur"])
             w = max(x1 - x0, 0.5)  # a call too short to see still shows as a hairline
-            ry = y + e["_depth"] * ROW
+            ry = ys + e["_depth"] * ROW
             cat = e.get("cat", "")
             if cat == "module":
                 fill = MODULE_FILLS[e["_depth"] % len(MODULE_FILLS)]
@@ -222,19 +287,16 @@ def render(events: Sequence[Dict[str, Any]], width: int = 1400, title: Optional[
                 color = "#ffffff" if cat == "module" and e["_depth"] < 2 else "#1a1a1a"
                 body.append(f'<text class="label" x="{x0 + 2:.2f}" y="{ry + 12}" fill="{color}">{escape(shown)}</text>')
             body.append("</g>")
-            positions[id(e)] = (x0, ry + (ROW - 2) / 2)
         y += h + TRACK_GAP
-    # Flows: each chain of slices sharing a bind_id, in start order.
-    chains: Dict[Any, List[Dict[str, Any]]] = defaultdict(list)
-    for e in slices:
-        if "bind_id" in e and id(e) in positions:
-            chains[e["bind_id"]].append(e)
+    # Flows: along the lower edge of each request's bar, from each slice's
+    # start to the next one's (a request that changes threads crosses between lanes).
     for chain in chains.values():
-        chain.sort(key=lambda e: e["ts"])
         for a, b in zip(chain, chain[1:]):
+            if id(a) not in positions or id(b) not in positions:
+                continue
             (xa, ya), (xb, yb) = positions[id(a)], positions[id(b)]
-            body.append(f'<line class="flow" x1="{xa:.2f}" y1="{ya:.2f}" x2="{xb:.2f}" y2="{yb:.2f}" '
-                        'stroke="#555555" stroke-width="0.8" marker-end="url(#arrow)"/>')
+            flows.append(f'<line class="flow" x1="{xa:.2f}" y1="{ya:.2f}" x2="{xb:.2f}" y2="{yb:.2f}" '
+                         f'stroke="{FLOW_STROKE}" stroke-width="0.8" marker-end="url(#arrow)"/>')
     height = y + 30
     # Time axis: ticks at a round step over the window.
     step = _nice_step(hi - lo, 10)
@@ -248,23 +310,30 @@ def render(events: Sequence[Dict[str, Any]], width: int = 1400, title: Optional[
         axis.append(f'<line x1="{x:.2f}" y1="{top - 14}" x2="{x:.2f}" y2="{y - TRACK_GAP + 4}" stroke="#dddddd"/>')
         axis.append(f'<text class="tick" x="{x:.2f}" y="{top - 18}" text-anchor="middle">{escape(_time_label(t))}</text>')
     legend_y = height - 12
-    legend = [
-        f'<rect x="{LABEL_W}" y="{legend_y - 10}" width="12" height="12" fill="{MODULE_FILLS[0]}"/>',
-        f'<text x="{LABEL_W + 16}" y="{legend_y}">module call</text>',
-        f'<rect x="{LABEL_W + 110}" y="{legend_y - 10}" width="12" height="12" fill="{OPERATOR_FILL}"/>',
-        f'<text x="{LABEL_W + 126}" y="{legend_y}">operator call</text>',
-        f'<rect x="{LABEL_W + 230}" y="{legend_y - 10}" width="12" height="12" fill="{KERNEL_FILL}"/>',
-        f'<text x="{LABEL_W + 246}" y="{legend_y}">kernel with FLOPs (in the SVG itself, hover a box for its '
+    x = LABEL_W
+    legend = []
+    if positions:
+        legend += [f'<rect x="{x}" y="{legend_y - 10}" width="12" height="12" fill="{REQUEST_FILL}" '
+                   f'stroke="{FLOW_STROKE}"/>',
+                   f'<text x="{x + 16}" y="{legend_y}">request (arrows: its calls in order)</text>']
+        x += 230
+    legend += [
+        f'<rect x="{x}" y="{legend_y - 10}" width="12" height="12" fill="{MODULE_FILLS[0]}"/>',
+        f'<text x="{x + 16}" y="{legend_y}">module call</text>',
+        f'<rect x="{x + 110}" y="{legend_y - 10}" width="12" height="12" fill="{OPERATOR_FILL}"/>',
+        f'<text x="{x + 126}" y="{legend_y}">operator call</text>',
+        f'<rect x="{x + 230}" y="{legend_y - 10}" width="12" height="12" fill="{KERNEL_FILL}"/>',
+        f'<text x="{x + 246}" y="{legend_y}">kernel with FLOPs (in the SVG itself, hover a box for its '
         'arguments)</text>',
     ]
     head = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif" font-size="11">',
-            '<defs><marker id="arrow" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="6" markerHeight="6" '
-            'orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="#555555"/></marker></defs>',
+            '<defs><marker id="arrow" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="5" markerHeight="5" '
+            f'orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="{FLOW_STROKE}"/></marker></defs>',
             f'<rect width="{width}" height="{height}" fill="#ffffff"/>']
     if title:
         head.append(f'<text x="8" y="18" font-size="14" font-weight="bold">{escape(title)}</text>')
-    return "\n".join(head + axis + body + legend + ["</svg>"]) + "\n"
+    return "\n".join(head + axis + body + flows + legend + ["</svg>"]) + "\n"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -273,6 +342,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("-o", "--output", required=True, help="SVG file to write")
     p.add_argument("--width", type=int, default=1400, help="picture width in px (default 1400)")
     p.add_argument("--title", help="a title line above the timeline")
+    p.add_argument("--requests", action="store_true",
+                   help="window: from the first request's start to the last one's end (skips start-up work)")
     p.add_argument("--start", type=float, help="window start, microseconds on the trace's axis")
     p.add_argument("--end", type=float, help="window end, microseconds on the trace's axis")
     args = p.parse_args(argv)
@@ -282,7 +353,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if os.path.exists(args.output) and not stat.S_ISREG(os.stat(args.output).st_mode):
             # Writing to a FIFO would wait for a reader.
             raise TraceError(f"-o {args.output} exists and is not a regular file; give a file name")
-        svg = render(load_trace(args.trace), args.width, args.title, args.start, args.end)
+        svg = render(load_trace(args.trace), args.width, args.title, args.start, args.end, args.requests)
     except TraceError as exc:
         print(f"trace_figure: {exc}", file=sys.stderr)
         return 2

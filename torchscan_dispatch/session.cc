@@ -1018,6 +1018,8 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
                     {"snapshot", snapshot},
                     {"in_flight_calls", p.set->in_flight},
                     {"streaming", s.options.streaming},
+                    // "aggregated": layer rows across requests in "aggregate" (aggregate.h).
+                    {"layer_rows", s.Aggregated() ? "aggregated" : "per_call"},
                     {"unattributed_calls", s.unattributed}};
     // Distributed jobs (communication.h): this rank's place and its collectives' bytes.
     if (const nlohmann::json d = DistributedContextJson(); !d.is_null()) j["context"].update(d);

@@ -3,7 +3,7 @@
     python3 -m torchscan scan MODULE:FACTORY --input-shape 3,224,224 [--output report.json]
                                              [--mode full|structure] [--max-depth N]
     python3 -m torchscan render report.json [--max-depth N]
-    python3 -m torchscan diff before.json after.json [--output diff.json]
+    python3 -m torchscan diff before.json after.json [--json] [--output diff.json]
     python3 -m torchscan bench MODULE:FACTORY --input-shape 3,224,224 [--batch-size N] [--output bench.json]
                                               [--min-run-time S] [--warmup N] [--threads N]
     python3 -m torchscan compare before.json after.json [--outputs-checked] [--output comparison.json]
@@ -12,9 +12,12 @@
                                                  [--actual-ms MS] [--device meta] [--plot roofline.svg] [--output r.json]
 
 `scan` imports MODULE, calls FACTORY() for the model, crawls one forward on a
-generated input (a batch of one) and prints the summary; `render` prints a
-saved report without measuring; `diff` compares two saved reports of the same
-kind (two AnalysisReports, or two FlopReports). `bench` times the model on a
+generated input (a batch of one) and prints the summary; `render` prints any
+saved TorchScan document without measuring (an AnalysisReport, FlopReport,
+ReportDiff, C++ scan report, BenchmarkReport or comparison, job report or
+RooflineReport); `diff` compares two saved reports of the same kind (two
+AnalysisReports, or two FlopReports) and prints a table (--json: the
+ReportDiff JSON; --output always writes the JSON, which `render` reads). `bench` times the model on a
 generated input (batch --batch-size, default 1) and measures its operator
 FLOPs, peak memory and process peak RSS (a BenchmarkReport); `compare` prints
 the BenchmarkComparison of two saved BenchmarkReports (deltas only with
@@ -57,14 +60,14 @@ def _name(path: str) -> str:
     return path.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _factory(spec: str):
+def _factory(command: str, spec: str):
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise SystemExit(f"torchscan scan: expected MODULE:FACTORY (e.g. torchscan.examples:small_cnn), got {spec!r}")
+        _fail(command, f"expected MODULE:FACTORY (e.g. torchscan.examples:small_cnn), got {spec!r}")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:
-        raise SystemExit(f"torchscan scan: cannot load {spec}: {e}") from None
+        _fail(command, f"cannot load {spec}: {e}")
     return factory
 
 
@@ -79,7 +82,7 @@ def _raised(command: str, what: str, e: Exception) -> NoReturn:
 
 def _model(command: str, spec: str):
     """FACTORY() of MODULE:FACTORY, refused unless it is an nn.Module."""
-    factory = _factory(spec)
+    factory = _factory(command, spec)
     try:
         model = factory()
     except Exception as e:
@@ -186,22 +189,6 @@ def _load(command: str, path: str, text: str, side: Optional[str] = None):
         _fail(command, str(e))
 
 
-def _benchmark_json(command: str, path: str, text: str):
-    """The parsed report when `text` is a BenchmarkReport/BenchmarkComparison;
-    None otherwise (model reports go to the C++ readers, which name their own
-    JSON errors). A report of a kind `command` does not read ends it."""
-    from torchscan.workload import is_benchmark_comparison, is_benchmark_report
-
-    try:
-        value = _readers.loads(text)
-    except ValueError:
-        return None
-    other = _readers.other_kind(value)
-    if other:
-        _fail(command, f"the report {_name(path)} is {other}")
-    return value if is_benchmark_report(value) or is_benchmark_comparison(value) else None
-
-
 def _bench(args) -> None:
     import torch
 
@@ -288,51 +275,139 @@ def _merge(args) -> None:
     print(render_job_report(job))
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def _other_renderer(value):
+    """The Python renderer of a parsed document the library's renderer does
+    not read (None: leave it to the library, which reads AnalysisReports and
+    FlopReports and names every problem with them)."""
+    from torchscan import _tables
+    from torchscan.distributed import render_job_report
+    from torchscan.workload import is_benchmark_comparison, is_benchmark_report
+
+    if is_benchmark_report(value) or is_benchmark_comparison(value):
+        return torchscan.render_benchmark
+    if _tables.is_report_diff(value):
+        return _tables.render_diff
+    if _tables.is_scan_report(value):
+        return _tables.render_scan_report
+    if isinstance(value, dict) and value.get("kind") == "torchscan_job_report":
+        return render_job_report
+    context = value.get("context") if isinstance(value, dict) else None
+    if isinstance(context, dict) and context.get("kind") == "torchscan_roofline":
+        return torchscan.render_roofline
+    return None
+
+
+def _render(args) -> None:
+    text = _read_report("render", args.report)
+    try:
+        value = _readers.loads(text)
+    except ValueError:
+        value = None  # the library's reader names the JSON problem, with its position
+    renderer = _other_renderer(value) if value is not None else None
+    if renderer is not None:
+        try:
+            print(renderer(value), end="" if renderer is not torchscan.render_benchmark else "\n")
+        except (TypeError, ValueError) as e:
+            _fail("render", f"the report {_name(args.report)}: {_reader_message(e)}")
+        return
+    try:
+        print(_render_json_text(text, args.max_depth, file=_name(args.report)))
+    except (ValueError, RuntimeError) as e:
+        _reader_error("render", e)
+
+
+def _diff(args) -> None:
+    from torchscan._tables import render_diff
+
+    if args.output:
+        _check_output("diff", args.output)
+    before = _read_report("diff", args.before, "before")
+    after = _read_report("diff", args.after, "after")
+    try:
+        result = json.loads(_compare_json_text(before, after, _name(args.before), _name(args.after)))
+    except (ValueError, RuntimeError) as e:
+        _reader_error("diff", e)
+    text = json.dumps(result, indent=1, sort_keys=True)
+    if args.output:
+        _write_output("diff", args.output, text)
+    print(text if args.json else render_diff(result), end="\n" if args.json else "")
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python3 -m torchscan", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    scan = sub.add_parser("scan", help="crawl a model built by MODULE:FACTORY")
-    scan.add_argument("factory")
-    scan.add_argument("--input-shape", required=True, type=_shape)
-    scan.add_argument("--output")
-    scan.add_argument("--mode", default="full", choices=("full", "structure"))
-    scan.add_argument("--max-depth", type=int)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    factory_help = ("MODULE:FACTORY: an importable module and a function in it that takes no arguments and returns "
+                    "the torch.nn.Module to measure (e.g. torchscan.examples:small_cnn)")
+    shape_help = ("shape of one input without the batch dimension, comma-separated positive integers "
+                  "(e.g. 3,224,224 for an image, 128 for a vector)")
+
+    def output_help(what):
+        return f"also write {what} as JSON to this file"
+
+    scan = sub.add_parser("scan", help="crawl one forward of a model built by MODULE:FACTORY and print its summary")
+    scan.add_argument("factory", metavar="MODULE:FACTORY", help=factory_help)
+    scan.add_argument("--input-shape", required=True, type=_shape, metavar="SHAPE",
+                      help=shape_help + "; the input is random, in a batch of one")
+    scan.add_argument("--output", metavar="PATH", help=output_help("the AnalysisReport"))
+    scan.add_argument("--mode", default="full", choices=("full", "structure"),
+                      help="full: FLOPs, MACs, DMAs and receptive fields (default); structure: shapes and "
+                           "parameters only, no counting")
+    scan.add_argument("--max-depth", type=int, metavar="N",
+                      help="deepest layer depth shown (0: the root only); rows at N include the layers below them")
     scan.add_argument("--memory", action="store_true", help="also attribute allocator memory to the layer calls")
     scan.add_argument("--trace", metavar="PATH", help="also write the forward as a Chrome / Perfetto trace (JSON)")
-    render = sub.add_parser("render", help="print a saved report")
-    render.add_argument("report")
-    render.add_argument("--max-depth", type=int)
-    diff = sub.add_parser("diff", help="compare two saved reports of the same kind")
-    diff.add_argument("before")
-    diff.add_argument("after")
-    diff.add_argument("--output")
+    render = sub.add_parser("render", help="print a saved report, diff, scan, benchmark, job or roofline report")
+    render.add_argument("report", metavar="REPORT", help="the saved JSON file")
+    render.add_argument("--max-depth", type=int, metavar="N",
+                        help="for an AnalysisReport: deepest layer depth shown; rows at N include the layers below")
+    diff = sub.add_parser("diff", help="compare two saved reports of the same kind and print the changes")
+    diff.add_argument("before", metavar="BEFORE", help="the earlier AnalysisReport or FlopReport (JSON)")
+    diff.add_argument("after", metavar="AFTER", help="the later report, of the same kind")
+    diff.add_argument("--json", action="store_true", help="print the ReportDiff JSON instead of the table")
+    diff.add_argument("--output", metavar="PATH", help=output_help("the ReportDiff"))
     bench = sub.add_parser("bench", help="time and measure a model built by MODULE:FACTORY")
-    bench.add_argument("factory")
-    bench.add_argument("--input-shape", required=True, type=_shape)
-    bench.add_argument("--batch-size", type=int, default=1)
-    bench.add_argument("--output")
-    bench.add_argument("--min-run-time", type=float, default=1.0)
-    bench.add_argument("--warmup", type=int, default=1)
-    bench.add_argument("--threads", type=int)
+    bench.add_argument("factory", metavar="MODULE:FACTORY", help=factory_help)
+    bench.add_argument("--input-shape", required=True, type=_shape, metavar="SHAPE",
+                       help=shape_help + "; the input is random, in a batch of --batch-size")
+    bench.add_argument("--batch-size", type=int, default=1, metavar="N",
+                       help="batch dimension of the input (default 1); throughput is per sample")
+    bench.add_argument("--output", metavar="PATH", help=output_help("the BenchmarkReport"))
+    bench.add_argument("--min-run-time", type=float, default=1.0, metavar="SECONDS",
+                       help="time the model for at least this long (default 1.0)")
+    bench.add_argument("--warmup", type=int, default=1, metavar="N",
+                       help="untimed calls before timing (default 1)")
+    bench.add_argument("--threads", type=int, metavar="N",
+                       help="torch intra-op threads while timing (default: torch's current setting)")
     compare = sub.add_parser("compare", help="compare two saved benchmark reports")
-    compare.add_argument("before")
-    compare.add_argument("after")
+    compare.add_argument("before", metavar="BEFORE", help="the earlier BenchmarkReport (JSON, from bench --output)")
+    compare.add_argument("after", metavar="AFTER", help="the later BenchmarkReport")
     compare.add_argument("--outputs-checked", action="store_true",
                          help="state that the two workloads' outputs were checked and agree (deltas are given)")
-    compare.add_argument("--output")
+    compare.add_argument("--output", metavar="PATH", help=output_help("the BenchmarkComparison"))
     merge = sub.add_parser("merge", help="merge one report per rank of a distributed job into a job report")
-    merge.add_argument("reports", nargs="+")
-    merge.add_argument("--output")
+    merge.add_argument("reports", nargs="+", metavar="REPORT",
+                       help="one saved report per rank, all of the same kind, in rank order")
+    merge.add_argument("--output", metavar="PATH", help=output_help("the job report"))
     roof = sub.add_parser("roofline", help="roofline of one forward of a model built by MODULE:FACTORY")
-    roof.add_argument("factory")
-    roof.add_argument("--input-shape", required=True, type=_shape)
-    roof.add_argument("--gpu", default="h100-sxm")
-    roof.add_argument("--precision", default="fp32")
-    roof.add_argument("--actual-ms", type=float)
+    roof.add_argument("factory", metavar="MODULE:FACTORY", help=factory_help)
+    roof.add_argument("--input-shape", required=True, type=_shape, metavar="SHAPE",
+                      help=shape_help + "; the input is random, in a batch of one")
+    roof.add_argument("--gpu", default="h100-sxm", metavar="NAME",
+                      help=f"the GPU whose peaks bound the model (default h100-sxm); one of: "
+                           f"{', '.join(torchscan.list_gpus())}")
+    roof.add_argument("--precision", default="fp32", metavar="PRECISION",
+                      help="the arithmetic precision whose peak applies (default fp32): fp32, tf32, bf16, fp16, "
+                           "fp8 or int8")
+    roof.add_argument("--actual-ms", type=float, metavar="MS",
+                      help="a measured time of the forward in milliseconds, to place the model against its bounds")
     roof.add_argument("--device", default="cpu", help="where the model and input are built (meta: no memory)")
-    roof.add_argument("--plot", help="write the roofline chart as SVG")
-    roof.add_argument("--output", help="write the RooflineReport as JSON")
-    args = parser.parse_args(argv)
+    roof.add_argument("--plot", metavar="PATH", help="write the roofline chart as SVG")
+    roof.add_argument("--output", metavar="PATH", help=output_help("the RooflineReport"))
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
 
     if args.command == "scan":
         if args.output and args.trace and os.path.realpath(args.output) == os.path.realpath(args.trace):
@@ -361,31 +436,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     elif args.command == "compare":
         _compare(args)
     elif args.command == "render":
-        text = _read_report("render", args.report)
-        benchmark = _benchmark_json("render", args.report, text)
-        if benchmark is not None:
-            try:
-                print(torchscan.render_benchmark(benchmark))
-            except (TypeError, ValueError) as e:
-                _fail("render", f"the report {_name(args.report)}: {_reader_message(e)}")
-            return 0
-        try:
-            print(_render_json_text(text, args.max_depth, file=_name(args.report)))
-        except (ValueError, RuntimeError) as e:
-            _reader_error("render", e)
+        _render(args)
     else:
-        if args.output:
-            _check_output("diff", args.output)
-        before = _read_report("diff", args.before, "before")
-        after = _read_report("diff", args.after, "after")
-        try:
-            result = json.loads(_compare_json_text(before, after, _name(args.before), _name(args.after)))
-        except (ValueError, RuntimeError) as e:
-            _reader_error("diff", e)
-        text = json.dumps(result, indent=1, sort_keys=True)
-        if args.output:
-            _write_output("diff", args.output, text)
-        print(text)
+        _diff(args)
     return 0
 
 

@@ -13,6 +13,7 @@ import sys
 import threading
 import weakref
 from threading import get_ident
+from typing import Literal
 
 import torch
 import torch.nn as nn
@@ -300,7 +301,7 @@ class AnalysisPause:
         Session.pause_thread_recording()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> Literal[False]:
         Session.resume_thread_recording()
         self.depth -= 1
         return False

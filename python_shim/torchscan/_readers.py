@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Iterable
 
 MAX_COUNT = 2**128 - 1
 # As reports/validate.h's kMaxReportDepth: reports nest a few levels.
@@ -55,6 +55,7 @@ def check_depth(value: Any, what: str = "the report") -> None:
     stack = [(value, 0)]
     while stack:
         v, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(v, Mapping):
             children = v.values()
         elif isinstance(v, (list, tuple)):

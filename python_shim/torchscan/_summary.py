@@ -30,7 +30,12 @@ def _compare_json_text(before: str, after: str, before_file: str = "", after_fil
     """ReportDiff JSON text of two reports given as JSON text; the file names
     (when known) appear in error messages, with "before"/"after"."""
     from torchscan._library import Session
+    from torchscan._scan_diff import compare_if_scan_reports
 
+    # Two C++ scan reports: their rows aggregated across requests (_scan_diff.py).
+    scan = compare_if_scan_reports(before, after, before_file, after_file)
+    if scan is not None:
+        return scan
     return Session.compare_reports(before, after, before_file, after_file)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping as _MappingABC
-from typing import Mapping
+from typing import List, Mapping, Optional
 
 from torchscan import _readers
 
@@ -215,7 +215,8 @@ def _flatten(value, prefix: str, out: dict) -> None:
 
 
 def _context_changes(before, after) -> list:
-    a, b = {}, {}
+    a: dict = {}
+    b: dict = {}
     _flatten(before, "", a)
     _flatten(after, "", b)
     return [{"field": k, "before": a.get(k), "after": b.get(k)} for k in sorted(set(a) | set(b))
@@ -223,7 +224,7 @@ def _context_changes(before, after) -> list:
 
 
 def _latency_change(before, after, check_passed: bool, context_changes: list) -> dict:
-    sides = []
+    sides: List[Optional[dict]] = []
     for rep in (before, after):
         m = rep["measurement"]
         if not m:
@@ -231,7 +232,7 @@ def _latency_change(before, after, check_passed: bool, context_changes: list) ->
         else:
             stats = _block_statistics(m["raw_times_seconds"], m["number_per_run"])  # recomputed from the blocks
             sides.append(stats)
-    change = {"status": "unavailable", "rule": _LATENCY_RULE, "before_median_seconds": None,
+    change: dict = {"status": "unavailable", "rule": _LATENCY_RULE, "before_median_seconds": None,
               "after_median_seconds": None, "before_iqr_seconds": None, "after_iqr_seconds": None,
               "iqr_overlap": None, "assessment": None, "ratio": None, "withheld": None,
               "context_differs": [c["field"] for c in context_changes
@@ -241,7 +242,7 @@ def _latency_change(before, after, check_passed: bool, context_changes: list) ->
         change["withheld"] = "timing missing on " + ("both sides" if sides == [None, None] else
                                                      "the before side" if sides[0] is None else "the after side")
         return change
-    b, a = sides
+    b, a = sides[0] or {}, sides[1] or {}
     change.update({"status": "complete", "before_median_seconds": b["median"], "after_median_seconds": a["median"],
                    "before_iqr_seconds": [b["q1"], b["q3"]], "after_iqr_seconds": [a["q1"], a["q3"]],
                    "iqr_overlap": not (a["q3"] < b["q1"] or a["q1"] > b["q3"])})

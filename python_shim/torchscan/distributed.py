@@ -13,7 +13,7 @@ merge`` combine one report per rank into a job report.
 from __future__ import annotations
 
 import json
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchscan._readers import MAX_COUNT, check_depth, count_problem, is_number, other_kind
 
@@ -219,8 +219,8 @@ def merge_reports(reports: Sequence[Any], names: Optional[Sequence[str]] = None)
     for report, name in zip(reports, names):
         try:
             entry = _rank_entry(report)
-        except _Malformed as e:
-            raise ValueError(f"torchscan.merge_reports: {name} {e}") from None
+        except _Malformed as problem:
+            raise ValueError(f"torchscan.merge_reports: {name} {problem}") from None
         entry["file"] = name
         entries.append(entry)
     worlds = sorted({e["world_size"] for e in entries})
@@ -232,7 +232,7 @@ def merge_reports(reports: Sequence[Any], names: Optional[Sequence[str]] = None)
     if len(kinds) > 1:
         raise ValueError(f"torchscan.merge_reports: the reports are of different kinds ({', '.join(kinds)}); "
                          "merge reports made the same way on every rank")
-    seen = {}
+    seen: Dict[int, str] = {}
     for e in entries:
         if e["rank"] in seen:
             raise ValueError(f"torchscan.merge_reports: rank {e['rank']} appears twice ({seen[e['rank']]} and "
@@ -242,7 +242,7 @@ def merge_reports(reports: Sequence[Any], names: Optional[Sequence[str]] = None)
     if len(seen) < world:
         # Every seen rank is below world: the first few missing ones are found
         # within len(seen) + 10 steps, however large world_size claims to be.
-        missing = []
+        missing: List[int] = []
         r = 0
         while len(missing) < 10 and r < world:
             if r not in seen:
@@ -302,14 +302,14 @@ def merge_reports(reports: Sequence[Any], names: Optional[Sequence[str]] = None)
 
     def flops_of(e):
         return e["operator_flops"]["known_value"]
-    flops_of.metrics = ("operator_flops",)
+    flops_of.metrics = ("operator_flops",)  # type: ignore[attr-defined]
 
     def bytes_of(e):
         s, r = e["bytes_sent"]["known_value"], e["bytes_received"]["known_value"]
         return None if s is None or r is None else s + r
-    bytes_of.metrics = ("bytes_sent", "bytes_received")
+    bytes_of.metrics = ("bytes_sent", "bytes_received")  # type: ignore[attr-defined]
 
-    by_operator = {}
+    by_operator: Dict[str, dict] = {}
     for e in entries:
         for op, row in e["by_operator"].items():
             acc = by_operator.setdefault(op, {"calls": 0, "bytes_sent": 0, "bytes_received": 0,

@@ -7,7 +7,7 @@ import inspect
 import json
 import warnings
 from collections.abc import Mapping as _MappingABC
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Literal, Mapping, Optional
 
 import torch
 
@@ -112,7 +112,7 @@ class FlopScan:
             self._session = Session(scope, memory, trace, streaming, int(_fold_every))
         for name in self._formulas:
             self._session.defer_formula(name)
-        self._report = None
+        self._report: Optional[dict] = None
         self._modules = ModuleLabels(self._session, all_threads=threads == "all") if modules else None
 
     def __enter__(self) -> "FlopScan":
@@ -130,7 +130,7 @@ class FlopScan:
             raise
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self._close(failing=exc_type is not None)
         return False  # exceptions propagate unchanged
 
@@ -183,9 +183,10 @@ class FlopScan:
         if self._report is None:
             if self._formulas:
                 self._resolve_caller_formulas()
-            self._report = json.loads(self._session.flop_report())
+            report = json.loads(self._session.flop_report())
             # In a torch.distributed job: the rank's context and its collectives' bytes.
-            _distributed.add_to_report(self._report, self._session)
+            _distributed.add_to_report(report, self._session)
+            self._report = report
         return self._report
 
     @contextlib.contextmanager
@@ -285,9 +286,11 @@ class FlopScan:
             try:
                 result = fn(*args, **kwargs, out_val=out) if raw else fn(*args, out_shape=out, **kwargs)
             except Exception as e:
-                # The caller's exception, unchanged, with a note saying where it came from.
-                e.add_note(f"torchscan: raised by the caller formula {getattr(fn, '__qualname__', repr(fn))} "
-                           f"(custom_mapping) for {call['op']}")
+                # The caller's exception, unchanged, with a note saying where it
+                # came from (notes exist from Python 3.11; on 3.10 it goes bare).
+                if hasattr(e, "add_note"):
+                    e.add_note(f"torchscan: raised by the caller formula {getattr(fn, '__qualname__', repr(fn))} "
+                               f"(custom_mapping) for {call['op']}")
                 raise
             # A decimal string: counts past 2**64 - 1 reach C++ exactly.
             values[str(call["index"])] = str(flop_count(result, call["op"], fn))

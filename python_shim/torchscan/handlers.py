@@ -48,7 +48,7 @@ import operator
 import sys
 from collections.abc import Mapping as _MappingABC
 from threading import get_ident
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch.nn as nn
 
@@ -278,7 +278,8 @@ def evaluate(spec: ModuleHandler, mod, args, kwargs, output) -> tuple:
         return _failure(spec, "custom_handler_invalid",
                         f"its handler returned the unsupported metric name {safe_text(repr(bad[0]))} (handlers "
                         f"supply {', '.join(SUPPORTED_METRICS)}); the requested estimates are unavailable")
-    entries, notes = {}, []
+    entries: dict = {}
+    notes: list = []
     for name, value in items:
         if isinstance(value, _MappingABC):
             try:
@@ -372,7 +373,7 @@ class Handlers:
             else:
                 entry[2] += 1
 
-        owner = [dict() for _ in range(n)]  # metric -> owning row, for covered rows
+        owner: List[dict] = [dict() for _ in range(n)]  # metric -> owning row, for covered rows
         changed = set()
         for i, layer in enumerate(layers):
             p = parents[i]
@@ -474,7 +475,8 @@ class Handlers:
 
 def _descendants(mod: nn.Module) -> list:
     """(descendant, the modules between mod and it) for every module under mod."""
-    out, stack = [], [(c, ()) for c in mod._modules.values()]
+    out: list = []
+    stack: List[tuple] = [(c, ()) for c in mod._modules.values()]
     while stack:
         m, between = stack.pop()
         if m is None:

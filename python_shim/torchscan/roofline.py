@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from torchscan._readers import validate_roofline_report
+from torchscan._roofline_svg import roofline_svg  # noqa: F401 - importable from here, as before
 from torchscan.workload import _refuse_unstarted
 
 SCHEMA_VERSION = 1
@@ -439,134 +440,6 @@ def render_roofline(report: Mapping) -> str:
 
 
 # ---- SVG plot (no plotting dependency).
-
-def roofline_svg(report: Mapping, *, points: str = "layers", width: int = 720, height: int = 480) -> str:
-    """A log-log roofline chart: attainable FLOP/s against arithmetic intensity,
-    the memory slope, the matmul and vector roofs, the ridge point, one point per
-    leaf layer call (points="layers") or operator ("operators"), and the model."""
-    from xml.sax.saxutils import escape
-
-    where = "torchscan.roofline_svg"
-    validate_roofline_report(report, where)
-    if points not in ("layers", "operators"):
-        raise ValueError(f"{where}: points must be 'layers' or 'operators', got {points!r}")
-    for name, v in (("width", width), ("height", height)):
-        if isinstance(v, bool) or not isinstance(v, int) or not 200 <= v <= 20000:
-            raise ValueError(f"{where}: {name} must be an int from 200 to 20000 pixels, got {v!r}")
-    t, c = report["totals"], report["context"]
-    bw = c["memory_bandwidth_gbps"] * 1e9
-    peak_m, peak_v = c["peak_matmul_tflops"] * 1e12, c["peak_vector_tflops"] * 1e12
-    rows = report["layers"] if points == "layers" else report["operators"]
-    if points == "layers":
-        # leaves: layer calls with no deeper row directly following them (module tree is pre-order)
-        leaf = []
-        for i, r in enumerate(rows):
-            nxt = rows[i + 1] if i + 1 < len(rows) else None
-            if nxt is None or nxt["depth"] <= r["depth"]:
-                leaf.append(r)
-        rows = leaf
-    pts = []  # (label, intensity, FLOP/s, kind, bound)
-    for r in rows:
-        i = r.get("arithmetic_intensity")
-        sol = max(r["compute_sol_ms"], r["memory_sol_ms"]) / 1e3
-        if not i or r["flops"] <= 0 or not math.isfinite(r["flops"] / sol if sol else peak_m):
-            continue
-        label = r.get("path") or r.get("operator")
-        if r.get("module_type") and r["module_type"] != label:
-            label = f"{label} ({r['module_type']})"
-        if r.get("call_index"):
-            label += f" #{r['call_index']}"
-        pts.append((label, i, r["flops"] / sol if sol else peak_m, "row", r["bound"]))
-    if t.get("arithmetic_intensity") and t["sol_ms"] > 0 and t["flops"] > 0 and \
-            math.isfinite(t["flops"] / (t["sol_ms"] / 1e3)):
-        pts.append(("model", t["arithmetic_intensity"], t["flops"] / (t["sol_ms"] / 1e3), "model", t["bottleneck"]))
-        if t.get("actual_ms") and math.isfinite(t["flops"] / (t["actual_ms"] / 1e3)):
-            pts.append(("model, measured", t["arithmetic_intensity"], t["flops"] / (t["actual_ms"] / 1e3), "measured",
-                        f"{100 * t['achieved_fraction_of_sol']:.3g} % of SoL"))
-    # Axis ends as decades (integer exponents): a report's extreme values
-    # never underflow or overflow a float bound.
-    xs = [math.log10(p[1]) for p in pts] + [math.log10(peak_m) - math.log10(bw), math.log10(peak_v) - math.log10(bw)]
-    lo_ex, hi_ex = math.floor(min(xs) - 0.5), math.ceil(max(xs) + 0.5)
-    ys = [math.log10(p[2]) for p in pts] + [math.log10(peak_m), math.log10(bw) + lo_ex]
-    lo_ey, hi_ey = math.floor(min(ys)), math.ceil(max(ys) + 0.2)
-    if hi_ey <= lo_ey:
-        hi_ey = lo_ey + 1
-    ml, mr, mt, mb = 70, 20, 40, 50
-    pw, ph = width - ml - mr, height - mt - mb
-
-    def XE(e):  # x of the decade exponent e
-        return ml + pw * (e - lo_ex) / (hi_ex - lo_ex)
-
-    def YE(e):
-        e = min(max(e, lo_ey), hi_ey)
-        return mt + ph * (1 - (e - lo_ey) / (hi_ey - lo_ey))
-
-    def X(v):
-        return XE(math.log10(v))
-
-    def Y(v):
-        return YE(math.log10(v) if v > 0 else lo_ey)
-
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-           f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14">'
-           f'{escape(c["gpu"]["name"])} roofline ({escape(c["precision"])})</text>',
-           f'<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="black"/>']
-    for e in range(lo_ex, hi_ex + 1):
-        x = ml + pw * (e - lo_ex) / (hi_ex - lo_ex)
-        out.append(f'<line x1="{x:.1f}" y1="{mt}" x2="{x:.1f}" y2="{mt + ph}" stroke="#ddd"/>')
-        out.append(f'<text x="{x:.1f}" y="{mt + ph + 15}" text-anchor="middle">1e{e}</text>')
-    for e in range(lo_ey, hi_ey + 1):
-        y = mt + ph * (1 - (e - lo_ey) / (hi_ey - lo_ey))
-        out.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#ddd"/>')
-        out.append(f'<text x="{ml - 5}" y="{y + 4:.1f}" text-anchor="end">1e{e}</text>')
-    out.append(f'<text x="{ml + pw / 2}" y="{height - 10}" text-anchor="middle">arithmetic intensity (FLOPs/byte)</text>')
-    out.append(f'<text x="15" y="{mt + ph / 2}" text-anchor="middle" transform="rotate(-90 15 {mt + ph / 2})">'
-               'attainable FLOP/s</text>')
-    roofs = [(peak_v, "#e67e22", "vector peak"), (peak_m, "#c0392b", "matmul/conv peak")]  # shared slope red
-    if peak_v == peak_m:  # one roof (fp32 with no fp32 matrix path): one line, one label
-        roofs = [(peak_m, "#c0392b", "matmul/conv = vector peak")]
-    log_bw = math.log10(bw)
-    for peak, colour, label in roofs:
-        # In decades: the memory slope from the left edge to the ridge, then the roof.
-        ridge_e = math.log10(peak) - log_bw
-        pts_line = [(lo_ex, log_bw + lo_ex), (ridge_e, math.log10(peak)), (hi_ex, math.log10(peak))]
-        d = " ".join(f"{XE(a):.1f},{YE(b):.1f}" for a, b in pts_line if lo_ex <= a <= hi_ex)
-        out.append(f'<polyline points="{d}" fill="none" stroke="{colour}" stroke-width="2"/>')
-        out.append(f'<text x="{ml + pw - 5}" y="{Y(peak) - 4:.1f}" text-anchor="end" fill="{colour}">'
-                   f'{label} {peak / 1e12:.4g} TFLOP/s</text>')
-    ridge_px = XE(math.log10(peak_m) - log_bw)
-    out.append(f'<line x1="{ridge_px:.1f}" y1="{mt}" x2="{ridge_px:.1f}" y2="{mt + ph}" stroke="#c0392b" '
-               'stroke-dasharray="4,3"/>')
-    right = ridge_px + 130 > ml + pw  # the label would leave the plot: written left of the line
-    anchor = ' text-anchor="end"' if right else ""
-    out.append(f'<text x="{ridge_px + (-4 if right else 4):.1f}" y="{mt + 12}" fill="#c0392b"{anchor}>'
-               f'ridge {peak_m / bw:.3g} FLOPs/B</text>')
-    style = {"row": ("#2980b9", 4, "#2980b9"), "model": ("#2c3e50", 6, "#2c3e50"), "measured": ("none", 6, "#27ae60")}
-    # The model's (larger) points first, so the layer points drawn over them stay visible.
-    for name, i, perf, kind, bound in sorted(pts, key=lambda p: p[3] == "row"):
-        fill, r, stroke = style[kind]
-        out.append(f'<circle cx="{X(i):.1f}" cy="{Y(perf):.1f}" r="{r}" fill="{fill}" stroke="{stroke}" '
-                   f'stroke-width="2"><title>{escape(str(name))}: {i:.3g} FLOPs/B, {perf / 1e12:.3g} TFLOP/s, '
-                   f'{escape(str(bound))}</title></circle>')
-    # Legend (top left: above the memory slope nothing is attainable, so no point sits there).
-    which = "leaf layer calls" if points == "layers" else "operators"
-    legend = [(None, f"{which}: eager (unfused) bytes; model: fused bytes", None)]
-    legend += [(kind, f"{name}: {i:.3g} FLOPs/B, {bound}" + ("" if kind == "measured" else "-bound"), None)
-               for name, i, perf, kind, bound in (pts if len(pts) <= 12 else [p for p in pts if p[3] != "row"])]
-    if len(pts) > 12:
-        legend.insert(1, ("row", f"{sum(1 for p in pts if p[3] == 'row')} {which}", None))
-    for n, (kind, text, _) in enumerate(legend):
-        y = mt + 16 + 15 * n
-        if kind is not None:
-            fill, r, stroke = style[kind]
-            out.append(f'<circle cx="{ml + 12}" cy="{y - 4}" r="{min(r, 5)}" fill="{fill}" stroke="{stroke}" '
-                       'stroke-width="2"/>')
-        out.append(f'<text x="{ml + 22 if kind is not None else ml + 6}" y="{y}">{escape(text)}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
-
 
 def compare_kernelbench(ref_ms: float, gen_ms: float, report: Mapping) -> dict:
     """Two measured implementations of the same workload against its SoL bound."""

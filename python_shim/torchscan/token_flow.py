@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -195,7 +196,7 @@ class TokenFlow:
                 return t
         return None
 
-    def _native_step(self, module, scope, args, kwargs, output, deps) -> dict:
+    def _native_step(self, module, scope, args, kwargs, output, deps) -> Optional[dict]:
         out = self._primary(output)
         if out is None:
             return None

@@ -57,9 +57,11 @@ import re
 import sys
 import time
 from collections.abc import Mapping as _MappingABC
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 import torch
+
+from torchscan._profiler_noise import ProfilerNoise
 
 # The reports' reading side (validation, comparison, rendering) lives in
 # torchscan.benchmark_reports; these names stay importable from here.
@@ -332,7 +334,8 @@ def _time_latency(workload, where, *, warmup, min_run_time, number, repeats, dev
                 break
             number *= 10
     shown = _Progress(progress, min_run_time)
-    raw, total = [], 0.0
+    raw: List[float] = []
+    total = 0.0
     try:
         while (len(raw) < repeats) if repeats is not None else (total < min_run_time):
             t = block(number)
@@ -471,11 +474,17 @@ def _profiler_memory_events(prof, device_type: str) -> list:
     return events
 
 
+def _start_profiler(prof) -> None:
+    with ProfilerNoise():
+        prof.__enter__()
+
+
 def _stop_profiler(prof, failing: bool) -> None:
     """Stop a profiler started here; while the workload's exception is on its
     way, a failure to stop is a warning, never a replacement exception."""
     try:
-        prof.__exit__(*(sys.exc_info() if failing else (None, None, None)))
+        with ProfilerNoise():
+            prof.__exit__(*(sys.exc_info() if failing else (None, None, None)))
     except Exception as e:
         if not failing:
             raise
@@ -507,7 +516,7 @@ def _cpu_peak(workload, where, devices=frozenset()) -> tuple:
 
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
     try:
-        prof.__enter__()
+        _start_profiler(prof)
     except RuntimeError as e:  # another profiler is active on this thread
         return None, [{"code": "profiler_unavailable", "severity": "warning", "metric": "peak_memory",
                        "message": f"torch.profiler could not start ({str(e).strip().splitlines()[0]}); "
@@ -517,7 +526,7 @@ def _cpu_peak(workload, where, devices=frozenset()) -> tuple:
     except BaseException:
         _stop_profiler(prof, failing=True)
         raise
-    prof.__exit__(None, None, None)
+    _stop_profiler(prof, failing=False)
     _refuse_unstarted(result, where)
     unreported = _unsupported(devices | _unreported(result))
     del result
@@ -608,7 +617,7 @@ def _profile(workload, where, dev) -> tuple:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     prof = profile(activities=activities)
     try:
-        prof.__enter__()
+        _start_profiler(prof)
     except RuntimeError as e:
         return None, "unavailable", [{"code": "profiler_unavailable", "severity": "warning", "metric": "profile",
                                       "message": f"torch.profiler could not start ({str(e).strip().splitlines()[0]})"}]
@@ -620,7 +629,7 @@ def _profile(workload, where, dev) -> tuple:
     except BaseException:
         _stop_profiler(prof, failing=True)
         raise
-    prof.__exit__(None, None, None)
+    _stop_profiler(prof, failing=False)
     _refuse_unstarted(result, where)
     del result
     rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
@@ -672,7 +681,7 @@ def measure_workload(workload: Callable[[], Any], *, flops: bool = True, memory:
         diagnostics += lat_diagnostics
         context["timing"] = timing
         context["work_unit"] = _work_unit_record(opts)
-    unreported = frozenset()
+    unreported: frozenset = frozenset()
     if flops:
         from torchscan.flops import FlopScan
         from torchscan.flops import _refuse_unstarted as _refuse_unstarted_flops

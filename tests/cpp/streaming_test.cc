@@ -121,6 +121,7 @@ TEST(Streaming, AllThreadsWorkersAndSnapshots) {
   const at::Tensor x = at::ones({2, 3}), w = at::ones({3, 4});
   ScanOptions o = Streaming(1);
   o.threads = Threads::kAll;
+  o.per_request_rows = SIZE_MAX;  // aggregated, and every request's own rows kept through the folds
   Session s(o);
   ASSERT_TRUE(s.Start().ok());
   const int kPerThread = 50;

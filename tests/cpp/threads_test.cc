@@ -29,9 +29,11 @@ namespace {
 
 using nlohmann::json;
 
+// One layer row per module call (rows aggregated across requests: aggregate_test.cc).
 ScanOptions AllThreads() {
   ScanOptions o;
   o.threads = Threads::kAll;
+  o.layer_rows = LayerRowMode::kPerCall;
   return o;
 }
 

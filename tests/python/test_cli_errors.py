@@ -143,12 +143,16 @@ def test_malformed_benchmark_fields_are_named(torchscan, bench_report, in_tmp):
                 torchscan.compare_benchmarks(report, report)
 
 
-def test_render_names_a_roofline_or_job_report(torchscan, in_tmp):
+def test_a_roofline_report_is_named_where_it_is_not_read(torchscan, in_tmp, capsys):
+    from torchscan.__main__ import main
+
     tmp_path = in_tmp
     roof = torchscan.roofline(nn.Linear(4, 4), torch.ones(2, 4))
     (tmp_path / "roof.json").write_text(json.dumps(roof))
-    message = cli_error("render", "roof.json")
-    assert "roof.json is a RooflineReport" in message and "torchscan.render_roofline reads it" in message
+    # render prints it (as torchscan.render_roofline does)...
+    assert main(["render", "roof.json"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == torchscan.render_roofline(roof).rstrip("\n")
+    # ... the readers of other kinds name it.
     assert "is a RooflineReport" in cli_error("compare", "roof.json", "roof.json")
     assert "roof.json is a RooflineReport" in cli_error("merge", "roof.json")
     assert "a RooflineReport (torchscan.roofline) is not an AnalysisReport" in cli_error("diff", "roof.json",

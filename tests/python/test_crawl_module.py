@@ -169,8 +169,10 @@ def test_command_line_scan_render_diff(tmp_path):
     assert "Conv2d" in scanned.stdout and json.loads(out.read_text())["schema_version"] == 1
     rendered = run("render", str(out), "--max-depth", "0")
     assert rendered.returncode == 0 and "Conv2d" not in rendered.stdout and "SmallCNN" in rendered.stdout
-    diffed = run("diff", str(out), str(out))
+    diffed = run("diff", str(out), str(out), "--json")
     assert diffed.returncode == 0 and json.loads(diffed.stdout)["layers"]["changed"] == []
+    table = run("diff", str(out), str(out))  # the same report twice: every change is zero
+    assert table.returncode == 0 and "0 changed, 0 added, 0 removed" in table.stdout
     bad = run("scan", "nope", "--input-shape", "3")
     assert bad.returncode != 0 and "MODULE:FACTORY" in bad.stderr
 

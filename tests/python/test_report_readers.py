@@ -143,7 +143,8 @@ def test_diff_of_two_flop_reports(torchscan, flops, tmp_path):
     assert d["totals"]["operator_flops"]["delta"] is None and d["totals"]["operator_flops"]["status"] == "partial"
     assert d["by_operator"]["aten.mm"]["delta"] is None
     # Same through the command line.
-    out = run(tmp_path, "diff", str(save(tmp_path / "s.json", small)), str(save(tmp_path / "l.json", large)))
+    out = run(tmp_path, "diff", str(save(tmp_path / "s.json", small)), str(save(tmp_path / "l.json", large)),
+              "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["by_operator"]["aten.mm"]["delta"] == 262080
 

@@ -158,8 +158,14 @@ def test_svg_and_cli(tmp_path):
     r = torchscan.roofline(mlp(), torch.randn(1, 512), gpu="l4")
     root = ET.fromstring(r.to_svg())
     assert root.tag.endswith("svg")
-    points = [e for e in root.iter() if e.tag.endswith("circle") and any(c.tag.endswith("title") for c in e)]
-    assert len(points) == 4  # three layers and the model (the legend's circles have no title)
+    points = [e for e in root.iter() if any(c.tag.endswith("title") for c in e)]
+    assert len(points) == 4  # three layers and the model (the legend's markers have no title)
+    # Each layer its own colour and a number keyed to its name in the legend.
+    layers = [e for e in points if not e.get("fill") == "none"]
+    assert len({e.get("fill") for e in layers}) == 3
+    texts = ["".join(e.itertext()) for e in root.iter() if e.tag.endswith("text")]
+    assert {"1", "2", "3"} <= set(texts)
+    assert any(t.startswith("1  0 (Linear): ") for t in texts) and any(t.startswith("2  1 (ReLU): ") for t in texts)
     ET.fromstring(roofline_svg(r, points="operators"))
     out, plot = tmp_path / "r.json", tmp_path / "r.svg"
     subprocess.run([sys.executable, "-m", "torchscan", "roofline", "torchscan.examples:small_cnn", "--input-shape",
@@ -446,3 +452,30 @@ def test_meta_gives_the_cpu_figures():
     meta = torchscan.roofline(mlp().to("meta"), torch.randn(1, 512, device="meta"), gpu="h100-sxm")
     assert meta["totals"] == cpu["totals"]
     assert meta["totals"]["hbm_bytes_unfused"] == 663552  # test_linear_relu_linear_... derives it
+
+
+def test_svg_points_at_one_place_stay_distinguishable():
+    # Four ReLUs on the same input: one intensity (1 FLOP per 8 bytes read and
+    # written, fp32), so four points at one place.
+    class Relus(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.acts = nn.ModuleList(nn.ReLU() for _ in range(4))
+
+        def forward(self, x):
+            return sum(a(x) for a in self.acts)
+
+    root = ET.fromstring(torchscan.roofline(Relus(), torch.randn(1, 64), gpu="h100-sxm").to_svg())
+    marks = [e for e in root.iter() if any(c.tag.endswith("title") for c in e) and e.get("fill") != "none"]
+    acts = [e for e in marks if "acts." in "".join(e.itertext())]
+    assert len(acts) == 4
+    assert len({e.get("fill") for e in acts}) == 4  # a colour each
+    # Each covered point is drawn larger than the ones over it: a visible rim.
+    radii = [float(e.get("r")) for e in acts]
+    assert radii == sorted(radii, reverse=True) and len(set(radii)) == 4
+    # Their numbers do not overlap one another.
+    numbers = [e for e in root.iter() if e.tag.endswith("text") and (e.text or "") in {"1", "2", "3", "4"}]
+    spots = [(float(e.get("x")), float(e.get("y"))) for e in numbers]
+    assert len(spots) == 4
+    # A one-digit number in 10 px bold is about 7 px wide and 10 px high.
+    assert all(abs(a[0] - b[0]) >= 7 or abs(a[1] - b[1]) >= 10 for i, a in enumerate(spots) for b in spots[i + 1:])

@@ -243,6 +243,26 @@ def test_attach_streams_by_default_and_reports_what_holding_every_call_reports(s
     assert streamed == held
 
 
+def test_a_traced_server_reports_the_distribution_of_request_times(served, tmp_path):
+    # --trace times every call: each request's time is its first call's
+    # start to its last call's end, and the aggregate gives their spread.
+    requests = 8
+    out = tmp_path / "traced.json"
+    proc = attach(served, out, requests, 2, launcher=["--trace", str(tmp_path / "trace.json")])
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    report = json.loads(out.read_text())
+    assert report["context"]["layer_rows"] == "aggregated"
+    check_report(report, served, requests)
+    t = report["aggregate"]["request_totals"]["time"]
+    assert t["unit"] == "ns" and t["requests"] == requests
+    assert 0 < t["min"] <= t["median"] <= t["p99"] <= t["max"]
+    # Untraced (streaming, no clock read): no time distribution.
+    proc = attach(served, out, requests, 2)
+    proc.communicate(timeout=300)
+    assert "time" not in json.loads(out.read_text())["aggregate"]["request_totals"]
+
+
 @pytest.mark.parametrize("fold_every", ["4096", "1"])
 def test_attach_report_on_signal_while_requests_are_in_flight(served, tmp_path, fold_every):
     # Streaming (the default), folding as the scan's default does and after every request.

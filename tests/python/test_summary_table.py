@@ -26,11 +26,9 @@ def _rows(text: str) -> dict:
     start = next(i for i, line in enumerate(lines) if line.startswith("Layer "))
     rows = {}
     for line in lines[start + 2:]:
-        if not line.strip():
-            break
-        if line.startswith("Shared parameters"):
-            continue
         cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) < 7:  # the notes under the table, or its end
+            break
         rows[cells[0]] = cells[1:]
     return rows
 
@@ -201,3 +199,31 @@ def test_the_interactive_prompt_shows_the_table_once():
     out = subprocess.run([sys.executable, "-i", "-q"], input=code, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("Layer ") == 1 and "'schema_version'" not in out.stdout, out.stdout
+
+
+def test_summary_options_are_checked_and_a_broken_report_still_prints():
+    with pytest.raises(TypeError, match="verbose must be True or False"):
+        torchscan.summary(TwoBlocks(), (4,), verbose="yes")
+    report = torchscan.summary(TwoBlocks(), (4,), verbose=False)
+    report["layers"] = 3  # edited into something the renderer refuses
+    text = repr(report)
+    assert text.startswith("SummaryReport (no table: ") and "'layers': 3" in text
+    with pytest.raises(ValueError):
+        str(report)  # str() is the table, and says why there is none
+
+
+def test_parameters_of_modules_that_did_not_run_are_named():
+    class Unused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = nn.Linear(4, 2)  # 4*2 + 2 = 10 parameters
+            self.spare = nn.Linear(3, 3)  # 3*3 + 3 = 12, never called
+
+        def forward(self, x):
+            return self.used(x)
+
+    report = torchscan.summary(Unused(), (4,), verbose=False)
+    rows = _rows(repr(report))
+    assert sum(_count(r[2]) for r in rows.values()) == 10 and report["totals"]["parameters"] == 22
+    assert "12 parameters belong to modules that did not run in this forward" in repr(report)
+    assert "did not run" not in repr(torchscan.summary(TwoBlocks(), (4,), verbose=False))

@@ -409,3 +409,73 @@ def test_python_requests_are_flows_in_a_trace():
     linked = [e for e in mms if "bind_id" in e]
     assert len(linked) == 2 and linked[0]["bind_id"] == linked[1]["bind_id"]
     assert linked[0].get("flow_out") and linked[1].get("flow_in")
+
+
+def _figure_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trace_figure", FIGURE_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _request_trace():
+    """Work outside any request, then two requests of three mm calls each."""
+    import time
+
+    a, b = torch.ones(2, 3), torch.ones(3, 4)
+    with torchscan.scan(trace=True) as s:
+        torch.mm(a, b)  # start-up work, in no request
+        time.sleep(0.02)
+        for name in ("q1", "q2"):
+            with s.request(name):
+                for _ in range(3):
+                    torch.mm(a, b)
+                    time.sleep(0.005)
+    return s.trace()
+
+
+def test_trace_figure_draws_requests_whole_with_flows_clear_of_labels():
+    import xml.etree.ElementTree as ET
+
+    figure = _figure_module()
+    trace = _request_trace()
+    events = trace["traceEvents"]
+    mms = [e for e in _slices(trace, "operator") if e["name"] == "aten.mm"]
+    assert len(mms) == 7
+    q2 = [e for e in mms if e["args"].get("request") == "q2"]
+    tag = lambda e: e.tag.rsplit("}", 1)[-1]  # noqa: E731
+    def mm_boxes(root):
+        """The boxes of the aten.mm slices (each in a <g> whose <title> names it)."""
+        return [r for g in root.iter() if tag(g) == "g" for r in g if tag(r) == "rect"
+                and any(tag(t) == "title" and t.text.startswith("aten.mm ") for t in g)]
+
+    # A window that ends inside q2 widens to its end: q2's three calls are all drawn.
+    cut = q2[0]["ts"] + q2[0]["dur"] / 2
+    root = ET.fromstring(figure.render(events, start=q2[0]["ts"] - 1, end=cut))
+    assert len(mm_boxes(root)) == 3
+    # --requests: the first request's start to the last one's end; the start-up mm is left out.
+    root = ET.fromstring(figure.render(events, requests=True))
+    boxes = mm_boxes(root)
+    slices = [e for e in root.iter() if tag(e) == "rect" and "slice" in e.get("class", "")]
+    bars = [e for e in root.iter() if tag(e) == "rect" and e.get("class") == "request"]
+    names = [e.text for e in root.iter() if tag(e) == "text" and e.get("class") == "request-name"]
+    assert len(boxes) == 6 and len(bars) == 2 and names == ["q1", "q2"]
+    # Each bar spans its request: from its first call's start to its last call's end.
+    for bar, calls in zip(bars, (boxes[:3], boxes[3:])):
+        start, end = float(bar.get("x")), float(bar.get("x")) + float(bar.get("width"))
+        assert abs(float(calls[0].get("x")) - start) < 0.05
+        assert abs(float(calls[-1].get("x")) + float(calls[-1].get("width")) - end) < 0.6  # hairlines: 0.5 px
+    # Flows: two arrows per request (three calls), each on its bar's lower
+    # edge, below the bar's name and above every slice and its label.
+    flows = [e for e in root.iter() if tag(e) == "line" and e.get("class") == "flow"]
+    assert len(flows) == 4
+    labels = [e for e in root.iter() if tag(e) == "text" and e.get("class") in ("label", "request-name")]
+    for line in flows:
+        y = float(line.get("y1"))
+        assert y == float(line.get("y2"))
+        assert any(float(b.get("y")) < y < float(b.get("y")) + float(b.get("height")) for b in bars)
+        for text in labels:  # an 11 px label spans about 9 px above its baseline and 2 below
+            assert not float(text.get("y")) - 9 <= y <= float(text.get("y")) + 2, text.text
+        assert all(y < float(r.get("y")) for r in slices)
