@@ -301,10 +301,10 @@ std::string RenderAnalysis(const json& r, int max_depth, bool receptive_field) {
                              "the rows add up to the totals.\n";
   absl::StrAppend(&out, Table(rows));
   if (!shared_notes.empty()) {
+    const std::string more =
+        shared_rows > shared_notes.size() ? absl::StrCat("; and ", shared_rows - shared_notes.size(), " more") : "";
     absl::StrAppend(&out, "Shared parameters are counted once, at their first row: ", absl::StrJoin(shared_notes, "; "),
-                    shared_rows > shared_notes.size() ? absl::StrCat("; and ", shared_rows - shared_notes.size(), " more")
-                                                      : "",
-                    "\n");
+                    more, "\n");
   }
   // Parameters of modules that made no call in this forward are in the
   // total but in no row: said, so the column's sum is not taken for a gap.

@@ -62,6 +62,7 @@ if ! "$PY" -c "import transformers" 2>/dev/null && [ -d dist/gpu-check ]; then
   "$PY" -m pip install -q --no-index --find-links dist/gpu-check --target "$TARGET" transformers ||
     echo "[gpu_check] transformers not installed: the GPT-2 tests skip"
 fi
+PYTHONPATH="$TARGET" "$PY" -c "import torchscan; print('[gpu_check] torchscan', torchscan.__version__, 'from', torchscan.__file__)"
 report=()
 [ -n "${OUT:-}" ] && mkdir -p "$OUT" && report=(--junitxml "$OUT/gpu_check.xml")
 set +e

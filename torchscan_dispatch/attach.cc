@@ -451,6 +451,10 @@ __attribute__((constructor)) void Attach() {
   const char* st = std::getenv("TORCHSCAN_ATTACH_STREAMING");
   if (!options.timestamps && (!st || std::string(st) != "0")) {
     options.streaming = true;
+    // Smaller folds than a scan's default: each fold's transient memory
+    // (plans and tallies over the calls it folds) adds to the server's peak,
+    // and the aggregated rows make a fold's cost per call the same either way.
+    options.fold_every = 512;
     // How many calls are held before a fold (tests fold at every request).
     if (const char* n = std::getenv("TORCHSCAN_ATTACH_FOLD_EVERY"); n && std::atoll(n) > 0) {
       options.fold_every = static_cast<size_t>(std::atoll(n));

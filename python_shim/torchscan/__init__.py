@@ -2,6 +2,7 @@
 
 import functools as _functools
 
+from torchscan._summary import SummaryReport
 from torchscan.crawler import compare_reports, crawl_module, summary
 from torchscan.distributed import distributed_context, merge_reports, render_job_report
 from torchscan.crawler import render_report as _render_model_report
@@ -33,4 +34,4 @@ __all__ = ["FlopScan", "compare_benchmarks", "compare_reports", "crawl_module", 
            "measure_flops", "merge_reports", "render_job_report",
            "measure_latency", "measure_peak_memory", "measure_workload", "ModuleHandler", "render_benchmark", "render_report",
            "RooflineReport", "compare_kernelbench", "list_gpus", "render_roofline", "roofline",
-           "scan", "summary", "tls_mode_included", "__version__"]
+           "scan", "summary", "SummaryReport", "tls_mode_included", "__version__"]

@@ -185,7 +185,8 @@ def roofline_svg(report: Mapping, *, points: str = "layers", width: int = 720, h
                                   for b in placed):
                 placed.append(box)
                 out.append(f'<text x="{box[0] + 1:.1f}" y="{y + dy:.1f}" font-size="10" '
-                           f'fill="{_PALETTE[(n - 1) % len(_PALETTE)]}" font-weight="bold" stroke="white" stroke-width="3" '
+                           f'fill="{_PALETTE[(n - 1) % len(_PALETTE)]}" font-weight="bold" stroke="white" '
+                           f'stroke-width="3" '
                            f'paint-order="stroke">{n}</text>')
                 break
     # Notes (top left: above the memory slope nothing is attainable, so no point sits there).
@@ -209,8 +210,8 @@ def roofline_svg(report: Mapping, *, points: str = "layers", width: int = 720, h
         out.append(marker(n, x + 6, y - 4, ""))
         label = f"{n}  {name}: {i:.3g} FLOPs/B, {bound}"
         limit = int(col_w / 5.8) - 3
-        out.append(f'<text x="{x + 16:.1f}" y="{y}">{escape(label if len(label) <= limit else label[:limit - 1] + "…")}'
-                   "</text>")
+        shown_label = label if len(label) <= limit else label[:limit - 1] + "…"
+        out.append(f'<text x="{x + 16:.1f}" y="{y}">{escape(shown_label)}</text>')
     total_h = top + 28 + 16 * ((len(shown) + _LEGEND_COLUMNS - 1) // _LEGEND_COLUMNS)
     out[0] = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total_h}" '
               f'viewBox="0 0 {width} {total_h}" font-family="sans-serif" font-size="11">')

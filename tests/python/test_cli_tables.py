@@ -2,6 +2,7 @@
 `render` reads a saved diff and a C++ scan report, every option has help
 text, and `bench` prints none of the profiler's own log lines."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -130,8 +131,6 @@ def test_render_reads_a_cpp_scan_report(tmp_path, capsys):
 
 
 def test_a_malformed_scan_report_is_one_line(tmp_path):
-    from conftest import REPO_ROOT  # noqa: F401 - the package under test
-
     report = _scan_report()
     report["aggregate"]["layers"] = 3
     (tmp_path / "bad.json").write_text(json.dumps(report))
@@ -207,7 +206,7 @@ def test_mutated_diffs_and_scan_reports_render_or_fail_in_one_line(tmp_path, mon
                 target[key] = rng.choice(replacements)
         (tmp_path / "m.json").write_text(json.dumps(doc))
         try:
-            with open(os.devnull, "w") as sink, __import__("contextlib").redirect_stdout(sink):
+            with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
                 main(["render", "m.json"])
         except SystemExit as e:  # a one-line message, never a traceback
             assert isinstance(e.code, str) and "\n" not in e.code, (case, e.code)
