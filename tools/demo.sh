@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# README command 1: set up (idempotent) and run the main job.
+# README command 1: set up (idempotent) and run the main job. Builds only the
+# plugin the demo runs; tools/test.sh builds the test programs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The environment tools/test.sh gives Bazel and Python, too.
-. tools/env.sh
 bash tools/setup.sh
-python3 tools/demo.py "$@"
+exec "${TORCHSCAN_VENV:-$PWD/.venv}/bin/python" tools/demo.py "$@"

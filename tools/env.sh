@@ -16,3 +16,14 @@ if [ -z "${HOME:-}" ]; then
   HOME=$(getent passwd "$(id -u)" | cut -d: -f6)
   export HOME
 fi
+# The Python whose torch Bazel builds against (third_party/local_torch.bzl):
+# the checkout's environment (tools/setup.sh makes it) unless the caller names
+# another. Always the same for one checkout, so every build shares one cache.
+if [ -z "${TORCHSCAN_PYTHON:-}" ]; then
+  _torchscan_venv=${TORCHSCAN_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv}
+  if [ -x "$_torchscan_venv/bin/python" ]; then
+    TORCHSCAN_PYTHON=$_torchscan_venv/bin/python
+    export TORCHSCAN_PYTHON
+  fi
+  unset _torchscan_venv
+fi

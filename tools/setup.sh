@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
-# Idempotent set-up of a fresh machine: system packages, Python packages,
-# the Bazel build of the plugin, and `import torchscan` from any directory.
+# Idempotent set-up of a fresh machine: system packages, a virtual environment
+# with torch and the test packages, the Bazel build of the plugin, and an
+# editable install of the package into that environment. Nothing is installed
+# into the system interpreter.
+#   bash tools/setup.sh [--tests]    (the environment: $TORCHSCAN_VENV, default .venv in the checkout)
+# --tests also builds the programs the Python tests drive (example servers,
+# the dlopen host, a conflicting fallback library); tools/test.sh passes it.
 set -euo pipefail
+TARGETS=(//:torchscan //torchscan_dispatch:libtorchscan_attach.so //torchscan_dispatch:libtorchscan_preload.so)
+case "${1:-}" in
+  "") ;;
+  --tests) TARGETS+=(//tests:libconflicting_fallback.so //tests:example_server //tests:example_server_scanned
+                     //tests:aoti_server //tests:dlopen_host //tests:libexample_server.so) ;;
+  *) echo "usage: bash tools/setup.sh [--tests]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-. tools/env.sh
+VENV=${TORCHSCAN_VENV:-$ROOT/.venv}
+PY=$VENV/bin/python
 
 log() { printf '[setup] %s\n' "$*"; }
 
-# 1. Debian packages (Bazel 4.2.3 and the C++ libraries it links).
-# cmake, make and pkg-config: the consumer tests build programs against the
-# installed package (tools/install.sh) the way other projects do.
-APT_PACKAGES=(bazel-bootstrap libabsl-dev nlohmann-json3-dev libgtest-dev g++ cmake make pkg-config)
+# 1. Debian packages (Bazel 4.2.3 and the C++ libraries it links; python3-venv
+# for the environment). cmake, make and pkg-config: the consumer tests build
+# programs against the installed package (tools/install.sh) the way other
+# projects do.
+APT_PACKAGES=(bazel-bootstrap libabsl-dev nlohmann-json3-dev libgtest-dev g++ cmake make pkg-config python3-venv)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -23,21 +37,25 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# 2. Python packages. torch is pinned: the plugin must match it exactly, and an
-#    unpinned resolve would download a multi-GB CUDA build.
-PY=${PYTHON:-python3}
-if ! $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
-  log "pip install torch==2.13.0"
-  $PY -m pip install -q torch==2.13.0
+# 2. The environment. torch is pinned: the checkout builds against the release
+#    CI tests, and an unpinned resolve would download a multi-GB CUDA build.
+if [ ! -x "$PY" ]; then
+  log "python3 -m venv $VENV"
+  python3 -m venv "$VENV"
 fi
-$PY -m pip install -q -c tools/constraints.txt -r tools/requirements-test.txt
+if ! "$PY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
+  log "pip install torch==2.13.0 (into $VENV)"
+  "$PY" -m pip install -q torch==2.13.0
+fi
+"$PY" -m pip install -q -c tools/constraints.txt -r tools/requirements-test.txt
 
-# 3. Build the plugin against the installed torch and put it beside the shim.
-# Also the attach library (tools/attach.py) and the example servers the tests drive.
-log "bazel build //:torchscan"
-bazel build //:torchscan //torchscan_dispatch:libtorchscan_attach.so //torchscan_dispatch:libtorchscan_preload.so \
-  //tests:libconflicting_fallback.so //tests:example_server //tests:example_server_scanned //tests:aoti_server \
-  //tests:dlopen_host //tests:libexample_server.so 2>&1 |
+# 3. Build the plugin against the environment's torch (tools/env.sh names its
+#    Python to Bazel) and put it beside the package's Python files. Also the
+#    attach library (tools/attach.py) and the preload library it uses.
+export TORCHSCAN_VENV=$VENV
+. tools/env.sh
+log "bazel build ${TARGETS[*]}"
+bazel build "${TARGETS[@]}" 2>&1 |
   # Quiet, but keep Bazel's action count ("1 process: 1 internal" = nothing
   # rebuilt); awk, unlike grep, exits 0 on empty output, so a failed build
   # (pipefail) stops setup instead of installing a stale libtorchscan.so.
@@ -53,7 +71,12 @@ install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan.so python_shim/torchsc
 install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan_attach.so python_shim/torchscan/_lib/libtorchscan_attach.so
 install -m 0755 bazel-bin/torchscan_dispatch/libtorchscan_preload.so python_shim/torchscan/_lib/libtorchscan_preload.so
 
-# 4. `import torchscan` from anywhere: a .pth file naming the shim folder.
-SITE=$($PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-echo "$ROOT/python_shim" > "$SITE/torchscan.pth"
-(cd / && $PY -c "import torchscan" ) && log "ready: import torchscan works ($ROOT/python_shim)"
+# 4. `import torchscan` and the `torchscan` command in the environment: an
+#    editable install of the checkout (pyproject.toml), so edits to the Python
+#    files need no reinstall.
+if ! "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('torchscan-dispatch') != '$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)')" 2>/dev/null ||
+   ! [ -x "$VENV/bin/torchscan" ]; then
+  log "pip install --editable . (into $VENV)"
+  "$PY" -m pip install -q --no-deps --editable "$ROOT"
+fi
+(cd / && "$PY" -c "import torchscan") && log "ready: $VENV has torchscan (activate it: . ${VENV#$ROOT/}/bin/activate)"

@@ -50,7 +50,7 @@ def test_a_wrapper_command_attaches_the_server_it_runs(served, tmp_path, wrapper
 
 
 def test_a_host_that_dlopens_libtorch_is_attached_when_it_does(served, tmp_path):
-    assert HOST.exists() and BACKEND.exists(), "run `bash tools/setup.sh` (it builds the dlopen host)"
+    assert HOST.exists() and BACKEND.exists(), "run `bash tools/setup.sh --tests` (it builds the dlopen host)"
     # The host links no LibTorch: the launcher's checks would refuse it.
     assert "libc10" not in subprocess.run(["ldd", str(HOST)], capture_output=True, text=True).stdout
     refused = subprocess.run([sys.executable, str(ATTACH), "--output", str(tmp_path / "x.json"), "--", str(HOST)],

@@ -22,7 +22,7 @@ def test_import_from_any_directory():
 
 def test_refuses_when_another_library_holds_the_fallback():
     other = os.path.join(ROOT, "bazel-bin", "tests", "libconflicting_fallback.so")
-    assert os.path.exists(other), f"{other} is built by tools/setup.sh; run it first"
+    assert os.path.exists(other), f"{other} is built by `bash tools/setup.sh --tests`; run it first"
     r = _run(f"import torch; torch.ops.load_library({other!r}); import torchscan")
     assert r.returncode != 0
     assert "ImportError" in r.stderr

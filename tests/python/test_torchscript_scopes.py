@@ -31,7 +31,7 @@ def rows(layers):
 
 
 def test_back_to_back_calls_of_one_submodule_are_two_rows_as_in_crawl_module(torchscan, tmp_path):
-    assert SCANNED_SERVER.exists(), f"{SCANNED_SERVER} is missing: run `bash tools/setup.sh`"
+    assert SCANNED_SERVER.exists(), f"{SCANNED_SERVER} is missing: run `bash tools/setup.sh --tests`"
     torch.manual_seed(0)
     model = SharedTwice().eval()
     path = tmp_path / "shared_twice.pt"
