@@ -46,21 +46,73 @@ Arithmetic ArithmeticWithScalars(const OpCall& call) {
 
 bool PromotesIntegersToFloat(std::string_view op) {
   // Checked against torch 2.13: each returns float32 for int64 operands.
-  static const auto* names = new absl::flat_hash_set<std::string_view>{
-      "aten::div", "aten::true_divide", "aten::atan2", "aten::arctan2", "aten::copysign", "aten::float_power",
-      "aten::exp", "aten::exp2", "aten::expm1", "aten::log", "aten::log2", "aten::log10", "aten::log1p",
-      "aten::sqrt", "aten::rsqrt", "aten::sin", "aten::cos", "aten::tan", "aten::asin", "aten::acos",
-      "aten::atan", "aten::sinh", "aten::cosh", "aten::asinh", "aten::acosh", "aten::atanh", "aten::erf",
-      "aten::erfc", "aten::erfinv", "aten::reciprocal", "aten::sigmoid", "aten::tanh", "aten::xlogy",
-      "aten::logsumexp", "aten::sinc", "aten::logit", "aten::lgamma", "aten::digamma", "aten::i0",
-      "aten::deg2rad", "aten::rad2deg", "aten::special_i0e", "aten::special_i1", "aten::special_i1e",
-      "aten::special_ndtr", "aten::special_ndtri", "aten::special_erfcx", "aten::special_log_ndtr",
-      "aten::special_xlog1py", "aten::special_entr", "aten::logaddexp", "aten::logaddexp2",
-      "aten::special_bessel_j0", "aten::special_bessel_j1", "aten::special_bessel_y0", "aten::special_bessel_y1",
-      "aten::special_modified_bessel_i0", "aten::special_modified_bessel_i1", "aten::special_modified_bessel_k0",
-      "aten::special_modified_bessel_k1", "aten::special_scaled_modified_bessel_k0",
-      "aten::special_scaled_modified_bessel_k1", "aten::special_spherical_bessel_j0", "aten::special_airy_ai",
-      "aten::polygamma", "aten::angle", "aten::mvlgamma"};
+  static const auto* names = new absl::flat_hash_set<std::string_view>{"aten::div",
+                                                                       "aten::true_divide",
+                                                                       "aten::atan2",
+                                                                       "aten::arctan2",
+                                                                       "aten::copysign",
+                                                                       "aten::float_power",
+                                                                       "aten::exp",
+                                                                       "aten::exp2",
+                                                                       "aten::expm1",
+                                                                       "aten::log",
+                                                                       "aten::log2",
+                                                                       "aten::log10",
+                                                                       "aten::log1p",
+                                                                       "aten::sqrt",
+                                                                       "aten::rsqrt",
+                                                                       "aten::sin",
+                                                                       "aten::cos",
+                                                                       "aten::tan",
+                                                                       "aten::asin",
+                                                                       "aten::acos",
+                                                                       "aten::atan",
+                                                                       "aten::sinh",
+                                                                       "aten::cosh",
+                                                                       "aten::asinh",
+                                                                       "aten::acosh",
+                                                                       "aten::atanh",
+                                                                       "aten::erf",
+                                                                       "aten::erfc",
+                                                                       "aten::erfinv",
+                                                                       "aten::reciprocal",
+                                                                       "aten::sigmoid",
+                                                                       "aten::tanh",
+                                                                       "aten::xlogy",
+                                                                       "aten::logsumexp",
+                                                                       "aten::sinc",
+                                                                       "aten::logit",
+                                                                       "aten::lgamma",
+                                                                       "aten::digamma",
+                                                                       "aten::i0",
+                                                                       "aten::deg2rad",
+                                                                       "aten::rad2deg",
+                                                                       "aten::special_i0e",
+                                                                       "aten::special_i1",
+                                                                       "aten::special_i1e",
+                                                                       "aten::special_ndtr",
+                                                                       "aten::special_ndtri",
+                                                                       "aten::special_erfcx",
+                                                                       "aten::special_log_ndtr",
+                                                                       "aten::special_xlog1py",
+                                                                       "aten::special_entr",
+                                                                       "aten::logaddexp",
+                                                                       "aten::logaddexp2",
+                                                                       "aten::special_bessel_j0",
+                                                                       "aten::special_bessel_j1",
+                                                                       "aten::special_bessel_y0",
+                                                                       "aten::special_bessel_y1",
+                                                                       "aten::special_modified_bessel_i0",
+                                                                       "aten::special_modified_bessel_i1",
+                                                                       "aten::special_modified_bessel_k0",
+                                                                       "aten::special_modified_bessel_k1",
+                                                                       "aten::special_scaled_modified_bessel_k0",
+                                                                       "aten::special_scaled_modified_bessel_k1",
+                                                                       "aten::special_spherical_bessel_j0",
+                                                                       "aten::special_airy_ai",
+                                                                       "aten::polygamma",
+                                                                       "aten::angle",
+                                                                       "aten::mvlgamma"};
   return names->contains(FunctionalName(op));
 }
 
@@ -84,14 +136,15 @@ Arithmetic ReductionArithmetic(const OpCall& call, size_t dtype_arg) {
 
 FormulaResult CountFor(const OpCall& call, Arithmetic a, Count count) {
   switch (a) {
-    case Arithmetic::kReal: return FormulaResult::Complete(count);
+    case Arithmetic::kReal:
+      return FormulaResult::Complete(count);
     case Arithmetic::kInteger:
-    case Arithmetic::kNone: return FormulaResult::Complete(0);
+    case Arithmetic::kNone:
+      return FormulaResult::Complete(0);
     case Arithmetic::kComplex:
-      return FormulaResult::Unavailable(
-          "complex_arithmetic",
-          std::string(call.name) + ": complex arithmetic has no TorchScan convention; "
-                                   "supply a caller formula (custom_mapping) for it");
+      return FormulaResult::Unavailable("complex_arithmetic", std::string(call.name) +
+                                                                  ": complex arithmetic has no TorchScan convention; "
+                                                                  "supply a caller formula (custom_mapping) for it");
   }
   return FormulaResult::Complete(count);
 }
@@ -140,9 +193,12 @@ std::optional<double> ScalarArg(const OpCall& call, size_t i) {
   const ArgMeta& a = call.arg(i);
   switch (a.kind) {
     case ArgKind::kInt:
-    case ArgKind::kBool: return static_cast<double>(a.to_int());
-    case ArgKind::kDouble: return a.to_double();
-    default: return std::nullopt;
+    case ArgKind::kBool:
+      return static_cast<double>(a.to_int());
+    case ArgKind::kDouble:
+      return a.to_double();
+    default:
+      return std::nullopt;
   }
 }
 

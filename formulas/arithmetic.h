@@ -12,10 +12,10 @@
 namespace torchscan {
 
 enum class Arithmetic : uint8_t {
-  kReal,      // floating point: counted
-  kInteger,   // integer / boolean: excluded from fallback counts (zero)
-  kComplex,   // incomplete without a caller override
-  kNone,      // no tensor operand: constant-only arithmetic, excluded
+  kReal,     // floating point: counted
+  kInteger,  // integer / boolean: excluded from fallback counts (zero)
+  kComplex,  // incomplete without a caller override
+  kNone,     // no tensor operand: constant-only arithmetic, excluded
 };
 
 // The arithmetic of a call from its tensor *arguments* (outputs and scalar

@@ -11,8 +11,7 @@
 namespace torchscan::attention {
 namespace {
 
-bool Consistent(absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                absl::Span<const int64_t> v) {
+bool Consistent(absl::Span<const int64_t> q, absl::Span<const int64_t> k, absl::Span<const int64_t> v) {
   if (q.size() != 4 || k.size() != 4 || v.size() != 4) return false;
   const bool same = q[0] == k[0] && k[0] == v[0] && k[1] == v[1] && q[3] == k[3] && k[2] == v[2];
   return same && k[1] > 0 && q[1] >= k[1] && q[1] % k[1] == 0;
@@ -54,8 +53,7 @@ std::optional<Count> SdpaForwardFlops(absl::Span<const int64_t> q, absl::Span<co
 
 std::optional<Count> SdpaBackwardFlops(absl::Span<const int64_t> g, absl::Span<const int64_t> q,
                                        absl::Span<const int64_t> k, absl::Span<const int64_t> v) {
-  if (!Consistent(q, k, v) || g.size() != 4 || g[0] != q[0] || g[1] != q[1] || g[2] != q[2] ||
-      g[3] != v[3]) {
+  if (!Consistent(q, k, v) || g.size() != 4 || g[0] != q[0] || g[1] != q[1] || g[2] != q[2] || g[3] != v[3]) {
     return std::nullopt;
   }
   const Count bh = Count(q[0]) * q[1];
@@ -102,16 +100,15 @@ namespace {
 
 // Self- or cross-attention core of the fused kernels: q (B, L, E), kv length S.
 // Wide throughout: b*l*e*e alone passes int64_t for large enough calls.
-Count FusedAttentionFlops(int64_t b, int64_t l, int64_t s, int64_t e, int64_t h, bool mask,
-                          bool average_weights) {
+Count FusedAttentionFlops(int64_t b, int64_t l, int64_t s, int64_t e, int64_t h, bool mask, bool average_weights) {
   const int64_t d = e / h;
   const Count bl = Count(b) * l, bs = Count(b) * s, bh = Count(b) * h;
   const Count scores = bh * l * s, rows = bh * l;
   Count flops = matmul::MmFlops(bl, e, e) + 2 * matmul::MmFlops(bs, e, e)  // Q, K, V
                 + matmul::MmFlops(bl, e, e);                               // output projection
-  flops += bl * e;                                                          // Q scaling
+  flops += bl * e;                                                         // Q scaling
   flops += bh * (matmul::MmFlops(l, d, s) + matmul::MmFlops(l, s, d));     // QK^T, PV
-  flops += 5 * scores;                                                      // stable softmax: 5N - 2R
+  flops += 5 * scores;                                                     // stable softmax: 5N - 2R
   if (mask) flops += scores;
   if (average_weights) flops += scores;
   flops -= 2 * rows;  // last, so no partial sum goes below zero
@@ -130,10 +127,10 @@ FormulaResult NativeMultiHeadAttention(const OpCall& call) {
   }
   const ArgMeta& need = call.arg(10);
   const ArgMeta& average = call.arg(11);
-  const bool averaged = (need.kind != ArgKind::kBool || need.to_bool()) &&
-                        (average.kind != ArgKind::kBool || average.to_bool());
-  return FormulaResult::Complete(FusedAttentionFlops(q->size(0), q->size(1), k->size(1), q->size(2),
-                                                     heads.to_int(), call.arg(9).is_tensor(), averaged));
+  const bool averaged =
+      (need.kind != ArgKind::kBool || need.to_bool()) && (average.kind != ArgKind::kBool || average.to_bool());
+  return FormulaResult::Complete(FusedAttentionFlops(q->size(0), q->size(1), k->size(1), q->size(2), heads.to_int(),
+                                                     call.arg(9).is_tensor(), averaged));
 }
 
 FormulaResult TransformBiasRescaleQkv(const OpCall& call) {
@@ -146,18 +143,17 @@ FormulaResult TransformerEncoderLayer(const OpCall& call) {
   const TensorMeta* x = TensorArg(call, 0, 3);
   const ArgMeta& heads = call.arg(2);
   const TensorMeta* ffn1 = TensorArg(call, 14, 2);
-  if (!x || !ffn1 || heads.kind != ArgKind::kInt || heads.to_int() <= 0 ||
-      x->size(2) % heads.to_int() != 0) {
+  if (!x || !ffn1 || heads.kind != ArgKind::kInt || heads.to_int() <= 0 || x->size(2) % heads.to_int() != 0) {
     return ShapeMismatch(call, "expected a dense batched (B, L, E) input and heads dividing E");
   }
   const int64_t b = x->size(0), l = x->size(1), e = x->size(2), f = ffn1->size(0);
   const bool gelu = call.arg(7).kind == ArgKind::kBool && call.arg(7).to_bool();
   const Count r = Count(b) * l, n = r * e;
   Count flops = FusedAttentionFlops(b, l, l, e, heads.to_int(), call.arg(18).is_tensor(), false);
-  flops += matmul::MmFlops(r, e, f) + matmul::MmFlops(r, f, e);          // feed-forward
-  flops += Count(gelu ? 5 : 1) * r * f;                                  // activation
-  flops += 2 * (6 * n + 2 * r + 2 * n);                                  // two affine LayerNorms
-  flops += 2 * n;                                                        // two residual additions
+  flops += matmul::MmFlops(r, e, f) + matmul::MmFlops(r, f, e);  // feed-forward
+  flops += Count(gelu ? 5 : 1) * r * f;                          // activation
+  flops += 2 * (6 * n + 2 * r + 2 * n);                          // two affine LayerNorms
+  flops += 2 * n;                                                // two residual additions
   return FormulaResult::Complete(flops);
 }
 
@@ -215,8 +211,7 @@ ModuleCosts SdpaCpuCosts(const OpCall& call) {
   const TensorMeta* q = TensorArg(call, 0, 4);
   const TensorMeta* k = TensorArg(call, 1, 4);
   const TensorMeta* v = TensorArg(call, 2, 4);
-  const int64_t b = q->size(0), h = q->size(1), l = q->size(2), d = q->size(3), s = k->size(2),
-                dv = v->size(3);
+  const int64_t b = q->size(0), h = q->size(1), l = q->size(2), d = q->size(3), s = k->size(2), dv = v->size(3);
   const Count r = Count(b) * h * l, a = r * s;
   const ArgMeta& mask = call.arg(5);
   const int masks = SdpaCpuMasks(call);
@@ -252,12 +247,12 @@ std::array<Count, 3> MhaTriple(const MhaCall& m) {
   const Count q = Count(m.b) * m.t * m.e, j = Count(m.b) * m.s * m.e;
   const int masks = m.mask_elements ? 1 : 0;
   Count flops = Dots(q, m.e) + (m.in_bias ? q : Count(0)) + 2 * (Dots(j, m.e) + (m.in_bias ? j : Count(0)));
-  flops += q;                                 // query scale
-  flops += Dots(a, d) + masks * a + 5 * a;    // scores, masks, softmax (5S - 2 per row: 2R below)
-  flops += Dots(r * d, m.s);                  // weighted values
+  flops += q;                                           // query scale
+  flops += Dots(a, d) + masks * a + 5 * a;              // scores, masks, softmax (5S - 2 per row: 2R below)
+  flops += Dots(r * d, m.s);                            // weighted values
   flops += Dots(q, m.e) + (m.out_bias ? q : Count(0));  // output projection
   if (m.averaged) flops += a;
-  flops -= 2 * r;                             // last, so no partial sum goes below zero
+  flops -= 2 * r;  // last, so no partial sum goes below zero
   const Count macs = m.e * m.inputs + 2 * Count(m.b) * m.t * m.s * m.e + Count(m.b) * m.t * m.e * m.e;
   Count dmas = m.inputs + m.parameters + 7 * q + 4 * j + 10 * a + 4 * r;
   if (masks) dmas += *m.mask_elements + 2 * a;
@@ -283,8 +278,13 @@ ModuleCosts NativeMultiHeadAttentionCosts(const OpCall& call) {
   const TensorMeta* k = TensorArg(call, 1, 3);
   const ArgMeta& need = call.arg(10);
   const ArgMeta& average = call.arg(11);
-  MhaCall m{q->size(0), q->size(1), k->size(1), q->size(2), call.arg(4).to_int(),
-            call.arg(6).is_tensor(), call.arg(8).is_tensor(),
+  MhaCall m{q->size(0),
+            q->size(1),
+            k->size(1),
+            q->size(2),
+            call.arg(4).to_int(),
+            call.arg(6).is_tensor(),
+            call.arg(8).is_tensor(),
             (need.kind != ArgKind::kBool || need.to_bool()) && (average.kind != ArgKind::kBool || average.to_bool()),
             MaskElements(call, 9),
             Elements(call.arg(0)) + Elements(call.arg(1)) + Elements(call.arg(2)),
@@ -298,8 +298,16 @@ ModuleCosts TransformerEncoderLayerCosts(const OpCall& call) {
   const TensorMeta* x = TensorArg(call, 0, 3);
   const int64_t b = x->size(0), l = x->size(1), e = x->size(2), f = TensorArg(call, 14, 2)->size(0);
   const Count n = x->numel(), rows = Count(b) * l, u = rows * f;
-  const MhaCall m{b, l, l, e, call.arg(2).to_int(), call.arg(4).is_tensor(), call.arg(6).is_tensor(), false,
-                  MaskElements(call, 18), 3 * n,
+  const MhaCall m{b,
+                  l,
+                  l,
+                  e,
+                  call.arg(2).to_int(),
+                  call.arg(4).is_tensor(),
+                  call.arg(6).is_tensor(),
+                  false,
+                  MaskElements(call, 18),
+                  3 * n,
                   Elements(call.arg(3)) + Elements(call.arg(4)) + Elements(call.arg(5)) + Elements(call.arg(6))};
   std::array<Count, 3> v = MhaTriple(m);
   const bool gelu = call.arg(7).kind == ArgKind::kBool && call.arg(7).to_bool();
@@ -307,7 +315,8 @@ ModuleCosts TransformerEncoderLayerCosts(const OpCall& call) {
   // Feed-forward: two module-convention linears and the activation.
   v[0] += Dots(u, e) + (b1 ? u : Count(0)) + Count(gelu ? 5 : 1) * u + Dots(rows * e, f) + (b2 ? rows * e : Count(0));
   v[1] += rows * (Count(e) * f + Count(f) * e);
-  v[2] += 2 * n + 4 * u + Elements(call.arg(14)) + Elements(call.arg(15)) + Elements(call.arg(16)) + Elements(call.arg(17));
+  v[2] +=
+      2 * n + 4 * u + Elements(call.arg(14)) + Elements(call.arg(15)) + Elements(call.arg(16)) + Elements(call.arg(17));
   // Two residual additions and two LayerNorms (affine when their tensors are given).
   for (const auto& [w, bias] : {std::pair<size_t, size_t>{10, 11}, {12, 13}}) {
     const bool affine_w = call.arg(w).is_tensor(), affine_b = call.arg(bias).is_tensor();
@@ -352,12 +361,12 @@ FormulaResult SdpaCpuBackward(const OpCall& call) {
   if (!products) return ShapeMismatch(call, "grad_out must have the query's batch, heads and length and V's width");
   const int64_t dv = v[3];
   const Count r = Count(q[0]) * q[1] * q[2], a = r * k[2];
-  const Count flops = *products                        // five dense products
-                      + 2 * a                          // score scale, and back through it
-                      + SdpaCpuMasks(call, kSdpaCpuBackward) * a  // causal / explicit mask
-                      + 2 * a                          // exp(s - logsumexp)
+  const Count flops = *products                                      // five dense products
+                      + 2 * a                                        // score scale, and back through it
+                      + SdpaCpuMasks(call, kSdpaCpuBackward) * a     // causal / explicit mask
+                      + 2 * a                                        // exp(s - logsumexp)
                       + r * (dv > 0 ? Count(2) * dv - 1 : Count(0))  // rowsum(grad_out * out)
-                      + 2 * a;                         // attn * (gattn - dsum)
+                      + 2 * a;                                       // attn * (gattn - dsum)
   return CountFor(call, ArithmeticOf(call), flops);
 }
 

@@ -18,10 +18,10 @@ FormulaResult CompiledRegion(const OpCall& call) {
         "ep = torch.export.export(model, args), then torchscan.measure_flops(ep) or "
         "measure_flops(lambda: ep.module()(*args))");
   }
-  return FormulaResult::Unavailable(
-      "compiled_region",
-      "a torch.compile graph (" + backend + ") ran its fused kernels outside the dispatcher; their work is "
-      "not counted (kernels it called through the dispatcher are)");
+  return FormulaResult::Unavailable("compiled_region",
+                                    "a torch.compile graph (" + backend +
+                                        ") ran its fused kernels outside the dispatcher; their work is "
+                                        "not counted (kernels it called through the dispatcher are)");
 }
 
 ModuleCosts CompiledRegionCosts(const OpCall& call) { return ModuleCosts::Unavailable(CompiledRegion(call)); }

@@ -13,7 +13,7 @@
 
 namespace torchscan::compiled {
 
-FormulaResult CompiledRegion(const OpCall& call);      // operator view
-ModuleCosts CompiledRegionCosts(const OpCall& call);   // module view
+FormulaResult CompiledRegion(const OpCall& call);     // operator view
+ModuleCosts CompiledRegionCosts(const OpCall& call);  // module view
 
 }  // namespace torchscan::compiled

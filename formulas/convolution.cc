@@ -7,8 +7,8 @@
 
 namespace torchscan::convolution {
 
-Count ConvFlops(absl::Span<const int64_t> x, absl::Span<const int64_t> w,
-                absl::Span<const int64_t> out, bool transposed) {
+Count ConvFlops(absl::Span<const int64_t> x, absl::Span<const int64_t> w, absl::Span<const int64_t> out,
+                bool transposed) {
   absl::Span<const int64_t> positions = transposed ? x : out;
   return Count(2) * x[0] * Product(positions.subspan(2)) * Product(w);
 }
@@ -19,8 +19,8 @@ FormulaResult Forward(const OpCall& call, bool transposed) {
   const TensorMeta* x = TensorArg(call, 0);
   const TensorMeta* w = TensorArg(call, 1);
   const ArgMeta& out = call.output(0);
-  if (!x || !w || !out.is_tensor() || x->dim() < 3 || x->dim() != w->dim() ||
-      out.tensor().nested || out.tensor().dim() != x->dim()) {
+  if (!x || !w || !out.is_tensor() || x->dim() < 3 || x->dim() != w->dim() || out.tensor().nested ||
+      out.tensor().dim() != x->dim()) {
     return ShapeMismatch(call, "expected batched input, weight and output of equal rank");
   }
   return FormulaResult::Complete(ConvFlops(x->sizes(), w->sizes(), out.tensor().sizes(), transposed));

@@ -17,8 +17,8 @@ namespace torchscan::convolution {
 //   2 * N * prod(positions[2:]) * prod(weight)
 // where prod(weight) = Cout * Cin/groups * prod(kernel) (direct) or
 // Cin * Cout/groups * prod(kernel) (transposed); this is the grouped count.
-Count ConvFlops(absl::Span<const int64_t> x, absl::Span<const int64_t> w,
-                absl::Span<const int64_t> out, bool transposed);
+Count ConvFlops(absl::Span<const int64_t> x, absl::Span<const int64_t> w, absl::Span<const int64_t> out,
+                bool transposed);
 
 // aten::convolution / _convolution / convolution_overrideable
 //   (input, weight, bias, stride, padding, dilation, transposed, ...)

@@ -99,7 +99,7 @@ class Count {
   }
   // Orders by value (an inexact count by its last exact value).
   friend constexpr std::strong_ordering operator<=>(const Count& a, const Count& b) {
-    return a.value_ < b.value_ ? std::strong_ordering::less
+    return a.value_ < b.value_   ? std::strong_ordering::less
            : a.value_ > b.value_ ? std::strong_ordering::greater
                                  : std::strong_ordering::equal;
   }

@@ -86,7 +86,8 @@ FormulaResult Resolve(const OpCall& call) {
 }
 
 ModuleCosts ResolveCosts(const OpCall& call) {
-  if (ReturnedItsInput(call)) return {FormulaResult::Complete(0), FormulaResult::Complete(0), FormulaResult::Complete(0)};
+  if (ReturnedItsInput(call))
+    return {FormulaResult::Complete(0), FormulaResult::Complete(0), FormulaResult::Complete(0)};
   return PointwiseCosts(call, Resolve);
 }
 
@@ -115,9 +116,7 @@ FormulaResult PerInput(const OpCall& call) {
 template FormulaResult PerInput<0>(const OpCall&);
 template FormulaResult PerInput<1>(const OpCall&);
 
-FormulaResult Logit(const OpCall& call) {
-  return PerElement(call, call.arg(1).is_none() ? 3 : 5, ArithmeticOf(call));
-}
+FormulaResult Logit(const OpCall& call) { return PerElement(call, call.arg(1).is_none() ? 3 : 5, ArithmeticOf(call)); }
 
 FormulaResult Mvlgamma(const OpCall& call) {
   const auto p = ScalarArg(call, 1);

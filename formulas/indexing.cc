@@ -87,7 +87,7 @@ FormulaResult ScatterReduce(const OpCall& call) {
 FormulaResult Scatter(const OpCall& call) {
   if (!DenseOutput(call)) return NotDense(call);
   if (call.arg(4).kind != ArgKind::kString) return FormulaResult::Complete(0);  // a copy
-  return PerIndex(call, 0);  // src tensor or scalar value alike
+  return PerIndex(call, 0);                                                     // src tensor or scalar value alike
 }
 
 ModuleCosts ScatterCosts(const OpCall& call) {
@@ -110,10 +110,10 @@ FormulaResult IndexPut(const OpCall& call) {
   if (accumulate.kind != ArgKind::kBool || !accumulate.to_bool()) return FormulaResult::Complete(0);
   const std::optional<Count> n = IndexedElements(*self, call.arg(1));
   if (!n) {
-    return FormulaResult::Unavailable(
-        "data_dependent_index",
-        std::string(call.name) + ": accumulating through a boolean mask adds once per selected position, "
-                                 "which depends on the mask's values; TorchScan reads no values");
+    return FormulaResult::Unavailable("data_dependent_index",
+                                      std::string(call.name) +
+                                          ": accumulating through a boolean mask adds once per selected position, "
+                                          "which depends on the mask's values; TorchScan reads no values");
   }
   return CountFor(call, ArithmeticOf(call), *n);
 }
@@ -154,10 +154,10 @@ FormulaResult Isin(const OpCall& call) {
   // test_elements it compares every pair; above it, it sorts.
   const bool pairwise = n == 0 || m < static_cast<int64_t>(10.0f * std::pow(static_cast<double>(n), 0.145));
   if (!pairwise) {
-    return FormulaResult::Unavailable(
-        "unsupported_operator_formula",
-        std::string(call.name) + ": this many test elements take the sorting path; selection by sorting has "
-                                 "no torchscan_flops_v1 convention (as for aten::sort)");
+    return FormulaResult::Unavailable("unsupported_operator_formula",
+                                      std::string(call.name) +
+                                          ": this many test elements take the sorting path; selection by sorting has "
+                                          "no torchscan_flops_v1 convention (as for aten::sort)");
   }
   return CountFor(call, ArithmeticWithScalars(call), Count(n) * m);
 }
@@ -170,9 +170,9 @@ FormulaResult EuclideanDist(const OpCall& call) {
   const int64_t m = x1->size(-1);
   const Count rows1 = Product(Dims(x1->sizes()).first(x1->dim() - 1));
   const Count rows2 = Product(Dims(x2->sizes()).first(x2->dim() - 1));
-  const Count norm = m > 0 ? Count(2) * m - 1 : Count(0);  // M squares + M - 1 adds per row
-  const Count count = rows1 * (norm + m)                     // x1 norms and x1 * -2
-                      + rows2 * norm                         // x2 norms
+  const Count norm = m > 0 ? Count(2) * m - 1 : Count(0);                       // M squares + M - 1 adds per row
+  const Count count = rows1 * (norm + m)                                        // x1 norms and x1 * -2
+                      + rows2 * norm                                            // x2 norms
                       + Count(out->numel()) * (Count(2) * (Count(m) + 2) + 2);  // (M+2)-term dots, clamp, sqrt
   return CountFor(call, ArithmeticOf(call), count);
 }
@@ -190,12 +190,12 @@ ModuleCosts EuclideanDistCosts(const OpCall& call) {
   // Module dots: K multiplies + K - 1 adds, one fewer per output than 2K.
   const Count module_flops = flops.value.exact() && flops.value > Count(0) ? flops.value - out : flops.value;
   const Count macs = out * (Count(m) + 2) + rows * m;  // dots, and the norms' square-sums
-  const Count dmas = (n1 + n2 + rows)     // row norms: read, write
-                     + rows               // the ones columns written
-                     + 2 * n1             // x1 * -2
-                     + (n1 + n2 + 2 * rows + padded)  // the two concatenations: read, write
-                     + (padded + out)     // the dots: read, write
-                     + 4 * out;           // clamp_min, sqrt
+  const Count dmas = (n1 + n2 + rows)                  // row norms: read, write
+                     + rows                            // the ones columns written
+                     + 2 * n1                          // x1 * -2
+                     + (n1 + n2 + 2 * rows + padded)   // the two concatenations: read, write
+                     + (padded + out)                  // the dots: read, write
+                     + 4 * out;                        // clamp_min, sqrt
   return {FormulaResult::Complete(module_flops), FormulaResult::Complete(macs), FormulaResult::Complete(dmas)};
 }
 
@@ -235,8 +235,8 @@ FormulaResult EmbeddingBag(const OpCall& call) {
   if (!weight || !indices || !offsets || !out || weight->dim() != 2 || out->dim() < 1) return NotDense(call);
   const int64_t d = weight->size(1), lookups = indices->numel(), bags = out->size(0);
   Count count = lookups > bags ? Count(lookups - bags) * d : Count(0);  // combines
-  if (mode.value_or(0) == 1) count += Count(bags) * d;  // mean: one divide per output value
-  if (call.arg(6).is_tensor()) count += Count(lookups) * d;  // per-sample weights
+  if (mode.value_or(0) == 1) count += Count(bags) * d;                  // mean: one divide per output value
+  if (call.arg(6).is_tensor()) count += Count(lookups) * d;             // per-sample weights
   return CountFor(call, ArithmeticOfDtype(weight->dtype), count);
 }
 

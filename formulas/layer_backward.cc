@@ -11,7 +11,6 @@
 namespace torchscan::layer_backward {
 namespace {
 
-
 // `per` operations for each element of the gradient argument `i` (the
 // output gradient every one of these kernels walks once).
 FormulaResult PerGradient(const OpCall& call, size_t i, Count per) {
@@ -56,8 +55,7 @@ FormulaResult DistanceBackward(const OpCall& call, const TensorMeta* rows, const
 }
 
 // L lookups and D values per row of an embedding-bag gradient (grad is B x D).
-bool BagShape(const OpCall& call, size_t grad_i, size_t indices_i, int64_t& lookups, int64_t& bags,
-              int64_t& d) {
+bool BagShape(const OpCall& call, size_t grad_i, size_t indices_i, int64_t& lookups, int64_t& bags, int64_t& d) {
   const TensorMeta* grad = DenseArg(call, grad_i);
   const TensorMeta* indices = DenseArg(call, indices_i);
   if (!grad || !indices || grad->dim() != 2) return false;
@@ -72,8 +70,8 @@ bool BagShape(const OpCall& call, size_t grad_i, size_t indices_i, int64_t& look
 Count BagDenseCount(int64_t lookups, int64_t bags, int64_t d, int64_t mode, bool freq, bool weights) {
   if (mode == 2) return Count(bags) * d;  // index_add_ of each bag's max row
   const bool mean = mode == 1;
-  const bool scaled = weights || freq || mean;           // axpy with a scale that is not the constant 1
-  Count count = Count(lookups) * d * (scaled ? 2 : 1);   // D adds (+ D multiplies) per lookup
+  const bool scaled = weights || freq || mean;                  // axpy with a scale that is not the constant 1
+  Count count = Count(lookups) * d * (scaled ? 2 : 1);          // D adds (+ D multiplies) per lookup
   count += Count(lookups) * ((freq ? 1 : 0) + (mean ? 1 : 0));  // scale /= count, scale /= bag_size
   return count;
 }
@@ -203,7 +201,7 @@ FormulaResult GridSampler2dBackward(const OpCall& call) {
   if (input->numel() == 0 || grid->numel() == 0) return FormulaResult::Complete(0);
   const int64_t k = *mode == 0 ? 4 : *mode == 1 ? 1 : *mode == 2 ? 16 : 0;
   if (k == 0) return Unsupported(call, "unknown interpolation mode " + std::to_string(static_cast<int64_t>(*mode)));
-  const Count values = grad->numel();               // (p, c) pairs
+  const Count values = grad->numel();                // (p, c) pairs
   const Count locations = Count(grid->numel()) / 2;  // p
   // Input gradient: per neighbour a weight multiply and an add (nearest: the add alone).
   Count count = mask.ints()[0] ? Count(k == 1 ? 1 : 2 * k) * values : Count(0);

@@ -72,7 +72,7 @@ std::optional<Count> BackwardElements(const OpCall& call) {
 
 // nll_loss(2d) operands: self at `self_arg`, then target, weight, reduction.
 struct Nll {
-  Count positions = 0;  // B: target positions the kernel visits
+  Count positions = 0;        // B: target positions the kernel visits
   bool per_position = false;  // reduction none with a batched self
   bool weighted = false;
   int64_t reduction = kNone;
@@ -99,10 +99,14 @@ struct Frames {
 };
 std::optional<Frames> ReadFrames(const TensorMeta& self) {
   switch (self.dim()) {
-    case 0: return Frames{1, 1};
-    case 1: return Frames{1, self.size(0)};
-    case 2: return Frames{self.size(0), self.size(1)};
-    default: return std::nullopt;
+    case 0:
+      return Frames{1, 1};
+    case 1:
+      return Frames{1, self.size(0)};
+    case 2:
+      return Frames{self.size(0), self.size(1)};
+    default:
+      return std::nullopt;
   }
 }
 
@@ -140,7 +144,7 @@ FormulaResult NllLossBackward(const OpCall& call) {
   if (n->per_position) {
     ops = Count(2) * n->positions;  // -w[t] * g[i]
   } else {
-    ops = n->reduction == kMean ? 2 : 1;  // -(g / total_weight), or -g
+    ops = n->reduction == kMean ? 2 : 1;   // -(g / total_weight), or -g
     if (n->weighted) ops += n->positions;  // w[t] * g'
   }
   return CountFor(call, ArithmeticOf(call), ops);
@@ -201,7 +205,7 @@ FormulaResult BinaryCrossEntropyWithLogits(const OpCall& call) {
   // log_sigmoid runs on self's own shape (7 per value of self); (1 - y) * x - ls on the broadcast (3N).
   Count ops = Count(7) * DenseArg(call, 0)->numel() + Count(3) * *n;
   if (Present(call, 3)) ops += Elements(call.arg(3)) + Count(3) * *n;  // pos_weight
-  if (Present(call, 2)) ops += *n;                              // weight
+  if (Present(call, 2)) ops += *n;                                     // weight
   return CountFor(call, ArithmeticOf(call), ops + LossReduction(*r, *n));
 }
 

@@ -29,9 +29,9 @@ FormulaResult Batched(const OpCall& call, size_t ia, size_t ib) {
 }  // namespace
 
 FormulaResult Mm(const OpCall& call) { return Matrix(call, 0, 1); }
-FormulaResult Addmm(const OpCall& call) { return Matrix(call, 1, 2); }  // bias omitted
+FormulaResult Addmm(const OpCall& call) { return Matrix(call, 1, 2); }     // bias omitted
 FormulaResult ScaledMm(const OpCall& call) { return Matrix(call, 0, 1); }  // scales omitted
-FormulaResult IntMm(const OpCall& call) { return Matrix(call, 0, 1); }  // integers count
+FormulaResult IntMm(const OpCall& call) { return Matrix(call, 0, 1); }     // integers count
 FormulaResult Bmm(const OpCall& call) { return Batched(call, 0, 1); }
 FormulaResult Baddbmm(const OpCall& call) { return Batched(call, 1, 2); }
 // addbmm sums the B products into one matrix: the B*m*n dots are the work;
@@ -92,8 +92,7 @@ namespace {
 // K-term dots: K multiplies + K-1 adds (none when K = 0).
 Count ModuleDots(const Count& dots, int64_t k) { return dots * (k > 0 ? Count(2) * k - 1 : Count(0)); }
 
-ModuleCosts Products(const OpCall& call, const Count& dots, int64_t k, const TensorMeta* bias,
-                     int64_t parameters) {
+ModuleCosts Products(const OpCall& call, const Count& dots, int64_t k, const TensorMeta* bias, int64_t parameters) {
   if (ArithmeticOf(call) == Arithmetic::kComplex) {
     return ModuleCosts::Unavailable(CountFor(call, Arithmetic::kComplex, 0));
   }
@@ -139,14 +138,16 @@ ModuleCosts AddmmCosts(const OpCall& call) {
 ModuleCosts BmmCosts(const OpCall& call) {
   const TensorMeta* a = TensorArg(call, 0, 3);
   const TensorMeta* b = TensorArg(call, 1, 3);
-  if (!a || !b || a->size(0) != b->size(0) || a->size(2) != b->size(1)) return BadShapes(call, "expected (B x m x k)(B x k x n)");
+  if (!a || !b || a->size(0) != b->size(0) || a->size(2) != b->size(1))
+    return BadShapes(call, "expected (B x m x k)(B x k x n)");
   return Products(call, Count(a->size(0)) * a->size(1) * b->size(2), a->size(2), nullptr, 0);
 }
 
 ModuleCosts BaddbmmCosts(const OpCall& call) {
   const TensorMeta* a = TensorArg(call, 1, 3);
   const TensorMeta* b = TensorArg(call, 2, 3);
-  if (!a || !b || a->size(0) != b->size(0) || a->size(2) != b->size(1)) return BadShapes(call, "expected (B x m x k)(B x k x n)");
+  if (!a || !b || a->size(0) != b->size(0) || a->size(2) != b->size(1))
+    return BadShapes(call, "expected (B x m x k)(B x k x n)");
   return Products(call, Count(a->size(0)) * a->size(1) * b->size(2), a->size(2), DenseArg(call, 0), 0);
 }
 
@@ -181,7 +182,8 @@ ModuleCosts AddrCosts(const OpCall& call) {
 ModuleCosts GroupedMmCosts(const OpCall& call) {
   const FormulaResult flops = GroupedMm(call);
   if (flops.status != MetricStatus::kComplete) return ModuleCosts::Unavailable(flops);
-  if (ArithmeticOf(call) == Arithmetic::kComplex) return ModuleCosts::Unavailable(CountFor(call, Arithmetic::kComplex, 0));
+  if (ArithmeticOf(call) == Arithmetic::kComplex)
+    return ModuleCosts::Unavailable(CountFor(call, Arithmetic::kComplex, 0));
   const Count macs = flops.value / 2;
   const Count out = call.output(0).tensor().numel();
   Count reads = 0;

@@ -20,12 +20,12 @@ FormulaResult Bmm(const OpCall& call);       // aten::bmm(a, b)
 FormulaResult Baddbmm(const OpCall& call);   // aten::baddbmm(self, a, b)
 FormulaResult ScaledMm(const OpCall& call);  // aten::_scaled_mm(a, b, ...)
 // TorchScan fallbacks for products native PyTorch does not count.
-FormulaResult Dot(const OpCall& call);       // aten::dot / vdot(a, b)
-FormulaResult Mv(const OpCall& call);        // aten::mv(mat, vec)
-FormulaResult Addmv(const OpCall& call);     // aten::addmv(self, mat, vec)
-FormulaResult Addbmm(const OpCall& call);    // aten::addbmm(self, a, b)
-FormulaResult Addr(const OpCall& call);      // aten::addr(self, v1, v2)
-FormulaResult IntMm(const OpCall& call);     // aten::_int_mm(a, b)
+FormulaResult Dot(const OpCall& call);     // aten::dot / vdot(a, b)
+FormulaResult Mv(const OpCall& call);      // aten::mv(mat, vec)
+FormulaResult Addmv(const OpCall& call);   // aten::addmv(self, mat, vec)
+FormulaResult Addbmm(const OpCall& call);  // aten::addbmm(self, a, b)
+FormulaResult Addr(const OpCall& call);    // aten::addr(self, v1, v2)
+FormulaResult IntMm(const OpCall& call);   // aten::_int_mm(a, b)
 // aten::_grouped_mm(self, mat2, offs, bias, out_dtype): every row of `self`
 // meets every output column of its group once, whatever the packing:
 // 2 x self elements x output width (torchscan_flops_v1 "Packed-row grouped matmul").
@@ -34,7 +34,6 @@ FormulaResult GroupedMm(const OpCall& call);
 // (2mnk, bias omitted) plus its fused activation per output: ReLU 1, or exact
 // GELU 5 (the CPU kernel applies at::gelu_ with its default, exact form).
 FormulaResult AddmmActivation(const OpCall& call);
-
 
 // Module view (K multiplies + K-1 adds per K-term dot, one bias add per output;
 // MACs = K per output; DMAs read every operand and parameter once and write

@@ -25,11 +25,17 @@ namespace {
 
 const ModuleFormula kModuleFormulas[] = {
     // Products: K multiplies + K-1 adds per dot, one bias add per output.
-    TS_MODULE("linear", matmul::LinearCosts), TS_MODULE("mm", matmul::MmCosts),
-    TS_MODULE("addmm", matmul::AddmmCosts), TS_MODULE("bmm", matmul::BmmCosts),
-    TS_MODULE("baddbmm", matmul::BaddbmmCosts), TS_MODULE("dot", matmul::DotCosts),
-    TS_MODULE("vdot", matmul::DotCosts), TS_MODULE("mv", matmul::MvCosts), TS_MODULE("addmv", matmul::AddmvCosts),
-    TS_MODULE("addr", matmul::AddrCosts), TS_MODULE("_grouped_mm", matmul::GroupedMmCosts),
+    TS_MODULE("linear", matmul::LinearCosts),
+    TS_MODULE("mm", matmul::MmCosts),
+    TS_MODULE("addmm", matmul::AddmmCosts),
+    TS_MODULE("bmm", matmul::BmmCosts),
+    TS_MODULE("baddbmm", matmul::BaddbmmCosts),
+    TS_MODULE("dot", matmul::DotCosts),
+    TS_MODULE("vdot", matmul::DotCosts),
+    TS_MODULE("mv", matmul::MvCosts),
+    TS_MODULE("addmv", matmul::AddmvCosts),
+    TS_MODULE("addr", matmul::AddrCosts),
+    TS_MODULE("_grouped_mm", matmul::GroupedMmCosts),
     TS_MODULE("convolution", convolution::ConvolutionCosts),
     TS_MODULE("_convolution", convolution::ConvolutionCosts),
     TS_MODULE("_scaled_dot_product_flash_attention_for_cpu", attention::SdpaCpuCosts),
@@ -46,14 +52,18 @@ const ModuleFormula kModuleFormulas[] = {
     TS_MODULE("_weight_norm", normalization::WeightNormCosts),
     TS_MODULE("_weight_norm_interface", normalization::WeightNormCosts),
     // Softmax family (softmin decomposes into neg + softmax: 10N + 4R accesses).
-    TS_MODULE("_softmax", softmax::SoftmaxCosts), TS_MODULE("_log_softmax", softmax::LogSoftmaxCosts),
+    TS_MODULE("_softmax", softmax::SoftmaxCosts),
+    TS_MODULE("_log_softmax", softmax::LogSoftmaxCosts),
     TS_MODULE("_safe_softmax", softmax::SafeSoftmaxCosts),
     // Pooling.
-    TS_MODULE("max_pool1d", pooling::MaxPoolCosts), TS_MODULE("max_pool2d", pooling::MaxPoolCosts),
-    TS_MODULE("max_pool3d", pooling::MaxPoolCosts), TS_MODULE("max_pool1d_with_indices", pooling::MaxPoolCosts),
+    TS_MODULE("max_pool1d", pooling::MaxPoolCosts),
+    TS_MODULE("max_pool2d", pooling::MaxPoolCosts),
+    TS_MODULE("max_pool3d", pooling::MaxPoolCosts),
+    TS_MODULE("max_pool1d_with_indices", pooling::MaxPoolCosts),
     TS_MODULE("max_pool2d_with_indices", pooling::MaxPoolCosts),
     TS_MODULE("max_pool3d_with_indices", pooling::MaxPoolCosts),
-    TS_MODULE("avg_pool1d", pooling::AvgPoolCosts), TS_MODULE("avg_pool2d", pooling::AvgPoolCosts),
+    TS_MODULE("avg_pool1d", pooling::AvgPoolCosts),
+    TS_MODULE("avg_pool2d", pooling::AvgPoolCosts),
     TS_MODULE("avg_pool3d", pooling::AvgPoolCosts),
     TS_MODULE("adaptive_avg_pool1d", pooling::AdaptiveAvgPoolCosts),
     TS_MODULE("adaptive_avg_pool2d", pooling::AdaptiveAvgPoolCosts),
@@ -64,24 +74,34 @@ const ModuleFormula kModuleFormulas[] = {
     TS_MODULE("adaptive_max_pool2d", pooling::AdaptiveMaxPoolCosts),
     TS_MODULE("adaptive_max_pool3d", pooling::AdaptiveMaxPoolCosts),
     // Dropout, lookups, interpolation.
-    TS_MODULE("dropout", misc::DropoutCosts), TS_MODULE("native_dropout", misc::DropoutCosts),
+    TS_MODULE("dropout", misc::DropoutCosts),
+    TS_MODULE("native_dropout", misc::DropoutCosts),
     TS_MODULE("feature_dropout", misc::DropoutCosts),
-    TS_MODULE("embedding", misc::EmbeddingCosts), TS_MODULE("embedding_renorm_", misc::EmbeddingRenormCosts),
-    TS_MODULE("upsample_nearest1d", misc::NearestCosts), TS_MODULE("upsample_nearest2d", misc::NearestCosts),
-    TS_MODULE("upsample_nearest3d", misc::NearestCosts), TS_MODULE("_upsample_nearest_exact1d", misc::NearestCosts),
+    TS_MODULE("embedding", misc::EmbeddingCosts),
+    TS_MODULE("embedding_renorm_", misc::EmbeddingRenormCosts),
+    TS_MODULE("upsample_nearest1d", misc::NearestCosts),
+    TS_MODULE("upsample_nearest2d", misc::NearestCosts),
+    TS_MODULE("upsample_nearest3d", misc::NearestCosts),
+    TS_MODULE("_upsample_nearest_exact1d", misc::NearestCosts),
     TS_MODULE("_upsample_nearest_exact2d", misc::NearestCosts),
     TS_MODULE("_upsample_nearest_exact3d", misc::NearestCosts),
-    TS_MODULE("upsample_linear1d", misc::WeightedCosts<2>), TS_MODULE("upsample_bilinear2d", misc::WeightedCosts<4>),
+    TS_MODULE("upsample_linear1d", misc::WeightedCosts<2>),
+    TS_MODULE("upsample_bilinear2d", misc::WeightedCosts<4>),
     TS_MODULE("upsample_trilinear3d", misc::WeightedCosts<8>),
     TS_MODULE("upsample_bicubic2d", misc::WeightedCosts<16>),
     // Copies into part of a tensor, conditional negation.
-    TS_MODULE("scatter_add", indexing::ScatterCosts), TS_MODULE("scatter_reduce", indexing::ScatterCosts),
-    TS_MODULE("scatter", indexing::ScatterCosts), TS_MODULE("index_copy", indexing::IndexCopyCosts),
-    TS_MODULE("index_put", indexing::IndexPutCosts), TS_MODULE("_index_put_impl", indexing::IndexPutCosts),
-    TS_MODULE("_euclidean_dist", indexing::EuclideanDistCosts), TS_MODULE("grid_sampler_2d", indexing::GridSampler2dCosts),
+    TS_MODULE("scatter_add", indexing::ScatterCosts),
+    TS_MODULE("scatter_reduce", indexing::ScatterCosts),
+    TS_MODULE("scatter", indexing::ScatterCosts),
+    TS_MODULE("index_copy", indexing::IndexCopyCosts),
+    TS_MODULE("index_put", indexing::IndexPutCosts),
+    TS_MODULE("_index_put_impl", indexing::IndexPutCosts),
+    TS_MODULE("_euclidean_dist", indexing::EuclideanDistCosts),
+    TS_MODULE("grid_sampler_2d", indexing::GridSampler2dCosts),
     TS_MODULE("_embedding_bag", indexing::EmbeddingBagCosts),
     TS_MODULE("_embedding_bag_forward_only", indexing::EmbeddingBagCosts),
-    TS_MODULE("resolve_neg", elementwise::ResolveCosts), TS_MODULE("resolve_conj", elementwise::ResolveCosts),
+    TS_MODULE("resolve_neg", elementwise::ResolveCosts),
+    TS_MODULE("resolve_conj", elementwise::ResolveCosts),
     {"torchscan::compiled_region", compiled::CompiledRegionCosts},
 };
 #undef TS_MODULE
@@ -92,24 +112,56 @@ const ModuleFormula kModuleFormulas[] = {
 // views; formulas/TRAINING.md, "Module view"), and the rows the kernels
 // below stand for. The per-tensor _foreach_ rows join them (but _foreach_mm).
 constexpr std::string_view kSinglePassRows[] = {
-    "aten::rrelu_with_noise_backward", "aten::glu_backward", "aten::native_dropout_backward",
-    "aten::_softmax_backward_data", "aten::_log_softmax_backward_data", "aten::_masked_softmax_backward",
-    "aten::native_layer_norm_backward", "aten::native_group_norm_backward", "aten::native_batch_norm_backward",
-    "aten::batch_norm_backward", "aten::cudnn_batch_norm_backward", "aten::miopen_batch_norm_backward",
-    "aten::_fused_rms_norm_backward", "aten::_weight_norm_interface_backward",
-    "aten::max_pool2d_with_indices_backward", "aten::max_pool3d_with_indices_backward",
-    "aten::adaptive_max_pool2d_backward", "aten::adaptive_max_pool3d_backward", "aten::avg_pool2d_backward",
-    "aten::avg_pool3d_backward", "aten::_adaptive_avg_pool2d_backward", "aten::_adaptive_avg_pool3d_backward",
-    "aten::reflection_pad1d_backward", "aten::reflection_pad2d_backward", "aten::reflection_pad3d_backward",
-    "aten::replication_pad1d_backward", "aten::replication_pad2d_backward", "aten::replication_pad3d_backward",
-    "aten::upsample_nearest1d_backward", "aten::upsample_nearest2d_backward", "aten::upsample_nearest3d_backward",
-    "aten::_upsample_nearest_exact1d_backward", "aten::_upsample_nearest_exact2d_backward",
-    "aten::_upsample_nearest_exact3d_backward", "aten::embedding_dense_backward", "aten::_embedding_bag_backward",
-    "aten::_embedding_bag_dense_backward", "aten::nll_loss_forward", "aten::nll_loss2d_forward",
-    "aten::nll_loss_backward", "aten::nll_loss2d_backward", "aten::multi_margin_loss",
-    "aten::multi_margin_loss_backward", "aten::multilabel_margin_loss_forward",
-    "aten::multilabel_margin_loss_backward", "aten::_fused_adam", "aten::_fused_adamw", "aten::_fused_sgd",
-    "aten::_fused_adagrad", "aten::_transform_bias_rescale_qkv",
+    "aten::rrelu_with_noise_backward",
+    "aten::glu_backward",
+    "aten::native_dropout_backward",
+    "aten::_softmax_backward_data",
+    "aten::_log_softmax_backward_data",
+    "aten::_masked_softmax_backward",
+    "aten::native_layer_norm_backward",
+    "aten::native_group_norm_backward",
+    "aten::native_batch_norm_backward",
+    "aten::batch_norm_backward",
+    "aten::cudnn_batch_norm_backward",
+    "aten::miopen_batch_norm_backward",
+    "aten::_fused_rms_norm_backward",
+    "aten::_weight_norm_interface_backward",
+    "aten::max_pool2d_with_indices_backward",
+    "aten::max_pool3d_with_indices_backward",
+    "aten::adaptive_max_pool2d_backward",
+    "aten::adaptive_max_pool3d_backward",
+    "aten::avg_pool2d_backward",
+    "aten::avg_pool3d_backward",
+    "aten::_adaptive_avg_pool2d_backward",
+    "aten::_adaptive_avg_pool3d_backward",
+    "aten::reflection_pad1d_backward",
+    "aten::reflection_pad2d_backward",
+    "aten::reflection_pad3d_backward",
+    "aten::replication_pad1d_backward",
+    "aten::replication_pad2d_backward",
+    "aten::replication_pad3d_backward",
+    "aten::upsample_nearest1d_backward",
+    "aten::upsample_nearest2d_backward",
+    "aten::upsample_nearest3d_backward",
+    "aten::_upsample_nearest_exact1d_backward",
+    "aten::_upsample_nearest_exact2d_backward",
+    "aten::_upsample_nearest_exact3d_backward",
+    "aten::embedding_dense_backward",
+    "aten::_embedding_bag_backward",
+    "aten::_embedding_bag_dense_backward",
+    "aten::nll_loss_forward",
+    "aten::nll_loss2d_forward",
+    "aten::nll_loss_backward",
+    "aten::nll_loss2d_backward",
+    "aten::multi_margin_loss",
+    "aten::multi_margin_loss_backward",
+    "aten::multilabel_margin_loss_forward",
+    "aten::multilabel_margin_loss_backward",
+    "aten::_fused_adam",
+    "aten::_fused_adamw",
+    "aten::_fused_sgd",
+    "aten::_fused_adagrad",
+    "aten::_transform_bias_rescale_qkv",
 };
 
 // Operator-view rows with no module-view formula, and why (the coverage
@@ -123,26 +175,36 @@ constexpr char kProductsNotWritten[] =
     "computes products or weighted sums whose module-view MACs are not written for this kernel: the module "
     "view is partial on it (the operator view counts it)";
 const std::pair<std::string_view, const char*> kModuleGaps[] = {
-    {"aten::cudnn_convolution", kGpuKernel}, {"aten::_scaled_mm", kGpuKernel},
+    {"aten::cudnn_convolution", kGpuKernel},
+    {"aten::_scaled_mm", kGpuKernel},
     {"aten::_scaled_dot_product_efficient_attention", kGpuKernel},
     {"aten::_scaled_dot_product_flash_attention", kGpuKernel},
     {"aten::_scaled_dot_product_cudnn_attention", kGpuKernel},
     {"aten::_scaled_dot_product_efficient_attention_backward", kGpuKernel},
     {"aten::_scaled_dot_product_flash_attention_backward", kGpuKernel},
     {"aten::_scaled_dot_product_cudnn_attention_backward", kGpuKernel},
-    {"aten::_flash_attention_forward", kGpuKernel}, {"aten::_efficient_attention_forward", kGpuKernel},
-    {"aten::_flash_attention_backward", kGpuKernel}, {"aten::_efficient_attention_backward", kGpuKernel},
-    {"aten::convolution_overrideable", kBelowConvolution}, {"aten::_slow_conv2d_forward", kBelowConvolution},
+    {"aten::_flash_attention_forward", kGpuKernel},
+    {"aten::_efficient_attention_forward", kGpuKernel},
+    {"aten::_flash_attention_backward", kGpuKernel},
+    {"aten::_efficient_attention_backward", kGpuKernel},
+    {"aten::convolution_overrideable", kBelowConvolution},
+    {"aten::_slow_conv2d_forward", kBelowConvolution},
     {"aten::mkldnn_convolution", kBelowConvolution},
-    {"aten::convolution_backward", kProductsNotWritten}, {"aten::mkldnn_rnn_layer", kProductsNotWritten},
-    {"aten::mkldnn_rnn_layer_backward", kProductsNotWritten}, {"aten::addbmm", kProductsNotWritten},
-    {"aten::_int_mm", kProductsNotWritten}, {"aten::_addmm_activation", kProductsNotWritten},
-    {"aten::_foreach_mm", kProductsNotWritten}, {"aten::upsample_linear1d_backward", kProductsNotWritten},
+    {"aten::convolution_backward", kProductsNotWritten},
+    {"aten::mkldnn_rnn_layer", kProductsNotWritten},
+    {"aten::mkldnn_rnn_layer_backward", kProductsNotWritten},
+    {"aten::addbmm", kProductsNotWritten},
+    {"aten::_int_mm", kProductsNotWritten},
+    {"aten::_addmm_activation", kProductsNotWritten},
+    {"aten::_foreach_mm", kProductsNotWritten},
+    {"aten::upsample_linear1d_backward", kProductsNotWritten},
     {"aten::upsample_bilinear2d_backward", kProductsNotWritten},
     {"aten::upsample_trilinear3d_backward", kProductsNotWritten},
     {"aten::upsample_bicubic2d_backward", kProductsNotWritten},
-    {"aten::grid_sampler_2d_backward", kProductsNotWritten}, {"aten::_cdist_forward", kProductsNotWritten},
-    {"aten::_cdist_backward", kProductsNotWritten}, {"aten::_pdist_forward", kProductsNotWritten},
+    {"aten::grid_sampler_2d_backward", kProductsNotWritten},
+    {"aten::_cdist_forward", kProductsNotWritten},
+    {"aten::_cdist_backward", kProductsNotWritten},
+    {"aten::_pdist_forward", kProductsNotWritten},
     {"aten::_pdist_backward", kProductsNotWritten},
     {"aten::_embedding_bag_per_sample_weights_backward", kProductsNotWritten},
 };
@@ -161,7 +223,8 @@ const absl::flat_hash_map<std::string_view, ModuleFormula>& ModuleIndex() {
       if (f.flops == misc::RandomSampling) m->emplace(f.op, ModuleFormula{f.op, RandomSamplingCosts, nullptr});
     }
     for (std::string_view op : kSinglePassRows) {
-      if (const OperatorFormula* f = FindOperatorFormula(op)) m->emplace(f->op, ModuleFormula{f->op, nullptr, f->flops});
+      if (const OperatorFormula* f = FindOperatorFormula(op))
+        m->emplace(f->op, ModuleFormula{f->op, nullptr, f->flops});
     }
     for (const auto& f : kModuleFormulas) (*m)[f.op] = f;
     return m;
@@ -190,7 +253,8 @@ ModuleCosts ZeroCostCosts(const OpCall& call, ZeroCostReason reason) {
   Count out = 0;
   for (const ArgMeta& a : call.outputs) out += Elements(a);
   switch (reason) {
-    case ZeroCostReason::kFill: return {zero, zero, FormulaResult::Complete(out)};
+    case ZeroCostReason::kFill:
+      return {zero, zero, FormulaResult::Complete(out)};
     case ZeroCostReason::kCopy: {
       if (call.name == "aten::constant_pad_nd") {
         // Reads the input values that survive negative pads, writes the output.
@@ -222,7 +286,8 @@ ModuleCosts ZeroCostCosts(const OpCall& call, ZeroCostReason reason) {
               FormulaResult::Unavailable("unsupported_operator_formula",
                                          "communication: its local memory accesses depend on the backend's "
                                          "algorithm (its bytes between processes: the communication section)")};
-    default: return {zero, zero, zero};  // views, metadata, allocation
+    default:
+      return {zero, zero, zero};  // views, metadata, allocation
   }
 }
 

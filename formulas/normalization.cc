@@ -115,7 +115,6 @@ FormulaResult WeightNorm(const OpCall& call) {
 namespace torchscan::normalization {
 namespace {
 
-
 // LayerNorm's staged accesses: mean N + R, variance N + 2R, normalize
 // 2N + 2R + 1 (eps), affine 2N + parameters.
 Count StagedNormAccesses(const Count& n, const Count& r, const Count& params, bool affine) {
@@ -164,7 +163,8 @@ ModuleCosts GroupNormCosts(const OpCall& call) {
   const Count r = Count(static_cast<int64_t>(*ScalarArg(call, 3))) * static_cast<int64_t>(*ScalarArg(call, 6));
   const Count params = Elements(call.arg(1)) + Elements(call.arg(2));
   const bool weight = call.arg(1).is_tensor();
-  return ModuleCosts::FromFlops(flops, n * (1 + (weight ? 1 : 0)), n == 0 ? Count(0) : StagedNormAccesses(n, r, params, params > 0));
+  return ModuleCosts::FromFlops(flops, n * (1 + (weight ? 1 : 0)),
+                                n == 0 ? Count(0) : StagedNormAccesses(n, r, params, params > 0));
 }
 
 ModuleCosts RmsNormCosts(const OpCall& call) {

@@ -48,11 +48,11 @@ FormulaResult BatchNormCount(const OpCall& call, const TensorMeta* x, bool train
   const int w = weight ? 1 : 0;
   const bool gi = mask[0], gw = mask[1], gb = mask[2];
   Count count = 0;
-  if (!train && (gi || gw)) count += 2 * c;              // invstd = 1/sqrt(running_var + eps)
-  if (gb || (train && gi)) count += n - c;               // sum(dy) per channel
-  if (gw || (train && gi)) count += 3 * n - c;           // sum((x - mean) * dy) per channel
+  if (!train && (gi || gw)) count += 2 * c;     // invstd = 1/sqrt(running_var + eps)
+  if (gb || (train && gi)) count += n - c;      // sum(dy) per channel
+  if (gw || (train && gi)) count += 3 * n - c;  // sum((x - mean) * dy) per channel
   if (gi) count += train ? (5 + w) * n + 4 * c : (1 + w) * n;
-  if (gw) count += c;                                    // dotp * invstd
+  if (gw) count += c;  // dotp * invstd
   return CountFor(call, ArithmeticOf(call), count);
 }
 
@@ -78,7 +78,8 @@ FormulaResult GroupNorm(const OpCall& call) {
   const auto batch = ScalarArg(call, 5), channels = ScalarArg(call, 6), hw = ScalarArg(call, 7),
              groups = ScalarArg(call, 8);
   if (!x || !batch || !channels || !hw || !groups) return NotDense(call);
-  if (*groups <= 0 || static_cast<int64_t>(*channels) / static_cast<int64_t>(*groups) * static_cast<int64_t>(*hw) == 0) {
+  if (*groups <= 0 ||
+      static_cast<int64_t>(*channels) / static_cast<int64_t>(*groups) * static_cast<int64_t>(*hw) == 0) {
     return Unsupported(call, "groups are empty");
   }
   const auto mask = Mask<3>(call, 9);
@@ -90,8 +91,8 @@ FormulaResult GroupNorm(const OpCall& call) {
   const int w = Present(call, 4);
   const bool gi = (*mask)[0], gw = (*mask)[1], gb = (*mask)[2];
   Count count = 0;
-  if (gi || gw) count += 2 * n - p;       // ds = sum(dy * x) per plane
-  if (gi || gw || gb) count += n - p;     // db = sum(dy) per plane
+  if (gi || gw) count += 2 * n - p;    // ds = sum(dy * x) per plane
+  if (gi || gw || gb) count += n - p;  // db = sum(dy) per plane
   if (gi) count += 4 * n + (2 + 3 * w) * p + 9 * r;
   if (gw) count += 4 * p - c;
   if (gb) count += p - c;

@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <string_view>
 
-
 namespace torchscan {
 
 struct TensorMeta {
@@ -31,9 +30,7 @@ struct TensorMeta {
   const int64_t* stride_data = nullptr;  // ndim values, or nullptr (non-strided layouts)
 
   c10::ArrayRef<int64_t> sizes() const { return {size_data, static_cast<size_t>(ndim)}; }
-  c10::ArrayRef<int64_t> strides() const {
-    return {stride_data, stride_data ? static_cast<size_t>(ndim) : 0};
-  }
+  c10::ArrayRef<int64_t> strides() const { return {stride_data, stride_data ? static_cast<size_t>(ndim) : 0}; }
   int64_t dim() const { return ndim; }
   int64_t size(int64_t d) const { return size_data[d < 0 ? d + ndim : d]; }
   // Fits int64_t: PyTorch refuses a tensor whose element count does not.
@@ -50,9 +47,9 @@ struct TensorMeta {
 };
 
 enum class ArgKind : uint8_t {
-  kNone,        // None / undefined tensor / undefined optional
+  kNone,  // None / undefined tensor / undefined optional
   kTensor,
-  kInt,         // also SymInt with a concrete value
+  kInt,  // also SymInt with a concrete value
   kDouble,
   kBool,
   kIntList,     // int[] / SymInt[]
@@ -60,7 +57,7 @@ enum class ArgKind : uint8_t {
   kDoubleList,  // float[]
   kTensorList,  // Tensor[] / Tensor?[] (undefined entries stay undefined)
   kString,
-  kOther,       // Device, Generator, complex, objects ...
+  kOther,  // Device, Generator, complex, objects ...
 };
 
 class ArgMeta {
@@ -80,19 +77,33 @@ class ArgMeta {
   std::string_view str() const { return {u_.str, count}; }
 
   static ArgMeta None() { return ArgMeta(); }
-  static ArgMeta Tensor(const TensorMeta* t) { return Make(ArgKind::kTensor, 0, [&](U& u) { u.tensor = t; }); }
-  static ArgMeta Int(int64_t v) { return Make(ArgKind::kInt, 0, [&](U& u) { u.i = v; }); }
-  static ArgMeta Bool(bool v) { return Make(ArgKind::kBool, 0, [&](U& u) { u.i = v ? 1 : 0; }); }
-  static ArgMeta Double(double v) { return Make(ArgKind::kDouble, 0, [&](U& u) { u.d = v; }); }
-  static ArgMeta Ints(ArgKind k, const int64_t* p, uint32_t n) { return Make(k, n, [&](U& u) { u.ints = p; }); }
+  static ArgMeta Tensor(const TensorMeta* t) {
+    return Make(ArgKind::kTensor, 0, [&](U& u) { u.tensor = t; });
+  }
+  static ArgMeta Int(int64_t v) {
+    return Make(ArgKind::kInt, 0, [&](U& u) { u.i = v; });
+  }
+  static ArgMeta Bool(bool v) {
+    return Make(ArgKind::kBool, 0, [&](U& u) { u.i = v ? 1 : 0; });
+  }
+  static ArgMeta Double(double v) {
+    return Make(ArgKind::kDouble, 0, [&](U& u) { u.d = v; });
+  }
+  static ArgMeta Ints(ArgKind k, const int64_t* p, uint32_t n) {
+    return Make(k, n, [&](U& u) { u.ints = p; });
+  }
   static ArgMeta Doubles(const double* p, uint32_t n) {
     return Make(ArgKind::kDoubleList, n, [&](U& u) { u.doubles = p; });
   }
   static ArgMeta Tensors(const TensorMeta* p, uint32_t n) {
     return Make(ArgKind::kTensorList, n, [&](U& u) { u.tensors = p; });
   }
-  static ArgMeta String(const char* p, uint32_t n) { return Make(ArgKind::kString, n, [&](U& u) { u.str = p; }); }
-  static ArgMeta Other() { return Make(ArgKind::kOther, 0, [](U&) {}); }
+  static ArgMeta String(const char* p, uint32_t n) {
+    return Make(ArgKind::kString, n, [&](U& u) { u.str = p; });
+  }
+  static ArgMeta Other() {
+    return Make(ArgKind::kOther, 0, [](U&) {});
+  }
 
  private:
   union U {

@@ -127,11 +127,11 @@ FormulaResult ValueLoop(const OpCall& call, const std::vector<LoopOp>& ops) {
 // native/FusedAdam.cpp and its siblings), a tensor value TorchScan does not read.
 FormulaResult SkippedOrApplied(const OpCall& call, size_t found_inf, const FormulaResult& applied) {
   if (call.arg(found_inf).is_none() || applied.status != MetricStatus::kComplete) return applied;
-  return FormulaResult::Unavailable(
-      "value_dependent_work",
-      std::string(call.name) + ": found_inf given: the kernel skips the whole step when found_inf is 1 and "
-                               "TorchScan does not read tensor values (the applied step costs " +
-          applied.value.Digits() + " FLOPs)");
+  return FormulaResult::Unavailable("value_dependent_work",
+                                    std::string(call.name) +
+                                        ": found_inf given: the kernel skips the whole step when found_inf is 1 and "
+                                        "TorchScan does not read tensor values (the applied step costs " +
+                                        applied.value.Digits() + " FLOPs)");
 }
 
 std::optional<bool> BoolArg(const OpCall& call, size_t i) {
@@ -157,10 +157,10 @@ FormulaResult Adam(const OpCall& call, bool decoupled) {
   // for torch.optim's valid options lr >= 0, 0 <= beta1 < 1; a tensor lr is
   // taken to satisfy the same check (torch.optim.Adam applies it).
   if ((lr && *lr < 0) || *beta1 < 0 || *beta1 >= 1) {
-    return FormulaResult::Unavailable(
-        "unsupported_operator_formula",
-        std::string(call.name) + ": lr < 0 or beta1 outside [0, 1): whether the update coefficient "
-                                 "-lr/(1-beta1^step) is 1 depends on the step value");
+    return FormulaResult::Unavailable("unsupported_operator_formula",
+                                      std::string(call.name) +
+                                          ": lr < 0 or beta1 outside [0, 1): whether the update coefficient "
+                                          "-lr/(1-beta1^step) is 1 depends on the step value");
   }
   std::vector<LoopOp> ops;
   // The kernel's unscale: grad / grad_scale (not a for-loop option; the
@@ -174,13 +174,13 @@ FormulaResult Adam(const OpCall& call, bool decoupled) {
       ops.push_back({"aten::add", 2, *weight_decay});  // grad.add(param, alpha=wd)
     }
   }
-  ops.push_back({"aten::lerp", 2, 1 - *beta1});       // exp_avg.lerp_(grad, 1 - beta1)
-  ops.push_back({"aten::mul", 1, *beta2});            // exp_avg_sq.mul_(beta2)
-  ops.push_back({"aten::addcmul", 3, 1 - *beta2});    //   .addcmul_(grad, grad, value=1 - beta2)
+  ops.push_back({"aten::lerp", 2, 1 - *beta1});                     // exp_avg.lerp_(grad, 1 - beta1)
+  ops.push_back({"aten::mul", 1, *beta2});                          // exp_avg_sq.mul_(beta2)
+  ops.push_back({"aten::addcmul", 3, 1 - *beta2});                  //   .addcmul_(grad, grad, value=1 - beta2)
   if (*amsgrad) ops.push_back({"aten::maximum", 2, std::nullopt});  // maximum(max_exp_avg_sq, exp_avg_sq, out=)
-  ops.push_back({"aten::sqrt", 1, std::nullopt});     // denom = (exp_avg_sq.sqrt()
-  ops.push_back({"aten::div", 1, 1.0});               //   / bias_correction2_sqrt (a float: any value counts 1)
-  ops.push_back({"aten::add", 1, *eps});              //   ).add_(eps)
+  ops.push_back({"aten::sqrt", 1, std::nullopt});                   // denom = (exp_avg_sq.sqrt()
+  ops.push_back({"aten::div", 1, 1.0});                  //   / bias_correction2_sqrt (a float: any value counts 1)
+  ops.push_back({"aten::add", 1, *eps});                 //   ).add_(eps)
   ops.push_back({"aten::addcdiv", 3, -lr.value_or(0)});  // param.addcdiv_(exp_avg, denom, value=-step_size <= 0)
   return SkippedOrApplied(call, 14, ValueLoop(call, ops));
 }
@@ -266,8 +266,9 @@ FormulaResult Foreach(const OpCall& call) {
     FormulaResult r = ValueRow(per_tensor, element);
     if (coefficients_in_tensor && r.status == MetricStatus::kComplete) {
       r = FormulaResult::Partial(r.value, "value_in_tensor",
-                                 per_tensor + ": the coefficient is read from a tensor (not recorded); "
-                                              "a coefficient != 1 adds one multiply per element");
+                                 per_tensor +
+                                     ": the coefficient is read from a tensor (not recorded); "
+                                     "a coefficient != 1 adds one multiply per element");
     }
     tally.Add(r, i);
   }
@@ -295,8 +296,8 @@ FormulaResult FusedSgd(const OpCall& call) {
   if (*momentum != 0) {
     // First step: buf = grad.detach().clone() (a copy).
     if (!*first_step) {
-      ops.push_back({"aten::mul", 1, *momentum});         // buf.mul_(momentum)
-      ops.push_back({"aten::add", 2, 1 - *dampening});    //   .add_(grad, alpha=1 - dampening)
+      ops.push_back({"aten::mul", 1, *momentum});       // buf.mul_(momentum)
+      ops.push_back({"aten::add", 2, 1 - *dampening});  //   .add_(grad, alpha=1 - dampening)
     }
     if (*nesterov) ops.push_back({"aten::add", 2, *momentum});  // grad.add(buf, alpha=momentum)
   }
@@ -315,18 +316,18 @@ FormulaResult FusedAdagrad(const OpCall& call) {
   // clr = lr / (1 + (step - 1) * lr_decay) >= 0 for torch.optim's valid
   // options lr >= 0, lr_decay >= 0: the coefficient -clr is never 1.
   if ((lr && *lr < 0) || *lr_decay < 0) {
-    return FormulaResult::Unavailable(
-        "unsupported_operator_formula",
-        std::string(call.name) + ": lr < 0 or lr_decay < 0: whether the update coefficient "
-                                 "-lr/(1+(step-1)*lr_decay) is 1 depends on the step value");
+    return FormulaResult::Unavailable("unsupported_operator_formula",
+                                      std::string(call.name) +
+                                          ": lr < 0 or lr_decay < 0: whether the update coefficient "
+                                          "-lr/(1+(step-1)*lr_decay) is 1 depends on the step value");
   }
   std::vector<LoopOp> ops;
   if (!call.arg(9).is_none()) ops.push_back({"aten::div", 2, std::nullopt});  // the kernel's grad / grad_scale
   if (*maximize) ops.push_back({"aten::neg", 1, std::nullopt});               // grad = -grad
   if (*weight_decay != 0) ops.push_back({"aten::add", 2, *weight_decay});     // grad.add(param, alpha=wd)
-  ops.push_back({"aten::addcmul", 3, 1.0});          // state_sum.addcmul_(grad, grad, value=1)
-  ops.push_back({"aten::sqrt", 1, std::nullopt});    // std = state_sum.sqrt()
-  ops.push_back({"aten::add", 1, *eps});             //   .add_(eps)
+  ops.push_back({"aten::addcmul", 3, 1.0});                                   // state_sum.addcmul_(grad, grad, value=1)
+  ops.push_back({"aten::sqrt", 1, std::nullopt});                             // std = state_sum.sqrt()
+  ops.push_back({"aten::add", 1, *eps});                                      //   .add_(eps)
   ops.push_back({"aten::addcdiv", 3, -lr.value_or(0)});  // param.addcdiv_(grad, std, value=-clr <= 0)
   return SkippedOrApplied(call, 10, ValueLoop(call, ops));
 }

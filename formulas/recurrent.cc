@@ -17,10 +17,18 @@ FormulaResult MkldnnRnnLayer(const OpCall& call) {
   const int64_t in = x->size(2), h = static_cast<int64_t>(*hidden);
   int64_t gates = 0, cell = 0;
   switch (static_cast<int>(*mode)) {
-    case 0: gates = 1, cell = 1; break;   // RNN, ReLU
-    case 1: gates = 1, cell = 6; break;   // RNN, tanh
-    case 2: gates = 4, cell = 28; break;  // LSTM
-    case 3: gates = 3, cell = 20; break;  // GRU
+    case 0:
+      gates = 1, cell = 1;
+      break;  // RNN, ReLU
+    case 1:
+      gates = 1, cell = 6;
+      break;  // RNN, tanh
+    case 2:
+      gates = 4, cell = 28;
+      break;  // LSTM
+    case 3:
+      gates = 3, cell = 20;
+      break;  // GRU
     default:
       return FormulaResult::Unavailable("unsupported_operator_formula",
                                         "aten::mkldnn_rnn_layer: unknown recurrent mode " + std::to_string(*mode));
@@ -77,10 +85,10 @@ FormulaResult MkldnnRnnLayerBackward(const OpCall& call) {
   const Count n = Count(x->size(0)) * x->size(1);
   const int64_t in = x->size(2), h = static_cast<int64_t>(*hidden);
   const Count gh = Count(kGates) * h;
-  Count flops = n * h * 29                          // cell backward
-                + 4 * n * gh * (Count(in) + h);     // dx, dh, dW_ih, dW_hh
-  if (n > 0) flops += gh * (n - 1);                 // bias gradient
-  if (biases && *biases != 0) flops += gh;          // b_ih + b_hh
+  Count flops = n * h * 29                       // cell backward
+                + 4 * n * gh * (Count(in) + h);  // dx, dh, dW_ih, dW_hh
+  if (n > 0) flops += gh * (n - 1);              // bias gradient
+  if (biases && *biases != 0) flops += gh;       // b_ih + b_hh
   return CountFor(call, ArithmeticOf(call), flops);
 }
 

@@ -31,9 +31,7 @@ int64_t Folds(const Sizes& s) { return s.n > s.r ? s.n - s.r : 0; }
 // sum/mean/prod take their dtype at position 1 when they have no dim
 // argument (2 operands; an out= destination is not one), else at position 3
 // (after dim, keepdim).
-Arithmetic ReductionDtype(const OpCall& call) {
-  return ReductionArithmetic(call, call.args.size() <= 2 ? 1 : 3);
-}
+Arithmetic ReductionDtype(const OpCall& call) { return ReductionArithmetic(call, call.args.size() <= 2 ? 1 : 3); }
 
 // One spatial axis of col2im: blocks b in [0, blocks) with kernel offsets
 // k in [0, kernel) land on b*stride - pad + k*dilation. Returns the values
@@ -112,10 +110,9 @@ FormulaResult VectorNorm(const OpCall& call) {
   } else if (p == 2.0) {
     count = Count(s.n) + Folds(s) + s.r;
   } else {
-    return FormulaResult::Unavailable(
-        "unsupported_norm_order",
-        std::string(call.name) + ": vector norms of order " + std::to_string(p) +
-            " have no TorchScan count (orders 1, 2 and +-inf do)");
+    return FormulaResult::Unavailable("unsupported_norm_order",
+                                      std::string(call.name) + ": vector norms of order " + std::to_string(p) +
+                                          " have no TorchScan count (orders 1, 2 and +-inf do)");
   }
   return CountFor(call, ArithmeticOf(call), count);
 }
@@ -142,7 +139,8 @@ FormulaResult Logsumexp(const OpCall& call) {
   Sizes s;
   if (!Read(call, s)) return NotDense(call);
   // Integer inputs are reduced in the (floating) result dtype.
-  return CountFor(call, ArithmeticOfDtype(DenseOutput(call)->dtype), Count(2) * Folds(s) + Count(2) * s.n + Count(2) * s.r);
+  return CountFor(call, ArithmeticOfDtype(DenseOutput(call)->dtype),
+                  Count(2) * Folds(s) + Count(2) * s.n + Count(2) * s.r);
 }
 
 FormulaResult Col2im(const OpCall& call) {

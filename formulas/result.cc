@@ -4,9 +4,12 @@ namespace torchscan {
 
 const char* MetricStatusName(MetricStatus s) {
   switch (s) {
-    case MetricStatus::kComplete: return "complete";
-    case MetricStatus::kPartial: return "partial";
-    case MetricStatus::kUnavailable: return "unavailable";
+    case MetricStatus::kComplete:
+      return "complete";
+    case MetricStatus::kPartial:
+      return "partial";
+    case MetricStatus::kUnavailable:
+      return "unavailable";
   }
   return "unavailable";
 }

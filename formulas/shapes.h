@@ -32,9 +32,7 @@ inline const TensorMeta* TensorArg(const OpCall& call, size_t i, int rank = -1) 
 }
 
 inline FormulaResult ShapeMismatch(const OpCall& call, const char* what) {
-  return FormulaResult::Unavailable(
-      "unsupported_operator_formula",
-      std::string(call.name) + ": " + what);
+  return FormulaResult::Unavailable("unsupported_operator_formula", std::string(call.name) + ": " + what);
 }
 
 }  // namespace torchscan

@@ -32,12 +32,14 @@ json Snapshot(const json* m) {
 json MetricDiff(const json& b, const json& a) {
   std::string status = "complete";
   for (const json* side : {&b, &a}) {
-    if ((*side)["status"] == "unavailable") status = "unavailable";
-    else if ((*side)["status"] == "partial" && status == "complete") status = "partial";
+    if ((*side)["status"] == "unavailable")
+      status = "unavailable";
+    else if ((*side)["status"] == "partial" && status == "complete")
+      status = "partial";
   }
   const bool both = b["status"] == "complete" && a["status"] == "complete";
-  return json{{"status", status}, {"delta", both ? NumberDelta(b["value"], a["value"]) : json()}, {"before", b},
-              {"after", a}};
+  return json{
+      {"status", status}, {"delta", both ? NumberDelta(b["value"], a["value"]) : json()}, {"before", b}, {"after", a}};
 }
 
 using Key = std::pair<std::string, uint64_t>;
@@ -111,8 +113,8 @@ json OperatorSnapshot(const json& report, const std::string& op) {
   if (!v && status == "unavailable") return Unavailable();
   const json known = v ? *v : json(0);
   const bool complete = status == "complete";
-  return json{{"status", complete ? "complete" : "partial"}, {"value", complete ? known : json()},
-              {"known_value", known}};
+  return json{
+      {"status", complete ? "complete" : "partial"}, {"value", complete ? known : json()}, {"known_value", known}};
 }
 
 json CompareFlops(const json& before, const json& after) {
@@ -149,11 +151,12 @@ absl::StatusOr<json> CompareReports(const json& before_in, const json& after_in,
   const json& after = *readable_after;
   if (!ak.ok()) return absl::InvalidArgumentError(absl::StrCat("torchscan.compare_reports: ", ak.status().message()));
   if (*bk != *ak) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "torchscan.compare_reports: ", Label(before_source), " is a", *bk == ReportKind::kAnalysis ? "n " : " ",
-        ReportKindName(*bk), " and ", Label(after_source), " is a", *ak == ReportKind::kAnalysis ? "n " : " ",
-        ReportKindName(*ak), "; compare two reports of the same kind (an AnalysisReport's operator_flops field is its "
-        "FlopReport)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("torchscan.compare_reports: ", Label(before_source), " is a",
+                     *bk == ReportKind::kAnalysis ? "n " : " ", ReportKindName(*bk), " and ", Label(after_source),
+                     " is a", *ak == ReportKind::kAnalysis ? "n " : " ", ReportKindName(*ak),
+                     "; compare two reports of the same kind (an AnalysisReport's operator_flops field is its "
+                     "FlopReport)"));
   }
   try {
     return *bk == ReportKind::kAnalysis ? CompareAnalysis(before, after) : CompareFlops(before, after);

@@ -12,8 +12,8 @@ nlohmann::json FlopReportJson(const FlopTally& t) {
                   {"method", kOperatorMethod},
                   {"counting_convention", kOperatorConvention}};
   if (!t.native_convention.empty()) j["context"]["native_convention"] = t.native_convention;
-  j["total"] = MetricJson({t.complete ? MetricStatus::kComplete : MetricStatus::kPartial, t.known,
-                           "FLOPs", t.scope, kOperatorMethod});
+  j["total"] = MetricJson(
+      {t.complete ? MetricStatus::kComplete : MetricStatus::kPartial, t.known, "FLOPs", t.scope, kOperatorMethod});
   j["by_module"] = nlohmann::json::object();
   for (const auto& [label, ops] : t.by_module) {
     Count sum = 0;

@@ -36,7 +36,7 @@ struct FlopTally {
   // Exact up to 2^128 - 1; a sum that passes it stays at its last exact
   // value, inexact (written partial / null, with a count_overflow diagnostic).
   Count known = 0;
-  std::map<std::string, Count> by_operator;  // "aten.mm" -> FLOPs
+  std::map<std::string, Count> by_operator;                       // "aten.mm" -> FLOPs
   std::map<std::string, std::map<std::string, Count>> by_module;  // label -> op -> FLOPs
   std::map<std::string, IgnoredOperator> ignored;
   std::vector<Diagnostic> diagnostics;

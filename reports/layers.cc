@@ -18,7 +18,10 @@ nlohmann::json Number(double v) {
 nlohmann::json FieldJson(const LayerTally& l, int k, const std::string& scope) {
   nlohmann::json m = {{"unit", "positions"}, {"scope", scope}, {"method", "data_flow"}};
   auto unavailable = [&](const char* method, std::string reason) {
-    m.update({{"status", "unavailable"}, {"value", nullptr}, {"known_value", nullptr}, {"method", method},
+    m.update({{"status", "unavailable"},
+              {"value", nullptr},
+              {"known_value", nullptr},
+              {"method", method},
               {"reason", std::move(reason)}});
     return m;
   };
@@ -66,16 +69,15 @@ nlohmann::json LayerJson(const std::vector<LayerTally>& layers, const LayerTally
       if (requested[m] && l.custom[m] != LayerTally::Custom::kNone) {
         const char* kind = l.custom[m] == LayerTally::Custom::kSubtree ? "subtree" : "module_call";
         ownership[kLayerMetricNames[m]] = kind;
-        metrics[kLayerMetricNames[m]] = MetricJson(
-            {l.custom_unavailable[m] ? MetricStatus::kUnavailable
-             : l.complete[m]         ? MetricStatus::kComplete
-                                     : MetricStatus::kPartial,
-             l.known[m], kLayerMetricUnits[m], kind, l.custom_method[m]});
+        metrics[kLayerMetricNames[m]] = MetricJson({l.custom_unavailable[m] ? MetricStatus::kUnavailable
+                                                    : l.complete[m]         ? MetricStatus::kComplete
+                                                                            : MetricStatus::kPartial,
+                                                    l.known[m], kLayerMetricUnits[m], kind, l.custom_method[m]});
         continue;
       }
       metrics[kLayerMetricNames[m]] =
           requested[m] ? MetricJson({status, l.known[m], kLayerMetricUnits[m], scope, kLayerMetricMethods[m]})
-                  : MetricJson({MetricStatus::kUnavailable, 0, kLayerMetricUnits[m], scope, "not_requested"});
+                       : MetricJson({MetricStatus::kUnavailable, 0, kLayerMetricUnits[m], scope, "not_requested"});
     }
     for (int k = 0; k < 3; ++k) metrics[kFieldNames[k]] = FieldJson(l, k, scope);
     if (l.memory) {

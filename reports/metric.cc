@@ -129,8 +129,7 @@ nlohmann::json MetricJson(const Metric& m) {
 }
 
 nlohmann::json DiagnosticJson(const Diagnostic& d) {
-  nlohmann::json j = {{"code", d.code}, {"severity", d.severity}, {"metric", d.metric},
-                      {"message", d.message}};
+  nlohmann::json j = {{"code", d.code}, {"severity", d.severity}, {"metric", d.metric}, {"message", d.message}};
   if (d.op) j["operator"] = *d.op;
   if (d.path) j["path"] = *d.path;
   if (d.calls) j["calls"] = *d.calls;

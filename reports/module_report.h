@@ -30,7 +30,7 @@ struct ModuleTally {
   std::string torch_version;
   std::string scope = "workload";
   std::array<bool, 3> complete = {true, true, true};
-  std::array<Count, 3> known = {0, 0, 0};  // exact up to 2^128 - 1 (see FlopTally)
+  std::array<Count, 3> known = {0, 0, 0};                   // exact up to 2^128 - 1 (see FlopTally)
   std::map<std::string, std::array<Count, 3>> by_operator;  // "aten.linear" -> values
   std::vector<Diagnostic> diagnostics;
 };

@@ -214,8 +214,7 @@ void AddParameters(const json& l, VisibleRow* row) {
 constexpr uint64_t kMaxIndent = 32;
 
 std::string RenderAnalysis(const json& r, int max_depth, bool receptive_field) {
-  std::vector<std::vector<std::string>> rows = {
-      {"Layer", "Type", "Output shape", "Params", "FLOPs", "MACs", "DMAs"}};
+  std::vector<std::vector<std::string>> rows = {{"Layer", "Type", "Output shape", "Params", "FLOPs", "MACs", "DMAs"}};
   if (receptive_field) rows[0].insert(rows[0].end(), {"RF", "Stride", "Padding"});
   // Memory columns when the crawl attributed memory (crawl_module(memory=True)).
   bool memory = false;
@@ -276,9 +275,9 @@ std::string RenderAnalysis(const json& r, int max_depth, bool receptive_field) {
     rows.push_back({label, String(l, "type"), Shape(output ? *output : json()), params, v.metrics[0].Text(),
                     v.metrics[1].Text(), v.metrics[2].Text()});
     if (receptive_field) {
-      rows.back().insert(rows.back().end(), {FieldText(Find(m, "receptive_field")),
-                                             FieldText(Find(m, "effective_stride")),
-                                             FieldText(Find(m, "effective_padding"))});
+      rows.back().insert(rows.back().end(),
+                         {FieldText(Find(m, "receptive_field")), FieldText(Find(m, "effective_stride")),
+                          FieldText(Find(m, "effective_padding"))});
     }
     if (memory) {
       rows.back().insert(rows.back().end(), {BytesText(Find(m, "peak_memory")), BytesText(Find(m, "allocated_bytes"))});
@@ -407,8 +406,8 @@ absl::StatusOr<std::string> RenderReport(const json& report, int max_depth, bool
   } catch (const json::exception& e) {
     // Unreachable for validated input (the fuzz test holds it to that); kept so
     // a gap is an error message, not an exception through the bindings.
-    return absl::InternalError(absl::StrCat("torchscan.render_report: internal error reading a validated report: ",
-                                            e.what()));
+    return absl::InternalError(
+        absl::StrCat("torchscan.render_report: internal error reading a validated report: ", e.what()));
   }
 }
 

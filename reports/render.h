@@ -22,7 +22,7 @@ std::string MetricText(const nlohmann::json& metric);
 // max_depth < 0: every layer. receptive_field adds RF / stride / padding columns.
 // A report that is not a schema-valid AnalysisReport or FlopReport is an
 // InvalidArgument error naming the field (and the source, when given).
-absl::StatusOr<std::string> RenderReport(const nlohmann::json& report, int max_depth = -1,
-                                         bool receptive_field = false, const ReportSource& source = {});
+absl::StatusOr<std::string> RenderReport(const nlohmann::json& report, int max_depth = -1, bool receptive_field = false,
+                                         const ReportSource& source = {});
 
 }  // namespace torchscan::reports

@@ -19,9 +19,9 @@ namespace {
 using json = nlohmann::json;
 
 // Stops a validation function at its first error.
-#define TS_CHECK_OK(expr)              \
-  do {                                 \
-    absl::Status ts_status_ = (expr);  \
+#define TS_CHECK_OK(expr)                    \
+  do {                                       \
+    absl::Status ts_status_ = (expr);        \
     if (!ts_status_.ok()) return ts_status_; \
   } while (0)
 
@@ -86,14 +86,20 @@ std::string Format(const Path& p) {
 // What a value is, for "expected X, got Y".
 std::string Got(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return v.get<bool>() ? "true" : "false";
-    case json::value_t::string: return absl::StrCat("the string ", Quote(v.get_ref<const std::string&>()));
-    case json::value_t::array: return absl::StrCat("an array of ", v.size());
-    case json::value_t::object: return "an object";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return v.get<bool>() ? "true" : "false";
+    case json::value_t::string:
+      return absl::StrCat("the string ", Quote(v.get_ref<const std::string&>()));
+    case json::value_t::array:
+      return absl::StrCat("an array of ", v.size());
+    case json::value_t::object:
+      return "an object";
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
-    case json::value_t::number_float: return v.dump();
+    case json::value_t::number_float:
+      return v.dump();
     default: {
       bool negative = false;
       unsigned __int128 magnitude = 0;
@@ -107,9 +113,7 @@ absl::Status Fail(const Path& p, std::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(Format(p), ": ", std::string(problem)));
 }
 
-bool IsIndex(const json& v) {
-  return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
-}
+bool IsIndex(const json& v) { return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0); }
 
 // The member `key` of object `obj` (at path `at`), or "missing".
 absl::Status Need(const json& obj, const Path& at, std::string_view key, const json** out) {
@@ -215,7 +219,8 @@ absl::Status Metric(const json& m, const Path& p, bool position) {
   TS_CHECK_OK(Need(m, p, "status", &status));
   const std::string s = status->is_string() ? status->get<std::string>() : "";
   if (s != "complete" && s != "partial" && s != "unavailable") {
-    return Fail(p.Key("status"), absl::StrCat("expected \"complete\", \"partial\" or \"unavailable\", got ", Got(*status)));
+    return Fail(p.Key("status"),
+                absl::StrCat("expected \"complete\", \"partial\" or \"unavailable\", got ", Got(*status)));
   }
   TS_CHECK_OK(Need(m, p, "value", &value));
   TS_CHECK_OK(Need(m, p, "known_value", &known));
@@ -224,13 +229,14 @@ absl::Status Metric(const json& m, const Path& p, bool position) {
     TS_CHECK_OK(MetricNumber(*value, p.Key("value"), position));
     TS_CHECK_OK(MetricNumber(*known, p.Key("known_value"), position));
     if (*value != *known) {
-      return Fail(p.Key("known_value"), absl::StrCat("a complete result has known_value equal to value (", value->dump(),
-                                                     "), got ", known->dump()));
+      return Fail(p.Key("known_value"), absl::StrCat("a complete result has known_value equal to value (",
+                                                     value->dump(), "), got ", known->dump()));
     }
   } else if (s == "partial") {
     if (!value->is_null()) {
-      return Fail(p.Key("value"), absl::StrCat("expected null (a partial result has only a known_value lower bound), got ",
-                                               Got(*value)));
+      return Fail(
+          p.Key("value"),
+          absl::StrCat("expected null (a partial result has only a known_value lower bound), got ", Got(*value)));
     }
     TS_CHECK_OK(MetricNumber(*known, p.Key("known_value"), position));
   } else {
@@ -317,8 +323,8 @@ absl::Status Meta(const json& v, const Path& p) {
 
 // ---- layer calls
 
-inline constexpr const char* kRequiredLayerMetrics[] = {"module_flops",    "macs",             "dmas",
-                                                         "receptive_field", "effective_stride", "effective_padding"};
+inline constexpr const char* kRequiredLayerMetrics[] = {
+    "module_flops", "macs", "dmas", "receptive_field", "effective_stride", "effective_padding"};
 
 absl::Status OwnerIdentity(const json& v, const Path& p) {
   TS_CHECK_OK(Object(v, p, "an owner {\"path\", \"call_index\"}"));
@@ -333,11 +339,12 @@ absl::Status Relation(const json& r, const Path& p) {
   const json* kind = nullptr;
   TS_CHECK_OK(Need(r, p, "kind", &kind));
   if (*kind != "all" && *kind != "same_position" && *kind != "prefix" && *kind != "none") {
-    return Fail(p.Key("kind"), absl::StrCat("expected \"all\", \"same_position\", \"prefix\" or \"none\", got ",
-                                            Got(*kind)));
+    return Fail(p.Key("kind"),
+                absl::StrCat("expected \"all\", \"same_position\", \"prefix\" or \"none\", got ", Got(*kind)));
   }
   if (const json* limit = Find(r, "limit")) {
-    if (!IsIndex(*limit) || *limit == 0) return Fail(p.Key("limit"), absl::StrCat("expected a positive integer, got ", Got(*limit)));
+    if (!IsIndex(*limit) || *limit == 0)
+      return Fail(p.Key("limit"), absl::StrCat("expected a positive integer, got ", Got(*limit)));
   }
   return Optional(r, p, "first_position", IndexValue);
 }
@@ -400,7 +407,8 @@ absl::Status Layer(const json& l, const Path& p) {
       }
     }
   }
-  if (const json* deps = Find(l, "token_dependencies")) TS_CHECK_OK(TokenDependencies(*deps, p.Key("token_dependencies")));
+  if (const json* deps = Find(l, "token_dependencies"))
+    TS_CHECK_OK(TokenDependencies(*deps, p.Key("token_dependencies")));
   const json* metrics = nullptr;
   TS_CHECK_OK(Need(l, p, "metrics", &metrics));
   const Path mp = p.Key("metrics");
@@ -408,8 +416,9 @@ absl::Status Layer(const json& l, const Path& p) {
   for (const char* name : kRequiredLayerMetrics) {
     // A metric covered by an ancestor's inclusive estimate is absent on purpose.
     if (!metrics->contains(name) && !(owners && owners->contains(name))) {
-      return Fail(mp.Key(name), "missing (a layer has module_flops, macs, dmas, receptive_field, effective_stride and "
-                                "effective_padding, unless metric_owners names the ancestor that covers it)");
+      return Fail(mp.Key(name),
+                  "missing (a layer has module_flops, macs, dmas, receptive_field, effective_stride and "
+                  "effective_padding, unless metric_owners names the ancestor that covers it)");
     }
   }
   for (const auto& [k, v] : metrics->items()) TS_CHECK_OK(Metric(v, mp.Key(k), PositionMetric(k, v)));
@@ -438,8 +447,7 @@ absl::Status FlopReport(const json& r, const Path& p) {
   const json* context = nullptr;
   TS_CHECK_OK(Need(r, p, "context", &context));
   TS_CHECK_OK(Object(*context, p.Key("context")));
-  for (const char* k :
-       {"torch_version", "torchscan_version", "method", "counting_convention", "native_convention"}) {
+  for (const char* k : {"torch_version", "torchscan_version", "method", "counting_convention", "native_convention"}) {
     TS_CHECK_OK(Optional(*context, p.Key("context"), k, String));
   }
   const json* total = nullptr;
@@ -473,8 +481,8 @@ absl::Status AnalysisReport(const json& r, const Path& p) {
   TS_CHECK_OK(Need(r, p, "context", &context));
   const Path cp = p.Key("context");
   TS_CHECK_OK(Object(*context, cp));
-  for (const char* k : {"torchscan_version", "torch_version", "python_version", "model_type", "execution_mode",
-                        "analysis_mode"}) {
+  for (const char* k :
+       {"torchscan_version", "torch_version", "python_version", "model_type", "execution_mode", "analysis_mode"}) {
     TS_CHECK_OK(Optional(*context, cp, k, String));
   }
   TS_CHECK_OK(Optional(*context, cp, "training_before", Bool));
@@ -499,9 +507,9 @@ absl::Status AnalysisReport(const json& r, const Path& p) {
     const auto [it, fresh] =
         seen.emplace(std::make_pair(l["path"].get<std::string>(), l["call_index"].get<uint64_t>()), i);
     if (!fresh) {
-      return Fail(lp.At(i), absl::StrCat("the same layer call (path ", Quote(it->first.first), ", call_index ",
-                                         it->first.second, ") as layers[", it->second,
-                                         "]; a path and call index identify one call"));
+      return Fail(lp.At(i),
+                  absl::StrCat("the same layer call (path ", Quote(it->first.first), ", call_index ", it->first.second,
+                               ") as layers[", it->second, "]; a path and call index identify one call"));
     }
   }
 
@@ -509,8 +517,8 @@ absl::Status AnalysisReport(const json& r, const Path& p) {
   TS_CHECK_OK(Need(r, p, "totals", &totals));
   const Path tp = p.Key("totals");
   TS_CHECK_OK(Object(*totals, tp));
-  for (const char* k : {"parameters", "trainable_parameters", "frozen_parameters", "parameter_bytes",
-                        "buffer_elements", "buffer_bytes"}) {
+  for (const char* k : {"parameters", "trainable_parameters", "frozen_parameters", "parameter_bytes", "buffer_elements",
+                        "buffer_bytes"}) {
     TS_CHECK_OK(Required(*totals, tp, k, CountValue));
   }
   for (const char* k : {"module_flops", "macs", "dmas", "operator_flops"}) {
@@ -536,12 +544,14 @@ absl::StatusOr<ReportKind> Classify(const json& r, const Path& root) {
   if (const json* kind = Find(r, "kind")) {
     const Path kp = root.Key("kind");
     if (*kind == "torchscan_scan_report") {
-      return Fail(kp, "a C++ scan report (ScanReportJson) is not an AnalysisReport or a FlopReport; "
-                      "its operator_flops field is a FlopReport");
+      return Fail(kp,
+                  "a C++ scan report (ScanReportJson) is not an AnalysisReport or a FlopReport; "
+                  "its operator_flops field is a FlopReport");
     }
     if (*kind == "torchscan_job_report") {
-      return Fail(kp, "a job report (merge_reports, `python3 -m torchscan merge`) is not an AnalysisReport or a "
-                      "FlopReport; torchscan.render_job_report reads it");
+      return Fail(kp,
+                  "a job report (merge_reports, `python3 -m torchscan merge`) is not an AnalysisReport or a "
+                  "FlopReport; torchscan.render_job_report reads it");
     }
   }
   if (const json* context = Find(r, "context"); context && context->is_object()) {
@@ -558,8 +568,9 @@ absl::StatusOr<ReportKind> Classify(const json& r, const Path& root) {
     return Fail(root, "this is a ReportDiff (the output of compare_reports), not a report");
   }
   if (r.contains("measurement")) {
-    return Fail(root, "this looks like a BenchmarkReport; render and compare_reports read AnalysisReports and "
-                      "FlopReports");
+    return Fail(root,
+                "this looks like a BenchmarkReport; render and compare_reports read AnalysisReports and "
+                "FlopReports");
   }
   if (layers || r.contains("totals") || r.contains("inputs")) {
     TS_CHECK_OK(AnalysisReport(r, root));
@@ -569,8 +580,9 @@ absl::StatusOr<ReportKind> Classify(const json& r, const Path& root) {
     TS_CHECK_OK(FlopReport(r, root));
     return ReportKind::kFlop;
   }
-  return Fail(root, "neither an AnalysisReport (it has no layers or totals) nor a FlopReport (no total or "
-                    "by_operator)");
+  return Fail(root,
+              "neither an AnalysisReport (it has no layers or totals) nor a FlopReport (no total or "
+              "by_operator)");
 }
 
 absl::StatusOr<ReportKind> Validate(const json& report, const ReportSource& source) {
@@ -589,9 +601,7 @@ absl::StatusOr<ReportKind> ValidateForReading(const json& report, const ReportSo
   return Validate(report, source);
 }
 
-const char* ReportKindName(ReportKind kind) {
-  return kind == ReportKind::kAnalysis ? "AnalysisReport" : "FlopReport";
-}
+const char* ReportKindName(ReportKind kind) { return kind == ReportKind::kAnalysis ? "AnalysisReport" : "FlopReport"; }
 
 bool IsCount(const json& v) { return ExactCount(v).has_value(); }
 
@@ -633,8 +643,8 @@ json NumberDelta(const json& before, const json& after) {
     if (v.is_number_unsigned()) return Signed{false, v.get<uint64_t>()};
     if (v.is_number_integer()) {
       const int64_t i = v.get<int64_t>();
-      return Signed{i < 0, i < 0 ? static_cast<unsigned __int128>(-static_cast<__int128>(i))
-                                 : static_cast<unsigned __int128>(i)};
+      return Signed{
+          i < 0, i < 0 ? static_cast<unsigned __int128>(-static_cast<__int128>(i)) : static_cast<unsigned __int128>(i)};
     }
     Signed s;
     if (IsWideCount(v, &s.negative, &s.magnitude)) return s;
@@ -650,8 +660,8 @@ json NumberDelta(const json& before, const json& after) {
       // Past 2^128 - 1 in magnitude: only a count against a negative integer gets here.
       return json(NumberAsDouble(after) - NumberAsDouble(before));
     }
-    if (a->magnitude >= nb.magnitude) return SignedCountJson(a->negative && a->magnitude != nb.magnitude,
-                                                             a->magnitude - nb.magnitude);
+    if (a->magnitude >= nb.magnitude)
+      return SignedCountJson(a->negative && a->magnitude != nb.magnitude, a->magnitude - nb.magnitude);
     return SignedCountJson(nb.negative, nb.magnitude - a->magnitude);
   }
   if ((!before.is_number() && !b) || (!after.is_number() && !a)) return json();
@@ -701,7 +711,8 @@ class ReportSax : public nlohmann::detail::json_sax_dom_parser<json> {
   bool key(string_t& k) {
     Frame& f = frames_.back();
     if (!f.keys.insert(k).second) {
-      error_ = absl::StrCat(Where(/*inside_last=*/false), ": the key ", Quote(k), " appears twice in one object; a report names each "
+      error_ = absl::StrCat(Where(/*inside_last=*/false), ": the key ", Quote(k),
+                            " appears twice in one object; a report names each "
                             "field once (which one was meant is unknowable)");
       return false;
     }
@@ -730,8 +741,8 @@ class ReportSax : public nlohmann::detail::json_sax_dom_parser<json> {
  private:
   struct Frame {
     bool array = false;
-    size_t next = 0;   // arrays: the index of the next element
-    std::string key;   // objects: the key of the current member
+    size_t next = 0;  // arrays: the index of the next element
+    std::string key;  // objects: the key of the current member
     absl::flat_hash_set<std::string> keys;
   };
 
@@ -743,7 +754,8 @@ class ReportSax : public nlohmann::detail::json_sax_dom_parser<json> {
   bool Open(bool array) {
     Value();
     if (frames_.size() >= static_cast<size_t>(kMaxReportDepth)) {
-      error_ = absl::StrCat(Where(/*inside_last=*/true), ": nested more than ", kMaxReportDepth, " levels deep; no report is");
+      error_ = absl::StrCat(Where(/*inside_last=*/true), ": nested more than ", kMaxReportDepth,
+                            " levels deep; no report is");
       return false;
     }
     frames_.push_back(Frame{array, 0, {}, {}});

@@ -32,6 +32,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNALS = ("USR1", "USR2", "HUP", "WINCH")
@@ -126,14 +127,15 @@ def check(binary: str, command: list, env: dict) -> None:
         refuse(problem)
 
 
-def refuse(message: str) -> "NoReturn":
+def refuse(message: str) -> NoReturn:
     print(f"torchscan attach: refusing: {message}", file=sys.stderr)
     sys.exit(2)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     usage="%(prog)s --output REPORT.json [--signal USR1] [--trace TRACE.json] -- BINARY [ARGS...]")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        usage="%(prog)s --output REPORT.json [--signal USR1] [--trace TRACE.json] -- BINARY [ARGS...]")
     parser.add_argument("--output", required=True, help="where the report is written (replaced atomically)")
     parser.add_argument("--signal", choices=SIGNALS, help="also write the report each time this signal arrives")
     parser.add_argument("--trace", metavar="PATH",

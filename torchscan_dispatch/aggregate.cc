@@ -25,9 +25,9 @@ constexpr uint64_t kSeed = 0x5DEECE66Dull;
 // The first defined tensor among a call's operands (nullptr: none).
 const TensorMeta* FirstOperand(const Event& e) {
   for (const ArgMeta& a : e.args()) {
-    const TensorMeta* t = a.kind == ArgKind::kTensor                           ? &a.tensor()
+    const TensorMeta* t = a.kind == ArgKind::kTensor                      ? &a.tensor()
                           : a.kind == ArgKind::kTensorList && a.count > 0 ? &a.tensors()[0]
-                                                                            : nullptr;
+                                                                          : nullptr;
     if (t != nullptr && t->defined) return t;
   }
   return nullptr;
@@ -62,7 +62,7 @@ void SetLayerField(reports::LayerTally& row, const std::optional<Field>& field) 
   if (!field) return;  // kUnseen
   using S = reports::LayerTally::FieldState;
   const Field& f = *field;
-  row.field_state = f.kind == Field::Kind::kSpatial ? S::kSpatial
+  row.field_state = f.kind == Field::Kind::kSpatial   ? S::kSpatial
                     : f.kind == Field::Kind::kUnknown ? S::kUnknown
                                                       : S::kNotApplicable;
   row.field_reason = f.reason;
@@ -309,7 +309,8 @@ void LayerAggregate::Add(const AggregateBatch& b) {
 }
 
 void LayerAggregate::Trim() {
-  if (kept_.size() > 1 && !std::is_sorted(kept_.begin(), kept_.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; })) {
+  if (kept_.size() > 1 &&
+      !std::is_sorted(kept_.begin(), kept_.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; })) {
     std::sort(kept_.begin(), kept_.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
   }
   while (kept_.size() > keep_requests) kept_.pop_front();
@@ -319,8 +320,8 @@ void LayerAggregate::Merge(const LayerAggregate& other) {
   std::vector<int32_t> at(other.groups_.size(), -1);
   for (size_t i = 0; i < other.groups_.size(); ++i) {
     const Group& g = other.groups_[i];
-    auto [it, fresh] = group_index_.emplace(
-        GroupKey{g.row.path, g.row.call_index, g.signature, g.row.failed}, static_cast<int32_t>(groups_.size()));
+    auto [it, fresh] = group_index_.emplace(GroupKey{g.row.path, g.row.call_index, g.signature, g.row.failed},
+                                            static_cast<int32_t>(groups_.size()));
     at[i] = it->second;
     if (fresh) {
       groups_.push_back(g);
@@ -360,7 +361,8 @@ nlohmann::json LayerAggregate::Json(const std::string& scope, const std::array<b
   // call order, then groups first seen in later requests.
   std::vector<int32_t> order(groups_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return groups_[a].order < groups_[b].order; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return groups_[a].order < groups_[b].order; });
   std::vector<int32_t> position(groups_.size(), -1);
   for (size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int32_t>(i);
   std::vector<reports::LayerTally> rows;
@@ -402,9 +404,9 @@ nlohmann::json LayerAggregate::Json(const std::string& scope, const std::array<b
     nlohmann::json t = nlohmann::json::object();
     for (int m = 0; m < 4; ++m) {
       if (!requested[m]) continue;
-      t[reports::kLayerMetricNames[m]] = reports::MetricJson(
-          {c.complete[m] ? MetricStatus::kComplete : MetricStatus::kPartial, c.totals[m], reports::kLayerMetricUnits[m],
-           scope, reports::kLayerMetricMethods[m]});
+      t[reports::kLayerMetricNames[m]] =
+          reports::MetricJson({c.complete[m] ? MetricStatus::kComplete : MetricStatus::kPartial, c.totals[m],
+                               reports::kLayerMetricUnits[m], scope, reports::kLayerMetricMethods[m]});
     }
     classes.push_back({{"common", i == 0},
                        {"requests", c.requests},
@@ -423,8 +425,8 @@ nlohmann::json LayerAggregate::Json(const std::string& scope, const std::array<b
           {"request_totals", totals},
           {"request_classes", classes},
           {"requests_in_omitted_classes", omitted_requests_},
-          {"per_request_rows", {{"kept", all ? nlohmann::json("all") : nlohmann::json(keep_requests)},
-                                {"requests", kept_.size()}}}};
+          {"per_request_rows",
+           {{"kept", all ? nlohmann::json("all") : nlohmann::json(keep_requests)}, {"requests", kept_.size()}}}};
 }
 
 }  // namespace torchscan

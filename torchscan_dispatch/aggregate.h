@@ -99,7 +99,7 @@ class LayerAggregate {
     int64_t seq = 0;
     std::string id;
     int64_t calls = 0;
-    reports::LayerTally totals;              // known / complete
+    reports::LayerTally totals;               // known / complete
     std::vector<reports::LayerTally> layers;  // parents index this list
   };
   // Oldest first.
@@ -114,7 +114,7 @@ class LayerAggregate {
   struct Group {
     reports::LayerTally row;  // sums; parent: a group index
     uint64_t signature = 0;
-    nlohmann::json input;     // the first call's first tensor: {"shape", "dtype"} (null: none)
+    nlohmann::json input;  // the first call's first tensor: {"shape", "dtype"} (null: none)
     int64_t calls = 0;
     std::pair<int64_t, int64_t> order;  // (request seq, position in it) where it was first seen
   };

@@ -262,15 +262,15 @@ std::mutex& TorchScriptMutex() {
   static std::mutex mu;
   return mu;
 }
-int torchscript_users = 0;       // guarded by TorchScriptMutex()
+int torchscript_users = 0;  // guarded by TorchScriptMutex()
 uint64_t torchscript_callback = 0;
 }  // namespace
 
 void AcquireTorchScriptCallback() {
   std::lock_guard<std::mutex> lock(TorchScriptMutex());
   if (torchscript_users++ == 0) {
-    torchscript_callback = at::addGlobalCallback(
-        at::RecordFunctionCallback(&OnTorchScriptStart, &OnTorchScriptEnd).scopes({at::RecordScope::TORCHSCRIPT_FUNCTION}));
+    torchscript_callback = at::addGlobalCallback(at::RecordFunctionCallback(&OnTorchScriptStart, &OnTorchScriptEnd)
+                                                     .scopes({at::RecordScope::TORCHSCRIPT_FUNCTION}));
   }
 }
 

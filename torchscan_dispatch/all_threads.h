@@ -26,9 +26,9 @@ namespace torchscan {
 // same lock to read a consistent log.
 struct ThreadLog {
   Recorder recorder;
-  int64_t number = 0;  // 1, 2, ... in the order threads joined
-  std::string name;    // the thread's name (pthread), may be empty
-  bool sealed = false; // the scan stopped: nothing more is recorded
+  int64_t number = 0;   // 1, 2, ... in the order threads joined
+  std::string name;     // the thread's name (pthread), may be empty
+  bool sealed = false;  // the scan stopped: nothing more is recorded
 
   void Lock() {
     while (busy_.test_and_set(std::memory_order_acquire)) {

@@ -92,25 +92,29 @@ using torchscan::kAotiRuns;
 namespace torch::inductor {
 
 Tensors AOTIModelPackageLoader::run(const Tensors& inputs, void* stream_handle) {
-  static const auto real = Real<Tensors (*)(AOTIModelPackageLoader*, const Tensors&, void*)>(kAotiRuns[torchscan::kLoaderRun]);
+  static const auto real =
+      Real<Tensors (*)(AOTIModelPackageLoader*, const Tensors&, void*)>(kAotiRuns[torchscan::kLoaderRun]);
   Run marked;
   return real(this, inputs, stream_handle);
 }
 
 Tensors AOTIModelPackageLoader::boxed_run(Tensors&& inputs, void* stream_handle) {
-  static const auto real = Real<Tensors (*)(AOTIModelPackageLoader*, Tensors&&, void*)>(kAotiRuns[torchscan::kLoaderBoxedRun]);
+  static const auto real =
+      Real<Tensors (*)(AOTIModelPackageLoader*, Tensors&&, void*)>(kAotiRuns[torchscan::kLoaderBoxedRun]);
   Run marked;
   return real(this, std::move(inputs), stream_handle);
 }
 
 Tensors AOTIModelContainerRunner::run(const Tensors& inputs, void* stream_handle) {
-  static const auto real = Real<Tensors (*)(AOTIModelContainerRunner*, const Tensors&, void*)>(kAotiRuns[torchscan::kRunnerRun]);
+  static const auto real =
+      Real<Tensors (*)(AOTIModelContainerRunner*, const Tensors&, void*)>(kAotiRuns[torchscan::kRunnerRun]);
   Run marked;
   return real(this, inputs, stream_handle);
 }
 
 Tensors AOTIModelContainerRunner::boxed_run(Tensors&& inputs, void* stream_handle) {
-  static const auto real = Real<Tensors (*)(AOTIModelContainerRunner*, Tensors&&, void*)>(kAotiRuns[torchscan::kRunnerBoxedRun]);
+  static const auto real =
+      Real<Tensors (*)(AOTIModelContainerRunner*, Tensors&&, void*)>(kAotiRuns[torchscan::kRunnerBoxedRun]);
   Run marked;
   return real(this, std::move(inputs), stream_handle);
 }

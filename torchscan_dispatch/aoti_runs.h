@@ -8,10 +8,10 @@
 #pragma once
 
 // X(index, mangled name) for each function.
-#define TORCHSCAN_AOTI_RUNS(X)                                                                    \
-  X(0, _ZN5torch8inductor22AOTIModelPackageLoader3runERKSt6vectorIN2at6TensorESaIS4_EEPv)       \
-  X(1, _ZN5torch8inductor22AOTIModelPackageLoader9boxed_runEOSt6vectorIN2at6TensorESaIS4_EEPv)  \
-  X(2, _ZN5torch8inductor24AOTIModelContainerRunner3runERKSt6vectorIN2at6TensorESaIS4_EEPv)     \
+#define TORCHSCAN_AOTI_RUNS(X)                                                                 \
+  X(0, _ZN5torch8inductor22AOTIModelPackageLoader3runERKSt6vectorIN2at6TensorESaIS4_EEPv)      \
+  X(1, _ZN5torch8inductor22AOTIModelPackageLoader9boxed_runEOSt6vectorIN2at6TensorESaIS4_EEPv) \
+  X(2, _ZN5torch8inductor24AOTIModelContainerRunner3runERKSt6vectorIN2at6TensorESaIS4_EEPv)    \
   X(3, _ZN5torch8inductor24AOTIModelContainerRunner9boxed_runEOSt6vectorIN2at6TensorESaIS4_EEPv)
 
 namespace torchscan {

@@ -47,7 +47,6 @@ class Arena {
     return true;
   }
 
-
   template <class T>
   T* Alloc(size_t n) {
     static_assert(std::is_trivially_destructible_v<T>, "arena memory is never destroyed");
@@ -98,9 +97,7 @@ class BlockLog {
     return *new (slot) T(std::forward<A>(args)...);
   }
   T& operator[](size_t i) { return reinterpret_cast<T*>(blocks_[i / kPerBlock])[i % kPerBlock]; }
-  const T& operator[](size_t i) const {
-    return reinterpret_cast<const T*>(blocks_[i / kPerBlock])[i % kPerBlock];
-  }
+  const T& operator[](size_t i) const { return reinterpret_cast<const T*>(blocks_[i / kPerBlock])[i % kPerBlock]; }
   size_t size() const { return size_; }
 
  private:

@@ -46,7 +46,6 @@
 
 #include <nlohmann/json.hpp>
 
-
 #include "torchscan_built_against.h"
 #include "torchscan_dispatch/peak_rss.h"
 #include "torchscan_dispatch/torchscan.h"
@@ -59,7 +58,7 @@ struct Footing {
   std::string built_against = TORCHSCAN_BUILT_TORCH_VERSION;
   std::string loaded;  // TORCH_VERSION of the LibTorch in this process
   int library_abi = _GLIBCXX_USE_CXX11_ABI;
-  int loaded_abi = -1;  // -1: could not tell
+  int loaded_abi = -1;        // -1: could not tell
   std::string torch_library;  // path of the loaded libc10
 
   std::string Problem() const {
@@ -117,8 +116,8 @@ struct Attached {
   std::mutex write_mu;  // one report at a time
   int sequence = 0;
   unsigned temporaries = 0;  // numbers this process's temporary files (PublishLocked)
-  pid_t pid = 0;        // the attached process (a fork()ed child writes nothing)
-  bool closed = false;  // the exit report is written: no more reports
+  pid_t pid = 0;             // the attached process (a fork()ed child writes nothing)
+  bool closed = false;       // the exit report is written: no more reports
 };
 Attached* attached = nullptr;  // lives until the process ends
 
@@ -410,8 +409,10 @@ __attribute__((constructor)) void Attach() {
   }
   const char* trace = std::getenv("TORCHSCAN_ATTACH_TRACE");
   if (trace != nullptr && std::strcmp(trace, output) == 0) {
-    std::fprintf(stderr, "torchscan attach: not attaching: TORCHSCAN_ATTACH_TRACE and TORCHSCAN_ATTACH_OUTPUT "
-                         "name the same file (%s); give the trace its own file\n", trace);
+    std::fprintf(stderr,
+                 "torchscan attach: not attaching: TORCHSCAN_ATTACH_TRACE and TORCHSCAN_ATTACH_OUTPUT "
+                 "name the same file (%s); give the trace its own file\n",
+                 trace);
     ReleaseReportSignal();
     return;
   }

@@ -76,8 +76,12 @@ struct ScriptSession : torch::CustomClassHolder {
   // off: a scripted submodule is one layer call, as its hooks see it (named
   // fields: a positional `false` here once landed on join_on_first_call).
   ScriptSession(std::string scope, bool memory, bool timestamps, bool streaming, int64_t fold_every)
-      : session(ScanOptions{.scope = std::move(scope), .threads = Threads::kCurrent, .torchscript_scopes = false,
-                            .memory = memory, .timestamps = timestamps, .streaming = streaming,
+      : session(ScanOptions{.scope = std::move(scope),
+                            .threads = Threads::kCurrent,
+                            .torchscript_scopes = false,
+                            .memory = memory,
+                            .timestamps = timestamps,
+                            .streaming = streaming,
                             .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0))}) {}
   explicit ScriptSession(ScanOptions options) : session(std::move(options)) {}
   ~ScriptSession() override {
@@ -177,10 +181,8 @@ TORCH_LIBRARY(torchscan, m) {
       .def("stop", [](const Self& s) { Raise(s->session.Stop()); })
       .def("set_module_labels",
            [](const Self& s, std::vector<std::string> labels) { Raise(s->session.SetModuleLabels(std::move(labels))); })
-      .def("enter_module_label",
-           [](const Self& s, std::string label) { Raise(s->session.EnterModuleLabel(label)); })
-      .def("exit_module_label",
-           [](const Self& s, std::string label) { Raise(s->session.ExitModuleLabel(label)); })
+      .def("enter_module_label", [](const Self& s, std::string label) { Raise(s->session.EnterModuleLabel(label)); })
+      .def("exit_module_label", [](const Self& s, std::string label) { Raise(s->session.ExitModuleLabel(label)); })
       .def("active", [](const Self& s) { return s->session.active(); })
       .def("recorded_operators", [](const Self& s) { return s->session.RecordedOperators(); })
       .def("recorded_calls", [](const Self& s) { return static_cast<int64_t>(s->session.recorded_calls()); })
@@ -191,8 +193,9 @@ TORCH_LIBRARY(torchscan, m) {
       .def("set_deferred_results",
            [](const Self& s, std::string json) { Raise(s->session.SetDeferredResultsJson(json)); })
       .def("flop_report", [](const Self& s) { return Value(s->session.FlopReportJson()); })
-      .def("push_module_scope",
-           [](const Self& s, std::string path) { return static_cast<int64_t>(Value(s->session.PushModuleScope(path))); })
+      .def(
+          "push_module_scope",
+          [](const Self& s, std::string path) { return static_cast<int64_t>(Value(s->session.PushModuleScope(path))); })
       .def("pop_module_scope",
            [](const Self& s, int64_t id, bool failed, std::vector<int64_t> outputs) {
              Raise(s->session.PopModuleScope(static_cast<int32_t>(id), failed,
@@ -213,12 +216,15 @@ TORCH_LIBRARY(torchscan, m) {
       // keeps its meaning.
       .def_static("all_threads",
                   [](std::string scope, bool timestamps, bool streaming, int64_t fold_every) {
-                    return c10::make_intrusive<ScriptSession>(ScanOptions{
-                        .scope = std::move(scope), .threads = Threads::kAll, .torchscript_scopes = false,
-                        .timestamps = timestamps, .streaming = streaming,
-                        .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0)),
-                        // Python scans report one row per module call, as crawl_module does.
-                        .layer_rows = LayerRowMode::kPerCall});
+                    return c10::make_intrusive<ScriptSession>(
+                        ScanOptions{.scope = std::move(scope),
+                                    .threads = Threads::kAll,
+                                    .torchscript_scopes = false,
+                                    .timestamps = timestamps,
+                                    .streaming = streaming,
+                                    .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0)),
+                                    // Python scans report one row per module call, as crawl_module does.
+                                    .layer_rows = LayerRowMode::kPerCall});
                   })
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
       .def_static("coverage_audit", []() { return CoverageAuditJson(); })
@@ -231,14 +237,15 @@ TORCH_LIBRARY(torchscan, m) {
                     auto j = reports::LoadReport(report, source);
                     TORCH_CHECK_VALUE(j.ok(), "torchscan.render_report: ", j.status().message());
                     // Negative: every layer. A plain int cast would turn 2**32 into 0.
-                    const int depth = max_depth < 0 ? -1
-                                                    : static_cast<int>(std::min<int64_t>(
-                                                          max_depth, std::numeric_limits<int>::max()));
+                    const int depth =
+                        max_depth < 0 ? -1
+                                      : static_cast<int>(std::min<int64_t>(max_depth, std::numeric_limits<int>::max()));
                     return Value(reports::RenderReport(*j, depth, receptive_field, source));
                   })
       .def_static("compare_reports",
                   [](std::string before, std::string after, std::string before_file, std::string after_file) {
-                    const reports::ReportSource bs{std::move(before_file), "before"}, as{std::move(after_file), "after"};
+                    const reports::ReportSource bs{std::move(before_file), "before"},
+                        as{std::move(after_file), "after"};
                     auto b = reports::LoadReport(before, bs);
                     TORCH_CHECK_VALUE(b.ok(), "torchscan.compare_reports: ", b.status().message());
                     auto a = reports::LoadReport(after, as);
@@ -280,7 +287,7 @@ extern "C" {
 
 // The new scope's id (>= 0), or -1.
 __attribute__((visibility("default"))) int torchscan_push_module_scope(int handle, const char* path,
-                                                                      int length) noexcept {
+                                                                       int length) noexcept {
   using torchscan::TheHandles;
   try {
     auto& h = TheHandles();
@@ -297,16 +304,14 @@ __attribute__((visibility("default"))) int torchscan_push_module_scope(int handl
 
 // 0, or -1. `outputs`: `count` output identities (TensorImpl addresses).
 __attribute__((visibility("default"))) int torchscan_pop_module_scope(int handle, int scope, int failed,
-                                                                     const uint64_t* outputs, int count) noexcept {
+                                                                      const uint64_t* outputs, int count) noexcept {
   using torchscan::TheHandles;
   try {
     auto& h = TheHandles();
     std::lock_guard<std::mutex> lock(h.mu);
     const auto it = h.sessions.find(handle);
     if (it == h.sessions.end() || count < 0) return -1;
-    return it->second->session
-                   .PopModuleScope(scope, failed != 0, std::vector<uintptr_t>(outputs, outputs + count))
-                   .ok()
+    return it->second->session.PopModuleScope(scope, failed != 0, std::vector<uintptr_t>(outputs, outputs + count)).ok()
                ? 0
                : -1;
   } catch (...) {
@@ -318,7 +323,7 @@ __attribute__((visibility("default"))) int torchscan_pop_module_scope(int handle
 // each as a C int, masked to 32 bits), so that no buffer is shared between
 // calls. 0, or -1.
 __attribute__((visibility("default"))) int torchscan_pop_module_scope_1(int handle, int scope, int failed, int low,
-                                                                       int high) noexcept {
+                                                                        int high) noexcept {
   const uint64_t output = (static_cast<uint64_t>(static_cast<uint32_t>(high)) << 32) | static_cast<uint32_t>(low);
   return torchscan_pop_module_scope(handle, scope, failed, &output, 1);
 }

@@ -79,16 +79,26 @@ std::optional<GroupInfo> FindGroup(const std::string& name) {
 
 const char* ReduceOpName(c10d::ReduceOp::RedOpType op) {
   switch (op) {
-    case c10d::ReduceOp::SUM: return "sum";
-    case c10d::ReduceOp::AVG: return "avg";
-    case c10d::ReduceOp::PRODUCT: return "product";
-    case c10d::ReduceOp::MIN: return "min";
-    case c10d::ReduceOp::MAX: return "max";
-    case c10d::ReduceOp::BAND: return "band";
-    case c10d::ReduceOp::BOR: return "bor";
-    case c10d::ReduceOp::BXOR: return "bxor";
-    case c10d::ReduceOp::PREMUL_SUM: return "premul_sum";
-    default: return "unknown";
+    case c10d::ReduceOp::SUM:
+      return "sum";
+    case c10d::ReduceOp::AVG:
+      return "avg";
+    case c10d::ReduceOp::PRODUCT:
+      return "product";
+    case c10d::ReduceOp::MIN:
+      return "min";
+    case c10d::ReduceOp::MAX:
+      return "max";
+    case c10d::ReduceOp::BAND:
+      return "band";
+    case c10d::ReduceOp::BOR:
+      return "bor";
+    case c10d::ReduceOp::BXOR:
+      return "bxor";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "premul_sum";
+    default:
+      return "unknown";
   }
 }
 
@@ -126,7 +136,7 @@ struct Spec {
   // How `data` relates to the size the formula wants: its bytes as is, or
   // times the group size (a shard list / an input shard of an all-gather).
   bool times_group = false;
-  int out = -1;  // all-to-all: the output tensor(s)
+  int out = -1;                         // all-to-all: the output tensor(s)
   int splits_out = -1, splits_in = -1;  // all-to-all split sizes (dim 0)
 };
 
@@ -196,18 +206,30 @@ bool Bookkeeping(std::string_view name) {
 
 const char* KindName(Kind k) {
   switch (k) {
-    case Kind::kAllReduce: return "all_reduce";
-    case Kind::kAllGather: return "all_gather";
-    case Kind::kReduceScatter: return "reduce_scatter";
-    case Kind::kBroadcast: return "broadcast";
-    case Kind::kReduce: return "reduce";
-    case Kind::kScatter: return "scatter";
-    case Kind::kGather: return "gather";
-    case Kind::kAllToAll: return "all_to_all";
-    case Kind::kSend: return "send";
-    case Kind::kRecv: return "recv";
-    case Kind::kBarrier: return "barrier";
-    case Kind::kUnsupported: break;
+    case Kind::kAllReduce:
+      return "all_reduce";
+    case Kind::kAllGather:
+      return "all_gather";
+    case Kind::kReduceScatter:
+      return "reduce_scatter";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kReduce:
+      return "reduce";
+    case Kind::kScatter:
+      return "scatter";
+    case Kind::kGather:
+      return "gather";
+    case Kind::kAllToAll:
+      return "all_to_all";
+    case Kind::kSend:
+      return "send";
+    case Kind::kRecv:
+      return "recv";
+    case Kind::kBarrier:
+      return "barrier";
+    case Kind::kUnsupported:
+      break;
   }
   return "unsupported";
 }
@@ -218,8 +240,7 @@ const std::map<std::string, std::string>& Conventions() {
       {"ring_all_reduce",
        "ring all-reduce of S bytes on n ranks (reduce-scatter then all-gather, 2(n-1) steps of S/n): "
        "each rank sends and receives ceil(2(n-1)/n x S)"},
-      {"ring_all_gather",
-       "ring all-gather into F bytes (n shards): each rank sends and receives ceil((n-1)/n x F)"},
+      {"ring_all_gather", "ring all-gather into F bytes (n shards): each rank sends and receives ceil((n-1)/n x F)"},
       {"ring_reduce_scatter",
        "ring reduce-scatter of an F-byte input (n shards): each rank sends and receives ceil((n-1)/n x F)"},
       {"direct_broadcast",
@@ -292,7 +313,9 @@ std::optional<Count> OwnSlice(const ArgMeta& a, const ArgMeta* splits, int64_t r
 
 Valued Value(const Event& e, const OpInfo& info, const Spec& spec, const BlockLog<Event>& events, size_t index) {
   Valued v;
-  auto arg = [&](int i) -> const ArgMeta& { return i >= 0 && i < static_cast<int>(e.args().size()) ? e.args()[i] : OpCall::kNoneArg; };
+  auto arg = [&](int i) -> const ArgMeta& {
+    return i >= 0 && i < static_cast<int>(e.args().size()) ? e.args()[i] : OpCall::kNoneArg;
+  };
   if (e.raised()) {
     v.reason = "the call raised: what it moved is unknown";
     return v;
@@ -320,8 +343,9 @@ Valued Value(const Event& e, const OpInfo& info, const Spec& spec, const BlockLo
       }
     }
     if (!v.group) {
-      v.reason = absl::StrCat("its process group \"", name,
-                              "\" is not registered with c10d (or was destroyed before the report): its size is unknown");
+      v.reason =
+          absl::StrCat("its process group \"", name,
+                       "\" is not registered with c10d (or was destroyed before the report): its size is unknown");
       return v;
     }
     n = v.group->size;
@@ -462,8 +486,7 @@ Valued Value(const Event& e, const OpInfo& info, const Spec& spec, const BlockLo
 }
 
 nlohmann::json GroupJson(const GroupInfo& g) {
-  return {{"name", g.name}, {"description", g.description}, {"backend", g.backend},
-          {"rank", g.rank}, {"size", g.size}};
+  return {{"name", g.name}, {"description", g.description}, {"backend", g.backend}, {"rank", g.rank}, {"size", g.size}};
 }
 
 }  // namespace
@@ -567,7 +590,10 @@ void AccumulateCommunication(const BlockLog<Event>& events, OpCatalog& catalog, 
     const Spec unsupported{Kind::kUnsupported, -1, -1, -1, -1};
     const Spec& spec = it == Specs().end() ? unsupported : it->second;
     const Valued v = Value(e, info, spec, events, i);
-    json call = {{"index", first_index + static_cast<int64_t>(i)}, {"op", info.packet}, {"overload", info.overload}, {"collective", KindName(spec.kind)}};
+    json call = {{"index", first_index + static_cast<int64_t>(i)},
+                 {"op", info.packet},
+                 {"overload", info.overload},
+                 {"collective", KindName(spec.kind)}};
     call["group"] = v.group ? GroupJson(*v.group) : json();
     // The reduction, when the recorder stored a ReduceOp (c10d) or the op names it (functional).
     for (const ArgMeta& a : e.args()) {
@@ -637,7 +663,8 @@ nlohmann::json FinishCommunication(CommunicationSums sums, const std::string& sc
   out["by_operator"] = json::object();
   for (const auto& [packet, row] : op_sums) {
     // CountJson: exact past 2^64 - 1, null once a sum passed 2^128 - 1.
-    out["by_operator"][packet] = {{"calls", row.calls}, {"bytes_sent", reports::CountJson(row.sent)},
+    out["by_operator"][packet] = {{"calls", row.calls},
+                                  {"bytes_sent", reports::CountJson(row.sent)},
                                   {"bytes_received", reports::CountJson(row.received)},
                                   {"unavailable_calls", row.unavailable}};
   }
@@ -650,8 +677,8 @@ nlohmann::json FinishCommunication(CommunicationSums sums, const std::string& sc
     for (const char* metric : {"bytes_sent", "bytes_received"}) {
       out["diagnostics"].push_back(reports::DiagnosticJson(
           {"unavailable_collective", "warning", metric,
-           absl::StrCat(packet, " ran ", u.first, " time(s) and its bytes are not known: ", u.second,
-                        "; ", metric, " is a lower bound"),
+           absl::StrCat(packet, " ran ", u.first, " time(s) and its bytes are not known: ", u.second, "; ", metric,
+                        " is a lower bound"),
            packet, std::nullopt, u.first}));
     }
   }
@@ -679,8 +706,11 @@ nlohmann::json DistributedContextJson() {
   }
   nlohmann::json groups = nlohmann::json::array();
   for (const auto& [name, g] : live) groups.push_back(GroupJson(g));
-  return {{"rank", world->rank}, {"world_size", world->size}, {"backend", world->backend},
-          {"process_groups", groups}, {"source", "c10d default group (registered as \"0\")"}};
+  return {{"rank", world->rank},
+          {"world_size", world->size},
+          {"backend", world->backend},
+          {"process_groups", groups},
+          {"source", "c10d default group (registered as \"0\")"}};
 }
 
 }  // namespace torchscan

@@ -60,7 +60,7 @@ struct CommunicationSums {
   Count sent = 0, received = 0;
   bool complete = true;
   std::map<std::string, std::pair<int64_t, std::string>> unavailable;  // packet -> (calls, first reason)
-  void Add(const CommunicationSums& other);  // `other`'s calls came after these
+  void Add(const CommunicationSums& other);                            // `other`'s calls came after these
 };
 void AccumulateCommunication(const BlockLog<Event>& events, OpCatalog& catalog, int64_t first_index,
                              CommunicationSums& sums);

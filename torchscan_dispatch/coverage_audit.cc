@@ -20,25 +20,25 @@ namespace {
 
 // Tags a release may not define (2.11 has no inplace or out): a name is
 // compared only where at::Tag has it, so one list serves every release.
-#define TS_TAG(x)                                                                  \
-  template <typename T, typename = void>                                           \
-  struct Has_##x : std::false_type {};                                             \
-  template <typename T>                                                            \
-  struct Has_##x<T, std::void_t<decltype(T::x)>> : std::true_type {};              \
-  template <typename T>                                                            \
-  bool Is_##x(T t) {                                                               \
-    if constexpr (Has_##x<T>::value) {                                             \
-      return t == T::x;                                                            \
-    } else {                                                                       \
-      return false;                                                                \
-    }                                                                              \
+#define TS_TAG(x)                                                     \
+  template <typename T, typename = void>                              \
+  struct Has_##x : std::false_type {};                                \
+  template <typename T>                                               \
+  struct Has_##x<T, std::void_t<decltype(T::x)>> : std::true_type {}; \
+  template <typename T>                                               \
+  bool Is_##x(T t) {                                                  \
+    if constexpr (Has_##x<T>::value) {                                \
+      return t == T::x;                                               \
+    } else {                                                          \
+      return false;                                                   \
+    }                                                                 \
   }
-#define TS_TAGS(X)                                                                                        \
-  X(core) X(cudagraph_unsafe) X(data_dependent_output) X(dynamic_output_shape) X(flexible_layout)         \
-  X(generated) X(inplace) X(inplace_view) X(maybe_aliasing_or_mutating) X(needs_contiguous_strides)       \
-  X(needs_exact_strides) X(needs_fixed_stride_order) X(nondeterministic_bitwise)                          \
-  X(nondeterministic_seeded) X(out) X(out_variant) X(pointwise) X(pt2_compliant_tag) X(reduction)         \
-  X(view_copy)
+#define TS_TAGS(X)                                                                                                 \
+  X(core)                                                                                                          \
+  X(cudagraph_unsafe) X(data_dependent_output) X(dynamic_output_shape) X(flexible_layout) X(generated) X(inplace)  \
+      X(inplace_view) X(maybe_aliasing_or_mutating) X(needs_contiguous_strides) X(needs_exact_strides)             \
+          X(needs_fixed_stride_order) X(nondeterministic_bitwise) X(nondeterministic_seeded) X(out) X(out_variant) \
+              X(pointwise) X(pt2_compliant_tag) X(reduction) X(view_copy)
 TS_TAGS(TS_TAG)
 #undef TS_TAG
 
@@ -59,15 +59,21 @@ bool IsCollective(const std::string& name) {
 
 const char* ZeroCostRule(ZeroCostReason r) {
   switch (r) {
-    case ZeroCostReason::kView: return "view: every return aliases an input without writing it (schema rule)";
-    case ZeroCostReason::kMetadata: return "metadata: reads or sets tensor metadata only (name rule)";
-    case ZeroCostReason::kAllocation: return "allocation: uninitialised memory (name rule)";
-    case ZeroCostReason::kFill: return "fill: writes constants (name rule)";
-    case ZeroCostReason::kCopy: return "copy: moves or gathers values without arithmetic (name rule)";
+    case ZeroCostReason::kView:
+      return "view: every return aliases an input without writing it (schema rule)";
+    case ZeroCostReason::kMetadata:
+      return "metadata: reads or sets tensor metadata only (name rule)";
+    case ZeroCostReason::kAllocation:
+      return "allocation: uninitialised memory (name rule)";
+    case ZeroCostReason::kFill:
+      return "fill: writes constants (name rule)";
+    case ZeroCostReason::kCopy:
+      return "copy: moves or gathers values without arithmetic (name rule)";
     case ZeroCostReason::kCommunication:
       return "communication: moves data between processes without arithmetic (name rule); bytes in the "
              "communication section";
-    case ZeroCostReason::kNone: break;
+    case ZeroCostReason::kNone:
+      break;
   }
   return "";
 }
@@ -149,8 +155,7 @@ nlohmann::json Classify(const c10::OperatorHandle& op, OpCatalog& catalog) {
   // and the other does not: say why.
   if (formula != nullptr && module == nullptr && run == "formula") {
     const char* gap = ModuleViewGap(name.name);
-    j["views_differ"] = absl::StrCat("operator view formula, no module-view formula: ",
-                                     gap ? gap : "no stated reason");
+    j["views_differ"] = absl::StrCat("operator view formula, no module-view formula: ", gap ? gap : "no stated reason");
   } else if (module != nullptr && formula == nullptr) {
     j["views_differ"] = absl::StrCat("module-view formula; operator view: ", run,
                                      run == "decomposition" ? " (the native convention counts its children)" : "");

@@ -16,7 +16,11 @@ void HeldBounds(Recorder::Scope& s, int64_t folded) {
 }  // namespace
 
 EventSet::EventSet(const Recorder& r)
-    : scopes(r.scopes()), label_sets(r.label_sets()), memory(&r.memory()), times(&r.call_times()), events_(&r.events()) {
+    : scopes(r.scopes()),
+      label_sets(r.label_sets()),
+      memory(&r.memory()),
+      times(&r.call_times()),
+      events_(&r.events()) {
   for (const auto& q : r.requests()) {
     requests.push_back(q.id);
     request_seqs.push_back(q.seq);
@@ -79,7 +83,8 @@ void EventSet::Add(const Recorder& r, size_t count, int64_t thread, const Report
   std::vector<int32_t> scope_at(src_scopes.size(), -1);
   for (size_t s = 0; s < src_scopes.size(); ++s) {
     const Recorder::Scope& from = src_scopes[s];
-    if (from.begin_event - held_from >= static_cast<int64_t>(count) && count < src.size()) continue;  // opened after the cut
+    if (from.begin_event - held_from >= static_cast<int64_t>(count) && count < src.size())
+      continue;  // opened after the cut
     if (!request_kept(from.request)) continue;
     Recorder::Scope to = from;
     HeldBounds(to, held_from);

@@ -64,7 +64,7 @@ struct EventSet {
 
  private:
   int32_t RequestIndex(const std::string& id, int64_t seq);  // in `requests`, added if new
-  Folded* Folds();  // owned_folded_, created on first use
+  Folded* Folds();                                           // owned_folded_, created on first use
   BlockLog<Event> owned_;
   std::vector<int64_t> owned_times_;
   bool all_timed_ = true;  // every recorder added took timestamps

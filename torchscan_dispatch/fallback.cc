@@ -42,8 +42,8 @@ void Redispatch(const c10::OperatorHandle& op, c10::DispatchKeySet after, torch:
 
 // Every recorder that sees a call: this thread's scans (nested ones chain
 // through `outer`) and its log in an all-threads scan.
-void RecordEverywhere(Recorder* top, const c10::OperatorHandle& op, c10::DispatchKeySet after,
-                      torch::jit::Stack* stack, absl::Span<const c10::IValue> args, size_t num_returns) {
+void RecordEverywhere(Recorder* top, const c10::OperatorHandle& op, c10::DispatchKeySet after, torch::jit::Stack* stack,
+                      absl::Span<const c10::IValue> args, size_t num_returns) {
   if (tls_paused > 0) {
     op.redispatchBoxed(after, stack);
     return;
@@ -143,21 +143,18 @@ absl::Status EnsureFallbackInstalled() {
   auto& dispatcher = c10::Dispatcher::singleton();
   if (dispatcher.hasBackendFallbackForDispatchKey(kModeKey)) {
     failure = absl::FailedPreconditionError(absl::StrCat(
-        "torchscan: another library already registered a fallback kernel on dispatch key ",
-        c10::toString(kModeKey),
+        "torchscan: another library already registered a fallback kernel on dispatch key ", c10::toString(kModeKey),
         "; TorchScan needs that key for itself and cannot load next to it. "
         "Remove the other library (or load TorchScan in a process without it)."));
     return failure;
   }
   try {
-    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "_", kModeKey, __FILE__,
-                                                __LINE__);
+    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "_", kModeKey, __FILE__, __LINE__);
     lib->fallback(torch::CppFunction::makeFromBoxedFunction<&ScanFallback>());
     library = std::move(lib);
   } catch (const c10::Error& e) {
-    failure = absl::FailedPreconditionError(
-        absl::StrCat("torchscan: cannot register the fallback on ", c10::toString(kModeKey), ": ",
-                     e.what_without_backtrace()));
+    failure = absl::FailedPreconditionError(absl::StrCat("torchscan: cannot register the fallback on ",
+                                                         c10::toString(kModeKey), ": ", e.what_without_backtrace()));
   }
   return failure;
 }

@@ -20,10 +20,10 @@ namespace torchscan {
 
 // One allocator report in scan order.
 struct MemoryEntry {
-  int64_t bytes;   // > 0: a block allocated; < 0: a block freed
-  int32_t event;   // the innermost call running in the scanning thread (-1: none)
-  int32_t match;   // allocation: entry of its free (-1: still alive when the scan stopped);
-                   // free: entry of its allocation (-1: a block allocated before the scan)
+  int64_t bytes;  // > 0: a block allocated; < 0: a block freed
+  int32_t event;  // the innermost call running in the scanning thread (-1: none)
+  int32_t match;  // allocation: entry of its free (-1: still alive when the scan stopped);
+                  // free: entry of its allocation (-1: a block allocated before the scan)
   c10::DeviceType device;
 };
 

@@ -77,38 +77,38 @@ MemoryResult ComputeMemory(const BlockLog<Event>& events, const std::vector<Reco
     m.diagnostics.push_back(Diag("memory_observer_unavailable", log.unavailable));
   } else if (log.shadowed) {
     status = MetricStatus::kUnavailable;
-    m.diagnostics.push_back(Diag(
-        "memory_observer_shadowed",
-        "torch.profiler (or another allocator observer) was started inside the scan and took the allocator "
-        "reports while it ran: blocks allocated or freed then were not seen, so no memory figure is known"));
+    m.diagnostics.push_back(
+        Diag("memory_observer_shadowed",
+             "torch.profiler (or another allocator observer) was started inside the scan and took the allocator "
+             "reports while it ran: blocks allocated or freed then were not seen, so no memory figure is known"));
   } else if (log.unseen_frees > 0) {
     status = MetricStatus::kUnavailable;
-    m.diagnostics.push_back(Diag(
-        "memory_free_unseen",
-        absl::StrCat(log.unseen_frees, " block(s) allocated during the scan were freed where the allocator reports "
-                                       "to no observer (another thread): when is unknown, so no memory figure is")));
+    m.diagnostics.push_back(
+        Diag("memory_free_unseen",
+             absl::StrCat(log.unseen_frees,
+                          " block(s) allocated during the scan were freed where the allocator reports "
+                          "to no observer (another thread): when is unknown, so no memory figure is")));
   } else if (auto device = UnreportedDevice(events)) {
     status = MetricStatus::kUnavailable;
-    m.diagnostics.push_back(Diag(
-        "memory_device_unsupported",
-        absl::StrCat("tensors on ", c10::DeviceTypeName(*device, /*lower_case=*/true),
-                     " have no allocator reports (a meta tensor allocates nothing): memory is measured on cpu "
-                     "and cuda only")));
+    m.diagnostics.push_back(
+        Diag("memory_device_unsupported",
+             absl::StrCat("tensors on ", c10::DeviceTypeName(*device, /*lower_case=*/true),
+                          " have no allocator reports (a meta tensor allocates nothing): memory is measured on cpu "
+                          "and cuda only")));
   } else if (log.other_threads > 0) {
     status = MetricStatus::kPartial;
-    m.diagnostics.push_back(Diag(
-        "memory_other_threads",
-        absl::StrCat(log.other_threads, " allocator report(s) came from threads other than the scanned one "
-                                        "(workers that inherited its state); they are not in these figures, "
-                                        "which are lower bounds")));
+    m.diagnostics.push_back(
+        Diag("memory_other_threads", absl::StrCat(log.other_threads,
+                                                  " allocator report(s) came from threads other than the scanned one "
+                                                  "(workers that inherited its state); they are not in these figures, "
+                                                  "which are lower bounds")));
   }
   const int64_t size = static_cast<int64_t>(log.entries.size());
   m.total = Window(log, 0, size, status);
   m.scopes.reserve(scopes.size());
   for (const Recorder::Scope& s : scopes) {
     const int64_t end = s.end_memory < 0 ? size : std::min(s.end_memory, size);
-    m.scopes.push_back(Window(log, std::min(s.begin_memory, end), end,
-                              s.failed ? MetricStatus::kUnavailable : status));
+    m.scopes.push_back(Window(log, std::min(s.begin_memory, end), end, s.failed ? MetricStatus::kUnavailable : status));
   }
   if (status == MetricStatus::kUnavailable) return m;
   for (int64_t i = 0; i < size; ++i) {
@@ -145,9 +145,10 @@ nlohmann::json MemoryJson(const MemoryResult& m, const std::string& scope) {
            {{"peak_memory", "the most bytes allocated during the scan that were alive at one time"},
             {"allocated_bytes", "bytes allocated during the scan and still alive when it stopped"},
             {"total_allocated_bytes", "every block allocated during the scan, freed or not"},
-            {"by_operator", "blocks by the top-level operator running when they were allocated (the one the "
-                            "program called): allocated_bytes outlived that call, temporary_bytes were freed "
-                            "before it returned"}}},
+            {"by_operator",
+             "blocks by the top-level operator running when they were allocated (the one the "
+             "program called): allocated_bytes outlived that call, temporary_bytes were freed "
+             "before it returned"}}},
           {"totals",
            {{"peak_memory", reports::MemoryMetricJson(status, m.total.peak, scope)},
             {"allocated_bytes", reports::MemoryMetricJson(status, m.total.allocated, scope)},

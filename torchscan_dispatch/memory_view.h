@@ -45,7 +45,7 @@ struct MemoryResult {
   MemoryFigures total;          // the whole scan (alive: when it stopped)
   int64_t total_allocated = 0;  // every block allocated during the scan
   int64_t blocks = 0;
-  std::vector<MemoryFigures> scopes;             // per module call (scope order)
+  std::vector<MemoryFigures> scopes;                  // per module call (scope order)
   std::map<std::string, OperatorMemory> by_operator;  // "aten.addmm"; "(outside operators)"
   std::vector<reports::Diagnostic> diagnostics;
 };

@@ -36,11 +36,12 @@ void Evaluate(const RegisteredModuleHandler& h, const ModuleCall& call,
   for (const std::string& name : h.metrics) requested.push_back(MetricIndex(name));
   if (requested.empty()) requested = {1, 2, 3};
   auto note = [&](int m, const char* code, const char* severity, const std::string& message) {
-    const std::string metric = m > 0                    ? reports::kLayerMetricNames[m]
+    const std::string metric = m > 0                   ? reports::kLayerMetricNames[m]
                                : requested.size() == 1 ? reports::kLayerMetricNames[requested[0]]
-                                                        : "module_view";
-    diagnostics.push_back({m, {code, severity, metric, absl::StrCat(Label(call.path), ": ", message), std::nullopt,
-                               call.path, std::nullopt}});
+                                                       : "module_view";
+    diagnostics.push_back({m,
+                           {code, severity, metric, absl::StrCat(Label(call.path), ": ", message), std::nullopt,
+                            call.path, std::nullopt}});
   };
   auto unavailable = [&](MetricOwnership ownership, std::string method) {
     return HandlerOutcome::Supplied{MetricStatus::kUnavailable, 0, ownership, std::move(method)};
@@ -96,8 +97,8 @@ void Evaluate(const RegisteredModuleHandler& h, const ModuleCall& call,
 
 }  // namespace
 
-HandlerOutcome RunModuleHandlers(const std::map<std::string, RegisteredModuleHandler>& handlers,
-                                 const EventSet& set, OpCatalog& catalog) {
+HandlerOutcome RunModuleHandlers(const std::map<std::string, RegisteredModuleHandler>& handlers, const EventSet& set,
+                                 OpCatalog& catalog) {
   HandlerOutcome out;
   const auto& scopes = set.scopes;
   const size_t n = scopes.size();
@@ -128,8 +129,8 @@ HandlerOutcome RunModuleHandlers(const std::map<std::string, RegisteredModuleHan
       const OpInfo& info = catalog.Get(e.op());
       const bool nested = e.parent >= 0 && InCall(scopes, events[static_cast<size_t>(e.parent)].scope, q);
       if (rc == nullptr) rc = &out.calls.emplace_back(e);
-      calls[static_cast<size_t>(q)].ops.push_back({info.name, FormulaCall(info, rc->args(), rc->outputs()),
-                                                   q == e.scope, nested});
+      calls[static_cast<size_t>(q)].ops.push_back(
+          {info.name, FormulaCall(info, rc->args(), rc->outputs()), q == e.scope, nested});
     }
   }
   for (size_t i = 0; i < n; ++i) {

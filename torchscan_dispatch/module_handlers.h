@@ -49,8 +49,8 @@ struct HandlerOutcome {
 };
 
 // Runs the handler of every call whose path has one (not failed calls).
-HandlerOutcome RunModuleHandlers(const std::map<std::string, RegisteredModuleHandler>& handlers,
-                                 const EventSet& set, OpCatalog& catalog);
+HandlerOutcome RunModuleHandlers(const std::map<std::string, RegisteredModuleHandler>& handlers, const EventSet& set,
+                                 OpCatalog& catalog);
 
 // Applies `outcome` to built-in layer tallies (LayerTallies' values):
 // supplied metrics, covered metrics. With `totals` (the module view's tally

@@ -53,8 +53,8 @@ void ModuleSums::Add(const ModuleSums& o) {
   }
 }
 
-void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& plan, OpCatalog& catalog,
-                          ModuleSums& sums, const TallyRows& rows) {
+void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& plan, OpCatalog& catalog, ModuleSums& sums,
+                          const TallyRows& rows) {
   reports::ModuleTally& t = sums.t;
   Gaps& gaps = sums.gaps;
   auto& issues = sums.issues;
@@ -84,7 +84,8 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
           if (!known.zero_cost) known.zero_cost = ZeroCostCosts(call(), info.zero_cost);
           costs = *known.zero_cost;
           break;
-        case CallKind::kDecomposition: continue;  // its children are visited on their own
+        case CallKind::kDecomposition:
+          continue;  // its children are visited on their own
         case CallKind::kOpaque:
         case CallKind::kDeferred:
           gaps.AddOpaque(info, plan.in_opaque[i]);
@@ -130,9 +131,9 @@ reports::ModuleTally FinishModuleView(ModuleSums sums, const TallyContext& conte
   const Gaps& gaps = sums.gaps;
   const auto& issues = sums.issues;
 
-  gaps.AppendDiagnostics(t.diagnostics, {reports::kModuleMetricNames[0], reports::kModuleMetricNames[1],
-                                          reports::kModuleMetricNames[2]},
-                         "module-view formula");
+  gaps.AppendDiagnostics(
+      t.diagnostics, {reports::kModuleMetricNames[0], reports::kModuleMetricNames[1], reports::kModuleMetricNames[2]},
+      "module-view formula");
   for (const auto& [key, issue] : issues) {
     const auto& [code, op, m] = key;
     t.diagnostics.push_back({IssueCode(code), "warning", reports::kModuleMetricNames[m],

@@ -26,13 +26,12 @@ struct ModuleSums {
 };
 
 // `layers` (optional) receives each call's values at indices 1..3 under its scope.
-void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& plan, OpCatalog& catalog,
-                          ModuleSums& sums, const TallyRows& rows = {});
+void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& plan, OpCatalog& catalog, ModuleSums& sums,
+                          const TallyRows& rows = {});
 reports::ModuleTally FinishModuleView(ModuleSums sums, const TallyContext& context);
 // Accumulate and Finish, starting from `before` (the folded calls' sums) when given.
-reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const OperatorPlan& plan,
-                                     OpCatalog& catalog, const TallyContext& context,
-                                     std::vector<reports::LayerTally>* layers = nullptr,
+reports::ModuleTally TallyModuleView(const BlockLog<Event>& events, const OperatorPlan& plan, OpCatalog& catalog,
+                                     const TallyContext& context, std::vector<reports::LayerTally>* layers = nullptr,
                                      const ModuleSums* before = nullptr);
 
 }  // namespace torchscan

@@ -46,7 +46,7 @@ OpCall FormulaCall(const OpInfo& info, absl::Span<const ArgMeta> args, absl::Spa
 }
 
 std::pair<c10::DispatchKey, absl::string_view> OpCatalog::WinningKernel(const c10::OperatorHandle& op,
-                                                                         c10::DispatchKeySet keys) {
+                                                                        c10::DispatchKeySet keys) {
   auto [cached, fresh] = winners_[op].try_emplace(keys.raw_repr());
   if (!fresh) return cached->second;
   auto it = tables_.find(op);

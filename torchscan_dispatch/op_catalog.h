@@ -24,7 +24,7 @@ struct OpInfo {
   ZeroCostReason zero_cost = ZeroCostReason::kNone;
   const OperatorFormula* builtin = nullptr;  // operator view
   const ModuleFormula* module = nullptr;     // module view
-  bool has_math_kernel = false;  // registered CompositeImplicitAutograd kernel
+  bool has_math_kernel = false;              // registered CompositeImplicitAutograd kernel
   // Schema arguments before the out= destinations (all when none).
   uint32_t operands = UINT32_MAX;
   bool returns_alias = false;  // every return may alias an input, unwritten
@@ -53,12 +53,10 @@ class OpCatalog {
 
  private:
   // The key whose kernel this call reached, and its line in the computed table.
-  std::pair<c10::DispatchKey, absl::string_view> WinningKernel(const c10::OperatorHandle& op,
-                                                              c10::DispatchKeySet keys);
+  std::pair<c10::DispatchKey, absl::string_view> WinningKernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys);
   std::unordered_map<c10::OperatorHandle, OpInfo> infos_;
   std::unordered_map<c10::OperatorHandle, std::string> tables_;  // strings stay put: lines view them
-  std::unordered_map<c10::OperatorHandle,
-                     absl::flat_hash_map<uint64_t, std::pair<c10::DispatchKey, absl::string_view>>>
+  std::unordered_map<c10::OperatorHandle, absl::flat_hash_map<uint64_t, std::pair<c10::DispatchKey, absl::string_view>>>
       winners_;
 };
 

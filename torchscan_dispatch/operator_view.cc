@@ -44,9 +44,7 @@ void AddToModules(reports::FlopTally& t, const LabelTree& sets, std::vector<Pack
   }
 }
 
-OpCall CallOf(const Event& e, const OpInfo& info) {
-  return FormulaCall(info, e.args(), e.outputs());
-}
+OpCall CallOf(const Event& e, const OpInfo& info) { return FormulaCall(info, e.args(), e.outputs()); }
 
 // What a pass over the calls works out once per distinct call (CallSig): a
 // built-in formula's value depends on the signature alone. Caller formulas
@@ -93,9 +91,7 @@ const CallerFormula* Overrides::Find(const std::string& op) const {
   return it == formulas.end() ? nullptr : &it->second;
 }
 
-bool Overrides::IsDeferred(const std::string& op) const {
-  return FindInPlaceAware(deferred, op) != deferred.end();
-}
+bool Overrides::IsDeferred(const std::string& op) const { return FindInPlaceAware(deferred, op) != deferred.end(); }
 
 void Gaps::AddOpaque(const OpInfo& info, bool inside_opaque) {
   // The outermost uncounted call names the missing work; calls inside it are
@@ -108,15 +104,14 @@ void Gaps::AppendDiagnostics(std::vector<reports::Diagnostic>& out, const std::v
   for (const std::string& metric : metrics) {
     for (const auto& [op, calls] : uncounted) {
       out.push_back({"uncounted_operator", "warning", metric,
-                     absl::StrCat(op, " ran ", calls, " time(s) with no ", what, "; ", metric,
-                                  " is a lower bound"),
-                     op, std::nullopt, calls});
+                     absl::StrCat(op, " ran ", calls, " time(s) with no ", what, "; ", metric, " is a lower bound"), op,
+                     std::nullopt, calls});
     }
     for (const auto& [op, calls] : excluded) {
       const std::string name = absl::StrReplaceAll(op, {{".", "::"}});
       out.push_back({"excluded_operator", "warning", metric,
-                     absl::StrCat(op, " ran ", calls, " time(s) and is not counted: ", StatedExclusion(name)),
-                     op, std::nullopt, calls});
+                     absl::StrCat(op, " ran ", calls, " time(s) and is not counted: ", StatedExclusion(name)), op,
+                     std::nullopt, calls});
     }
     for (const auto& [op, calls] : raised) {
       out.push_back({"operator_raised", "warning", metric,
@@ -136,7 +131,8 @@ void Gaps::AppendDiagnostics(std::vector<reports::Diagnostic>& out, const std::v
 static bool MadeByAutogradKernel(const BlockLog<Event>& events, const Event& e, OpCatalog& catalog) {
   const Event& parent = events[e.parent];
   constexpr auto kLayer = c10::DispatchKey::FuncTorchDynamicLayerBackMode;
-  const bool same_state = parent.keys().has(kLayer) ? e.keys().has(kLayer) : e.keys().has_any(c10::autograd_dispatch_keyset);
+  const bool same_state =
+      parent.keys().has(kLayer) ? e.keys().has(kLayer) : e.keys().has_any(c10::autograd_dispatch_keyset);
   return same_state && catalog.RanAutogradKernel(parent.op(), parent.keys());
 }
 
@@ -166,17 +162,16 @@ OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,
     }
     if (e.parent >= 0) {
       const CallKind pk = plan.kind[e.parent];
-      plan.covered[i] = !MadeByAutogradKernel(events, e, catalog) &&
-                        (plan.covered[e.parent] || pk == CallKind::kFormula || pk == CallKind::kDeferred ||
-                         pk == CallKind::kZeroCost);
+      plan.covered[i] =
+          !MadeByAutogradKernel(events, e, catalog) && (plan.covered[e.parent] || pk == CallKind::kFormula ||
+                                                        pk == CallKind::kDeferred || pk == CallKind::kZeroCost);
       plan.in_opaque[i] = plan.in_opaque[e.parent] || pk == CallKind::kOpaque;
     }
   }
   return plan;
 }
 
-OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
-                              const Overrides& overrides) {
+OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog, const Overrides& overrides) {
   return PlanView(events, catalog, [&](const Event& e) {
     const OpInfo& info = catalog.Get(e.op());
     if (overrides.Find(info.name)) return CallKind::kFormula;
@@ -217,8 +212,7 @@ void OperatorSums::Add(const OperatorSums& o) {
 }
 
 void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& label_sets, const OperatorPlan& plan,
-                            OpCatalog& catalog, const Overrides& overrides, OperatorSums& sums,
-                            const TallyRows& rows) {
+                            OpCatalog& catalog, const Overrides& overrides, OperatorSums& sums, const TallyRows& rows) {
   reports::FlopTally& t = sums.t;
   Gaps& gaps = sums.gaps;
   auto& formula_issues = sums.issues;
@@ -259,7 +253,8 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
           if (r.status != MetricStatus::kUnavailable && !r.value.exact()) {
             // Refused, never wrapped: a negative caller value, or past 2^128 - 1.
             incomplete = true;
-            issue(caller ? "invalid_caller_formula" : "count_overflow", InexactCountMessage(r.value, caller != nullptr));
+            issue(caller ? "invalid_caller_formula" : "count_overflow",
+                  InexactCountMessage(r.value, caller != nullptr));
             break;
           }
           if (r.status != MetricStatus::kUnavailable) value = r.value;
@@ -326,8 +321,7 @@ reports::FlopTally FinishOperatorView(OperatorSums sums, const TallyContext& con
   gaps.AppendDiagnostics(t.diagnostics, {"operator_flops"}, "FLOP formula");
   for (const auto& [key, issue] : formula_issues) {
     t.diagnostics.push_back({IssueCode(key.first), "warning", "operator_flops",
-                             absl::StrCat(key.second, ": ", issue.second), key.second,
-                             std::nullopt, issue.first});
+                             absl::StrCat(key.second, ": ", issue.second), key.second, std::nullopt, issue.first});
   }
   if (context.unattributed_calls > 0 && context.unattributed_calls == context.unattributed_zero_cost_calls) {
     t.diagnostics.push_back(
@@ -339,12 +333,11 @@ reports::FlopTally FinishOperatorView(OperatorSums sums, const TallyContext& con
          std::nullopt, std::nullopt, context.unattributed_calls});
   } else if (context.unattributed_calls > 0) {
     t.complete = false;
-    t.diagnostics.push_back(
-        {"unattributed_thread_work", "warning", "operator_flops",
-         absl::StrCat(context.unattributed_calls,
-                      " operator call(s) ran in other threads that inherited the scan's dispatch "
-                      "state (e.g. torch.jit.fork); they are not counted"),
-         std::nullopt, std::nullopt, context.unattributed_calls});
+    t.diagnostics.push_back({"unattributed_thread_work", "warning", "operator_flops",
+                             absl::StrCat(context.unattributed_calls,
+                                          " operator call(s) ran in other threads that inherited the scan's dispatch "
+                                          "state (e.g. torch.jit.fork); they are not counted"),
+                             std::nullopt, std::nullopt, context.unattributed_calls});
   }
   return t;
 }

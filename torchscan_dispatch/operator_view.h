@@ -49,8 +49,7 @@ struct OperatorPlan {
 OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,
                       absl::FunctionRef<CallKind(const Event&)> classify);
 
-OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog,
-                              const Overrides& overrides);
+OperatorPlan PlanOperatorView(const BlockLog<Event>& events, OpCatalog& catalog, const Overrides& overrides);
 
 // Work a view could not value, by operator packet: calls with no formula
 // (outermost only), stated exclusions, and calls whose kernel raised.
@@ -123,11 +122,9 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
                             const TallyRows& rows = {});
 reports::FlopTally FinishOperatorView(OperatorSums sums, const TallyContext& context);
 // Accumulate and Finish, starting from `before` (the folded calls' sums) when given.
-reports::FlopTally TallyOperatorView(const BlockLog<Event>& events,
-                                     const LabelTree& label_sets,
-                                     const OperatorPlan& plan, OpCatalog& catalog,
-                                     const Overrides& overrides, const TallyContext& context,
-                                     std::vector<reports::LayerTally>* layers = nullptr,
+reports::FlopTally TallyOperatorView(const BlockLog<Event>& events, const LabelTree& label_sets,
+                                     const OperatorPlan& plan, OpCatalog& catalog, const Overrides& overrides,
+                                     const TallyContext& context, std::vector<reports::LayerTally>* layers = nullptr,
                                      const OperatorSums* before = nullptr);
 
 }  // namespace torchscan

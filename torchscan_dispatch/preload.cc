@@ -102,8 +102,9 @@ void* torchscan_preload_aoti[4] = {nullptr, nullptr, nullptr, nullptr};
 
 // Each is one indirect jump: the arguments, the hidden return slot and the
 // stack are the caller's, untouched, so no signature is restated here.
-#define TORCHSCAN_TRAMPOLINE(i, name)                                        \
-  asm(".text\n.globl " #name "\n.type " #name ", @function\n" #name ":\n" \
+#define TORCHSCAN_TRAMPOLINE(i, name)                               \
+  asm(".text\n.globl " #name "\n.type " #name ", @function\n" #name \
+      ":\n"                                                         \
       "  jmp *torchscan_preload_aoti+" #i "*8(%rip)\n.size " #name ", .-" #name "\n");
 TORCHSCAN_AOTI_RUNS(TORCHSCAN_TRAMPOLINE)
 
@@ -113,7 +114,7 @@ void ResolveAotiRuns() {
   pthread_mutex_lock(&load_mu);
   for (int i = 0; i < 4; ++i) {
     void* fn = attach_handle ? dlsym(attach_handle, kAotiRuns[i]) : nullptr;  // marks the run, then LibTorch's
-    if (fn == nullptr) fn = dlsym(RTLD_NEXT, kAotiRuns[i]);                  // LibTorch's own
+    if (fn == nullptr) fn = dlsym(RTLD_NEXT, kAotiRuns[i]);                   // LibTorch's own
     if (fn != nullptr) __atomic_store_n(&torchscan_preload_aoti[i], fn, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&load_mu);
@@ -142,7 +143,7 @@ extern "C" __attribute__((visibility("default"))) void* dlopen(const char* file,
 }
 
 extern "C" __attribute__((visibility("default"))) int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
-                                                                    void* (*fn)(void*), void* arg) {
+                                                                     void* (*fn)(void*), void* arg) {
   static const Create real = reinterpret_cast<Create>(dlsym(RTLD_NEXT, "pthread_create"));
   if (AttachCreate hook = attach_create.load()) return hook(real, thread, attr, fn, arg);
   return real(thread, attr, fn, arg);

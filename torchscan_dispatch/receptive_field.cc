@@ -323,12 +323,11 @@ class Propagator {
         name == "aten::transpose_copy") {
       return Permute(call, out);
     }
-    if ((name == "aten::view" && call.overload != "dtype") || name == "aten::_unsafe_view" ||
-        name == "aten::reshape" || name == "aten::_reshape_alias" || name == "aten::view_copy" ||
-        name == "aten::squeeze" || name == "aten::unsqueeze" || name == "aten::squeeze_" ||
-        name == "aten::unsqueeze_" || name == "aten::flatten" || name == "aten::unflatten" ||
-        name == "aten::view_as" || name == "aten::reshape_as" || name == "aten::squeeze_copy" ||
-        name == "aten::unsqueeze_copy") {
+    if ((name == "aten::view" && call.overload != "dtype") || name == "aten::_unsafe_view" || name == "aten::reshape" ||
+        name == "aten::_reshape_alias" || name == "aten::view_copy" || name == "aten::squeeze" ||
+        name == "aten::unsqueeze" || name == "aten::squeeze_" || name == "aten::unsqueeze_" ||
+        name == "aten::flatten" || name == "aten::unflatten" || name == "aten::view_as" || name == "aten::reshape_as" ||
+        name == "aten::squeeze_copy" || name == "aten::unsqueeze_copy") {
       return Reshape(call, out);
     }
     if (name == "aten::slice" || name == "aten::slice_copy") return Slice(call, out, 0, true);
@@ -403,7 +402,8 @@ class Propagator {
         } else if (l.dims[d].state == Dim::State::kTokens) {
           return Lost(absl::StrCat(N(call.name), " slides over dim ", d, ", which holds tokens: ", kTokensMixed));
         } else {
-          return Lost(absl::StrCat(N(call.name), " slides over dim ", d, ", which is not an identifiable spatial axis"));
+          return Lost(
+              absl::StrCat(N(call.name), " slides over dim ", d, ", which is not an identifiable spatial axis"));
         }
       }
       Window& w = l.axes[id];
@@ -422,7 +422,8 @@ class Propagator {
           const double k_eff = dilation * (kk - 1) + 1;
           double pad = Param(call.arg(4), a, 0);
           if (call.arg(4).kind == ArgKind::kString && N(call.arg(4).str()) == "same") pad = std::floor((k_eff - 1) / 2);
-          const bool transposed = transposed_op || (conv_op && call.arg(6).kind == ArgKind::kBool && call.arg(6).to_bool());
+          const bool transposed =
+              transposed_op || (conv_op && call.arg(6).kind == ArgKind::kBool && call.arg(6).to_bool());
           if (transposed) {
             Transposed(w, static_cast<int64_t>(kk), static_cast<int64_t>(stride), static_cast<int64_t>(pad),
                        static_cast<int64_t>(dilation));
@@ -585,8 +586,9 @@ class Propagator {
     l.axes = in.axes;
     size_t ai = 0;
     auto regroup_lost = [&](const Atom& a, int64_t want) {
-      return Lost(absl::StrCat(N(call.name), " splits a spatial axis (", a.size, " positions) across dims in pieces of ",
-                               want, " (e.g. a window partition); the positions are regrouped; not followed"));
+      return Lost(absl::StrCat(N(call.name), " splits a spatial axis (", a.size,
+                               " positions) across dims in pieces of ", want,
+                               " (e.g. a window partition); the positions are regrouped; not followed"));
     };
     for (int32_t j = 0; j < out.ndim; ++j) {
       int64_t remaining = out.size(j);
@@ -605,8 +607,8 @@ class Propagator {
         }
         if (take < a.size && a.state == Dim::State::kClean && a.axis >= 0) return regroup_lost(a, take);
         if (a.state != Dim::State::kClean) {
-          state = a.state == Dim::State::kTokens || state == Dim::State::kTokens ? Dim::State::kTokens
-                                                                                  : Dim::State::kMixed;
+          state =
+              a.state == Dim::State::kTokens || state == Dim::State::kTokens ? Dim::State::kTokens : Dim::State::kMixed;
           origin.insert(origin.end(), a.origin.begin(), a.origin.end());
           dim.parts.push_back({take, -1});
         } else {
@@ -742,7 +744,8 @@ class Propagator {
         const Dim& D = in.dims[di];
         const int64_t d = di + off;
         if (d < 0) {
-          if (Involved(D)) return Lost(absl::StrCat(N(call.name), " drops dim ", di, ", which holds spatial positions"));
+          if (Involved(D))
+            return Lost(absl::StrCat(N(call.name), " drops dim ", di, ", which holds spatial positions"));
           continue;
         }
         if (d == cat_dim) {
@@ -806,8 +809,8 @@ class Propagator {
   // linear(input, weight): (..., K) -> (..., N); mm/bmm/matmul/addmm: (..., M, K) @ (..., K, N).
   Layout Contract(const OpCall& call, const TensorMeta& out, size_t ia, size_t ib, bool linear) {
     const ArgMeta &a = call.arg(ia), &b = call.arg(ib);
-    if (!a.is_tensor() || !b.is_tensor() || out.ndim < 1 || a.tensor().ndim < (linear ? 1 : 2) ||
-        b.tensor().ndim < 2 || a.tensor().nested || b.tensor().nested) {
+    if (!a.is_tensor() || !b.is_tensor() || out.ndim < 1 || a.tensor().ndim < (linear ? 1 : 2) || b.tensor().ndim < 2 ||
+        a.tensor().nested || b.tensor().nested) {
       return Generic(call, out);
     }
     const TensorMeta &ta = a.tensor(), &tb = b.tensor();

@@ -94,9 +94,8 @@ ArgMeta Record(Arena& arena, const c10::IValue& v, CallTensors& ids) {
     const auto list = v.toListRef();
     // Scalar[] (the per-tensor scalars of _foreach_div_.ScalarList and the
     // like) arrives as a generic list of numbers: kDoubleList.
-    if (!list.empty() && std::all_of(list.begin(), list.end(), [](const c10::IValue& e) {
-          return e.isInt() || e.isDouble() || e.isBool();
-        })) {
+    if (!list.empty() && std::all_of(list.begin(), list.end(),
+                                     [](const c10::IValue& e) { return e.isInt() || e.isDouble() || e.isBool(); })) {
       double* out = arena.Alloc<double>(list.size());
       for (size_t i = 0; i < list.size(); ++i) {
         const c10::IValue& e = list[i];
@@ -191,10 +190,16 @@ uint64_t HashValues(uint64_t h, absl::Span<const ArgMeta> values) {
   for (const ArgMeta& a : values) {
     Mix(h, static_cast<uint64_t>(a.kind) | static_cast<uint64_t>(a.count) << 8);
     switch (a.kind) {
-      case ArgKind::kTensor: MixTensor(h, a.tensor()); break;
+      case ArgKind::kTensor:
+        MixTensor(h, a.tensor());
+        break;
       case ArgKind::kInt:
-      case ArgKind::kBool: Mix(h, static_cast<uint64_t>(a.to_int())); break;
-      case ArgKind::kDouble: Mix(h, Bits(a.to_double())); break;
+      case ArgKind::kBool:
+        Mix(h, static_cast<uint64_t>(a.to_int()));
+        break;
+      case ArgKind::kDouble:
+        Mix(h, Bits(a.to_double()));
+        break;
       case ArgKind::kIntList:
       case ArgKind::kBoolList:
         for (int64_t v : a.ints()) Mix(h, static_cast<uint64_t>(v));
@@ -209,7 +214,8 @@ uint64_t HashValues(uint64_t h, absl::Span<const ArgMeta> values) {
         for (char c : a.str()) Mix(h, static_cast<unsigned char>(c));
         break;
       case ArgKind::kNone:
-      case ArgKind::kOther: break;
+      case ArgKind::kOther:
+        break;
     }
   }
   return h;
@@ -264,7 +270,8 @@ bool SameValues(absl::Span<const ArgMeta> a, absl::Span<const ArgMeta> b) {
         if (x.str() != y.str()) return false;
         break;
       case ArgKind::kNone:
-      case ArgKind::kOther: break;
+      case ArgKind::kOther:
+        break;
     }
   }
   return true;
@@ -322,8 +329,7 @@ CallSig Ended(const CallSig* started) {
 
 }  // namespace
 
-const CallSig* CallTable::Finish(const CallSig* started, absl::Span<const c10::IValue> outputs,
-                                 CallTensors& tensors) {
+const CallSig* CallTable::Finish(const CallSig* started, absl::Span<const c10::IValue> outputs, CallTensors& tensors) {
   const Arena::Mark mark = arena_.GetMark();
   CallSig probe = Ended(started);
   probe.outputs = RecordValues(arena_, outputs, tensors);

@@ -97,7 +97,7 @@ class CallTable {
   // arena's top since `mark` (dropped when an equal one is kept already).
   const CallSig* Intern(const CallSig& probe, const Arena::Mark& mark);
 
-  Arena arena_;            // the signatures' metadata
+  Arena arena_;             // the signatures' metadata
   BlockLog<CallSig> kept_;  // the signatures (stable addresses)
   absl::flat_hash_set<const CallSig*, Hash, Eq> sigs_;
 };

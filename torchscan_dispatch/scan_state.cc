@@ -82,8 +82,7 @@ std::atomic<int64_t>& UnattributedZeroCostCalls() {
   return calls;
 }
 
-int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                        absl::Span<const c10::IValue> args) {
+int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys, absl::Span<const c10::IValue> args) {
   MaybeFold();
   if (C10_UNLIKELY(torchscript_scopes) && open_ < 0) SyncTorchScriptScopes();
   if (C10_UNLIKELY(control_flow_stop_)) control_flow_stop_ = false;  // the stop was caught
@@ -107,7 +106,8 @@ int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
 ResolvedCall::ResolvedCall(const Event& e) : nargs_(e.args().size()) {
   size_t tensors = 0;
   for (auto values : {e.args(), e.outputs()}) {
-    for (const ArgMeta& a : values) tensors += a.kind == ArgKind::kTensor ? 1 : a.kind == ArgKind::kTensorList ? a.count : 0;
+    for (const ArgMeta& a : values)
+      tensors += a.kind == ArgKind::kTensor ? 1 : a.kind == ArgKind::kTensorList ? a.count : 0;
   }
   tensors_.reserve(tensors);  // no reallocation below: the values point into it
   values_.reserve(e.args().size() + e.outputs().size());

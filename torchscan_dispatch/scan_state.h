@@ -123,8 +123,7 @@ class Folder;  // streaming.h
 // `outer`; every recorder in the chain sees each call.
 class Recorder {
  public:
-  int32_t Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                absl::Span<const c10::IValue> args);
+  int32_t Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys, absl::Span<const c10::IValue> args);
   void End(int32_t index, absl::Span<const c10::IValue> outputs);
   void Abort(int32_t index);
   // PyTorch is about to unwind the open calls with its own control-flow
@@ -167,18 +166,18 @@ class Recorder {
     std::string path;
     int32_t call_index = 0;
     int32_t parent = -1;
-    bool failed = false;  // the module's forward raised
-    int32_t request = -1;             // request open when it opened
-    int64_t begin_event = 0;          // calls recorded when it opened
-    int64_t end_event = -1;           // calls recorded when it closed (-1: open)
-    int64_t begin_memory = 0;         // allocator reports logged when it opened
-    int64_t end_memory = -1;          // ... when it closed (-1: open)
-    int64_t begin_ns = 0;             // Recorder::timestamps: when it opened / closed (-1: open)
+    bool failed = false;       // the module's forward raised
+    int32_t request = -1;      // request open when it opened
+    int64_t begin_event = 0;   // calls recorded when it opened
+    int64_t end_event = -1;    // calls recorded when it closed (-1: open)
+    int64_t begin_memory = 0;  // allocator reports logged when it opened
+    int64_t end_memory = -1;   // ... when it closed (-1: open)
+    int64_t begin_ns = 0;      // Recorder::timestamps: when it opened / closed (-1: open)
     int64_t end_ns = -1;
-    std::vector<uintptr_t> outputs;   // identities of its output tensors
+    std::vector<uintptr_t> outputs;  // identities of its output tensors
     // Last: PushScope initialises the fields above in order.
-    int64_t thread = 0;               // thread number (EventSet::Add; 0: not an all-threads set)
-    bool unsettled = false;           // EventSet::Add: its request was still running at the cut
+    int64_t thread = 0;      // thread number (EventSet::Add; 0: not an all-threads set)
+    bool unsettled = false;  // EventSet::Add: its request was still running at the cut
   };
   int32_t PushScope(std::string path);
   // Closes `id` (and any scope opened inside it that was left open);
@@ -231,8 +230,8 @@ class Recorder {
   // from each request's start (outside requests, from each top-level module
   // call's), and a fold drops the module calls and requests it aggregated.
   bool aggregate_layers = false;
-  void EnterTorchScriptFunction();   // a TorchScript function call started
-  void LeaveTorchScriptFunction();   // ... and returned (or raised)
+  void EnterTorchScriptFunction();  // a TorchScript function call started
+  void LeaveTorchScriptFunction();  // ... and returned (or raised)
 
  private:
   // Streaming: folds the calls held when nothing is open and fold_every are held.
@@ -246,9 +245,9 @@ class Recorder {
   void CloseTorchScriptScopes(size_t keep, bool failed);
   std::vector<uintptr_t> LastTopLevelOutputs() const;
   BlockLog<Event> events_;
-  CallTable calls_;           // the calls' signatures
-  CallTensors tensors_;       // the call being recorded's tensors
-  Arena arena_;               // the calls' Event::ids
+  CallTable calls_;      // the calls' signatures
+  CallTensors tensors_;  // the call being recorded's tensors
+  Arena arena_;          // the calls' Event::ids
   int64_t folded_ = 0;
   int32_t open_ = -1;  // innermost call still running
   std::vector<int64_t> times_;

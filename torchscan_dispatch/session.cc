@@ -66,8 +66,7 @@ struct Planned {
     if (!memory) memory = ComputeMemory(set->events(), set->scopes, *set->memory, catalog);
     return *memory;
   }
-  const HandlerOutcome& Handlers(const std::map<std::string, RegisteredModuleHandler>& registered,
-                                 OpCatalog& catalog) {
+  const HandlerOutcome& Handlers(const std::map<std::string, RegisteredModuleHandler>& registered, OpCatalog& catalog) {
     if (!handlers) handlers = RunModuleHandlers(registered, *set, catalog);
     return *handlers;
   }
@@ -83,10 +82,10 @@ struct Cut {
 
 struct Session::State {
   ScanOptions options;
-  std::atomic<Phase> phase{Phase::kIdle};  // kAll: read by worker threads
-  std::mutex report_mu;                    // one ScanReportJson at a time
-  Recorder recorder;                    // Threads::kCurrent
-  std::unique_ptr<AllThreadsScan> all;  // Threads::kAll
+  std::atomic<Phase> phase{Phase::kIdle};        // kAll: read by worker threads
+  std::mutex report_mu;                          // one ScanReportJson at a time
+  Recorder recorder;                             // Threads::kCurrent
+  std::unique_ptr<AllThreadsScan> all;           // Threads::kAll
   std::vector<std::shared_ptr<ThreadLog>> logs;  // kAll, after Stop
   Overrides overrides;
   std::map<std::string, RegisteredModuleHandler> module_handlers;  // by module path
@@ -99,7 +98,7 @@ struct Session::State {
   int64_t unattributed_zero_cost = 0;
   OpCatalog catalog;
   MemoryAttribution memory;  // ScanOptions::memory
-  Planned calls;  // every call of the scan, after Stop
+  Planned calls;             // every call of the scan, after Stop
   // Streaming kAll scans: nonzero while a snapshot reads the logs at its cuts (no fold may move them).
   std::shared_ptr<std::atomic<int>> folds_paused = std::make_shared<std::atomic<int>>(0);
 
@@ -178,17 +177,16 @@ absl::Status CheckOpName(std::string_view op) {
   const std::string s = CanonicalOp(op);
   const auto sep = s.find("::");
   if (sep == std::string::npos || sep == 0 || sep + 2 >= s.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "torchscan: operator names look like \"aten::relu\" (namespace::name, no overload); got \"",
-        std::string(op), "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("torchscan: operator names look like \"aten::relu\" (namespace::name, no overload); got \"",
+                     std::string(op), "\""));
   }
   return absl::OkStatus();
 }
 
 nlohmann::json TensorJson(const TensorMeta& t) {
   if (!t.defined) return nullptr;
-  nlohmann::json j = {{"dtype", reports::DtypeName(t.dtype)},
-                      {"device", reports::DeviceName(t.device)}};
+  nlohmann::json j = {{"dtype", reports::DtypeName(t.dtype)}, {"device", reports::DeviceName(t.device)}};
   if (t.nested) {
     j["shape"] = nullptr;
   } else {
@@ -199,34 +197,41 @@ nlohmann::json TensorJson(const TensorMeta& t) {
 
 nlohmann::json ArgJson(const ArgMeta& a) {
   switch (a.kind) {
-    case ArgKind::kNone: return nullptr;
-    case ArgKind::kTensor: return TensorJson(a.tensor());
-    case ArgKind::kInt: return a.to_int();
-    case ArgKind::kDouble: return a.to_double();
-    case ArgKind::kBool: return a.to_bool();
-    case ArgKind::kIntList: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+    case ArgKind::kNone:
+      return nullptr;
+    case ArgKind::kTensor:
+      return TensorJson(a.tensor());
+    case ArgKind::kInt:
+      return a.to_int();
+    case ArgKind::kDouble:
+      return a.to_double();
+    case ArgKind::kBool:
+      return a.to_bool();
+    case ArgKind::kIntList:
+      return std::vector<int64_t>(a.ints().begin(), a.ints().end());
     case ArgKind::kBoolList: {
       nlohmann::json l = nlohmann::json::array();
       for (int64_t b : a.ints()) l.push_back(b != 0);
       return l;
     }
-    case ArgKind::kDoubleList: return std::vector<double>(a.doubles().begin(), a.doubles().end());
+    case ArgKind::kDoubleList:
+      return std::vector<double>(a.doubles().begin(), a.doubles().end());
     case ArgKind::kTensorList: {
       nlohmann::json l = nlohmann::json::array();
       for (const auto& t : a.tensors()) l.push_back(TensorJson(t));
       return l;
     }
-    case ArgKind::kString: return std::string(a.str());
-    case ArgKind::kOther: return {{"__other__", true}};
+    case ArgKind::kString:
+      return std::string(a.str());
+    case ArgKind::kOther:
+      return {{"__other__", true}};
   }
   return nullptr;
 }
 
 }  // namespace
 
-Session::Session(ScanOptions options) : state_(std::make_unique<State>()) {
-  state_->options = std::move(options);
-}
+Session::Session(ScanOptions options) : state_(std::make_unique<State>()) { state_->options = std::move(options); }
 
 Session::~Session() {
   if (!state_ || state_->phase != Phase::kActive) return;
@@ -240,8 +245,9 @@ Session::~Session() {
   }
   // Still linked into another thread's scan chain that we cannot reach safely:
   // keep the recorder alive rather than leave that thread a dangling pointer.
-  TORCH_WARN("torchscan: a Session was destroyed while its scan was active on another thread; "
-             "its recorder is leaked to keep that thread safe");
+  TORCH_WARN(
+      "torchscan: a Session was destroyed while its scan was active on another thread; "
+      "its recorder is leaked to keep that thread safe");
   (void)state_.release();
 }
 
@@ -281,8 +287,8 @@ Status Session::SetModuleHandler(std::string_view path, ModuleHandler handler, M
     }
     for (const std::string& m : options.metrics) {
       if (m != "module_flops" && m != "macs" && m != "dmas") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "torchscan: module handler metric \"", m, "\" is not one of module_flops, macs, dmas"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("torchscan: module handler metric \"", m, "\" is not one of module_flops, macs, dmas"));
       }
     }
     const std::string key(path);
@@ -302,16 +308,17 @@ absl::Status StopCurrentThreadScan(Session::State& s);
 absl::Status CheckStreaming(const Session::State& s) {
   if (!s.options.streaming) return absl::OkStatus();
   auto refuse = [](const char* what) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "torchscan: a streaming scan (ScanOptions::streaming) keeps sums, not calls, so it cannot take ", what,
-        "; start a full scan (streaming off) for it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("torchscan: a streaming scan (ScanOptions::streaming) keeps sums, not calls, so it cannot take ",
+                     what, "; start a full scan (streaming off) for it"));
   };
   if (s.options.memory) return refuse("memory attribution (ScanOptions::memory)");
   if (s.options.timestamps) return refuse("traces (ScanOptions::timestamps)");
   if (!s.module_handlers.empty()) return refuse("module handlers (Session::SetModuleHandler)");
   if (!s.overrides.deferred.empty()) return refuse("deferred caller formulas (Session::DeferOperatorFormula)");
   if (s.options.fold_every == 0) {
-    return absl::InvalidArgumentError("torchscan: ScanOptions::fold_every must be at least 1 (calls held before a fold)");
+    return absl::InvalidArgumentError(
+        "torchscan: ScanOptions::fold_every must be at least 1 (calls held before a fold)");
   }
   return absl::OkStatus();
 }
@@ -433,7 +440,8 @@ absl::Status StopCurrentThreadScan(Session::State& s) {
     ++orphans;
   }
   if (orphans > 0) {
-    TORCH_WARN("torchscan: ", orphans, " scan(s) started inside this one were never stopped; "
+    TORCH_WARN("torchscan: ", orphans,
+               " scan(s) started inside this one were never stopped; "
                "they were stopped with it and report the calls made until now");
   }
   // Pauses this scan took and never resumed (an interrupt between the two)
@@ -468,7 +476,8 @@ absl::Status WithThreadRecorder(Session::State& s, absl::FunctionRef<absl::Statu
   std::shared_ptr<ThreadLog> log = AllThreadsLog();
   if (!log) return absl::FailedPreconditionError("torchscan: this scan is not active");
   log->Lock();
-  absl::Status st = log->sealed ? absl::FailedPreconditionError("torchscan: this scan is not active") : f(log->recorder);
+  absl::Status st =
+      log->sealed ? absl::FailedPreconditionError("torchscan: this scan is not active") : f(log->recorder);
   log->Unlock();
   return st;
 }
@@ -601,8 +610,12 @@ StatusOr<std::string> Session::DeferredCallsJson() {
         out = nlohmann::json::array();
         for (const auto& o : e.outputs()) out.push_back(ArgJson(o));
       }
-      calls.push_back({{"index", i}, {"op", info.packet}, {"overload", info.overload},
-                       {"args", args}, {"kwargs", kwargs}, {"out", out}});
+      calls.push_back({{"index", i},
+                       {"op", info.packet},
+                       {"overload", info.overload},
+                       {"args", args},
+                       {"kwargs", kwargs},
+                       {"out", out}});
     }
     return calls.dump();
   }());
@@ -702,7 +715,8 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, boo
       std::vector<FieldQuery> asked;
       for (size_t i = 0; i < scopes.size(); ++i) {
         if (folded_row(i) || scopes[i].begin_event < static_cast<int64_t>(flow.begin) ||
-            scopes[i].begin_event > static_cast<int64_t>(flow.end) || (set.flows.size() > 1 && scopes[i].thread != flow.thread)) {
+            scopes[i].begin_event > static_cast<int64_t>(flow.end) ||
+            (set.flows.size() > 1 && scopes[i].thread != flow.thread)) {
           continue;
         }
         mine.push_back(i);
@@ -858,11 +872,13 @@ StatusOr<std::string> Session::TrafficJson(const ReportFilter& filter) {
 // The memory report of the whole scan (ScanOptions::memory).
 static absl::StatusOr<nlohmann::json> MemoryPart(Session::State& s, Planned& p) {
   if (!s.options.memory) {
-    return absl::FailedPreconditionError("torchscan: this scan did not attribute memory; start it with "
-                                         "memory=True (Python) or ScanOptions::memory = true (C++)");
+    return absl::FailedPreconditionError(
+        "torchscan: this scan did not attribute memory; start it with "
+        "memory=True (Python) or ScanOptions::memory = true (C++)");
   }
   if (p.set->memory == nullptr) {
-    return absl::InvalidArgumentError("torchscan: the memory report covers the whole scan; ask for it without a filter");
+    return absl::InvalidArgumentError(
+        "torchscan: the memory report covers the whole scan; ask for it without a filter");
   }
   return MemoryJson(p.Memory(s.catalog), s.options.scope);
 }
@@ -886,8 +902,9 @@ StatusOr<std::string> Session::TraceJson() {
       return absl::FailedPreconditionError("torchscan: the trace is available once the scan has stopped");
     }
     if (!s.options.timestamps) {
-      return absl::FailedPreconditionError("torchscan: this scan took no timestamps; start it with trace=True (Python) "
-                                           "or ScanOptions::timestamps = true (C++)");
+      return absl::FailedPreconditionError(
+          "torchscan: this scan took no timestamps; start it with trace=True (Python) "
+          "or ScanOptions::timestamps = true (C++)");
     }
     Planned& p = s.Calls();
     const TrafficResult t = ComputeTraffic(p.set->events(), p.Plan(s.catalog, s.overrides), s.catalog, s.overrides);
@@ -1071,7 +1088,8 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
       }
       const EventSet& set = whole ? *p.set : *part.set;
       const int64_t folded_calls = set.folded() ? set.folded()->calls : 0;
-      j["threads"].push_back({{"thread", number}, {"name", name},
+      j["threads"].push_back({{"thread", number},
+                              {"name", name},
                               {"calls", static_cast<int64_t>(set.events().size()) + folded_calls},
                               {"totals", total_of(part, whole)}});
     }
@@ -1110,9 +1128,9 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
       nlohmann::json totals = nlohmann::json::object();
       for (int m = 0; m < 4; ++m) {
         if (!(m == 0 ? op_view : module_view)) continue;
-        totals[reports::kLayerMetricNames[m]] = reports::MetricJson(
-            {row.complete[m] ? MetricStatus::kComplete : MetricStatus::kPartial, row.known[m],
-             reports::kLayerMetricUnits[m], s.options.scope, reports::kLayerMetricMethods[m]});
+        totals[reports::kLayerMetricNames[m]] =
+            reports::MetricJson({row.complete[m] ? MetricStatus::kComplete : MetricStatus::kPartial, row.known[m],
+                                 reports::kLayerMetricUnits[m], s.options.scope, reports::kLayerMetricMethods[m]});
       }
       return nlohmann::json{{"request", id}, {"calls", calls}, {"totals", totals}};
     };
@@ -1133,8 +1151,8 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
       held.request_calls = request_calls;
       held.times = p.set->times;
       aggregate.Add(held);
-      j["aggregate"] = aggregate.Json(s.options.scope, {op_view, module_view, module_view, module_view},
-                                      held.times != nullptr);
+      j["aggregate"] =
+          aggregate.Json(s.options.scope, {op_view, module_view, module_view, module_view}, held.times != nullptr);
       for (const LayerAggregate::KeptRequest& k : aggregate.kept()) {
         j["requests"].push_back(request_json(k.id, k.calls, k.totals));
       }

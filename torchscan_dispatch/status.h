@@ -68,7 +68,7 @@ class BadStatusAccess : public std::runtime_error {
 template <class T>
 class StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit, like a return value
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit, like a return value
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
     if (status_.ok()) status_ = Status(StatusCode::kInternal, "torchscan: StatusOr made from an OK Status");
   }

@@ -44,9 +44,9 @@ namespace torchscan {
 struct FoldedRow {
   std::array<Count, 4> known = {0, 0, 0, 0};
   std::array<bool, 4> complete = {true, true, true, true};
-  bool folded = false;           // this row holds values (its module call or request was folded)
-  int64_t calls = 0;             // requests: calls made in it
-  std::optional<Field> field;    // module calls: the output's field (nullopt: not seen)
+  bool folded = false;         // this row holds values (its module call or request was folded)
+  int64_t calls = 0;           // requests: calls made in it
+  std::optional<Field> field;  // module calls: the output's field (nullopt: not seen)
 };
 
 // A report row (a module call's or a request's) starting from what its
@@ -62,8 +62,8 @@ struct Folded {
   OperatorSums operators;
   ModuleSums modules;
   CommunicationSums communication;
-  std::vector<FoldedRow> scopes;    // by module scope; the scopes closed before the calls held
-  std::vector<FoldedRow> requests;  // by request
+  std::vector<FoldedRow> scopes;         // by module scope; the scopes closed before the calls held
+  std::vector<FoldedRow> requests;       // by request
   std::set<std::string> operators_seen;  // "aten::add.Tensor", for RecordedOperators
   // Recorder::aggregate_layers: the folded module calls and requests, aggregated
   // (scopes and requests above stay empty).
@@ -100,7 +100,7 @@ class Folder {
  private:
   const Overrides* overrides_;  // the session's caller formulas (fixed while the scan runs)
   std::shared_ptr<const std::atomic<int>> paused_;
-  OpCatalog catalog_;           // this recorder's own: folds run on the recording thread
+  OpCatalog catalog_;  // this recorder's own: folds run on the recording thread
   Folded folded_;
   std::unordered_set<c10::OperatorHandle> seen_;  // operators named in folded_.operators_seen
   FieldFlow fields_;

@@ -176,16 +176,98 @@ int64_t Wrap(int64_t d, int64_t n) { return d < 0 ? d + n : d; }
 // Elementwise operators (in-place variants too, with a trailing '_'): the
 // value at a position reads the inputs at that position (broadcasting).
 const std::unordered_set<std::string>& Pointwise() {
-  static const auto* names = new std::unordered_set<std::string>{
-      "add", "sub", "rsub", "mul", "div", "true_divide", "neg", "pow", "rsqrt", "sqrt", "exp", "exp2", "log",
-      "log1p", "log2", "expm1", "tanh", "sigmoid", "relu", "gelu", "silu", "mish", "hardtanh", "leaky_relu", "elu",
-      "selu", "celu", "softplus", "hardswish", "hardsigmoid", "abs", "sin", "cos", "reciprocal", "square", "clamp",
-      "clamp_min", "clamp_max", "minimum", "maximum", "where", "masked_fill", "erf", "erfc", "logical_not",
-      "logical_and", "logical_or", "sign", "floor", "ceil", "round", "trunc", "lerp", "addcmul", "addcdiv", "_to_copy",
-      "to", "clone", "contiguous", "detach", "alias", "lift_fresh", "type_as", "dropout", "native_dropout",
-      "feature_dropout", "alpha_dropout", "nan_to_num", "threshold", "relu6", "tan", "atan", "sinh", "cosh", "eq",
-      "ne", "lt", "le", "gt", "ge", "bitwise_not", "float_power", "fmod", "remainder", "_conj", "resolve_conj",
-      "resolve_neg", "positive", "expand", "expand_as", "broadcast_to", "copy"};
+  static const auto* names = new std::unordered_set<std::string>{"add",
+                                                                 "sub",
+                                                                 "rsub",
+                                                                 "mul",
+                                                                 "div",
+                                                                 "true_divide",
+                                                                 "neg",
+                                                                 "pow",
+                                                                 "rsqrt",
+                                                                 "sqrt",
+                                                                 "exp",
+                                                                 "exp2",
+                                                                 "log",
+                                                                 "log1p",
+                                                                 "log2",
+                                                                 "expm1",
+                                                                 "tanh",
+                                                                 "sigmoid",
+                                                                 "relu",
+                                                                 "gelu",
+                                                                 "silu",
+                                                                 "mish",
+                                                                 "hardtanh",
+                                                                 "leaky_relu",
+                                                                 "elu",
+                                                                 "selu",
+                                                                 "celu",
+                                                                 "softplus",
+                                                                 "hardswish",
+                                                                 "hardsigmoid",
+                                                                 "abs",
+                                                                 "sin",
+                                                                 "cos",
+                                                                 "reciprocal",
+                                                                 "square",
+                                                                 "clamp",
+                                                                 "clamp_min",
+                                                                 "clamp_max",
+                                                                 "minimum",
+                                                                 "maximum",
+                                                                 "where",
+                                                                 "masked_fill",
+                                                                 "erf",
+                                                                 "erfc",
+                                                                 "logical_not",
+                                                                 "logical_and",
+                                                                 "logical_or",
+                                                                 "sign",
+                                                                 "floor",
+                                                                 "ceil",
+                                                                 "round",
+                                                                 "trunc",
+                                                                 "lerp",
+                                                                 "addcmul",
+                                                                 "addcdiv",
+                                                                 "_to_copy",
+                                                                 "to",
+                                                                 "clone",
+                                                                 "contiguous",
+                                                                 "detach",
+                                                                 "alias",
+                                                                 "lift_fresh",
+                                                                 "type_as",
+                                                                 "dropout",
+                                                                 "native_dropout",
+                                                                 "feature_dropout",
+                                                                 "alpha_dropout",
+                                                                 "nan_to_num",
+                                                                 "threshold",
+                                                                 "relu6",
+                                                                 "tan",
+                                                                 "atan",
+                                                                 "sinh",
+                                                                 "cosh",
+                                                                 "eq",
+                                                                 "ne",
+                                                                 "lt",
+                                                                 "le",
+                                                                 "gt",
+                                                                 "ge",
+                                                                 "bitwise_not",
+                                                                 "float_power",
+                                                                 "fmod",
+                                                                 "remainder",
+                                                                 "_conj",
+                                                                 "resolve_conj",
+                                                                 "resolve_neg",
+                                                                 "positive",
+                                                                 "expand",
+                                                                 "expand_as",
+                                                                 "broadcast_to",
+                                                                 "copy"};
   return *names;
 }
 
@@ -193,26 +275,30 @@ const std::unordered_set<std::string>& Pointwise() {
 // that overwrite their input.
 const std::unordered_set<std::string>& ShapeOnly() {
   static const auto* names = new std::unordered_set<std::string>{
-      "ones_like", "zeros_like", "empty_like", "full_like", "rand_like", "randn_like", "new_empty", "new_zeros",
-      "new_ones", "new_full", "new_empty_strided", "fill_", "zero_", "normal_", "uniform_", "bernoulli_", "size",
-      "sym_size", "stride", "sym_stride", "numel", "sym_numel", "dim"};
+      "ones_like", "zeros_like", "empty_like", "full_like",         "rand_like", "randn_like", "new_empty",
+      "new_zeros", "new_ones",   "new_full",   "new_empty_strided", "fill_",     "zero_",      "normal_",
+      "uniform_",  "bernoulli_", "size",       "sym_size",          "stride",    "sym_stride", "numel",
+      "sym_numel", "dim"};
   return *names;
 }
 
 const std::unordered_set<std::string>& Views() {
   static const auto* names = new std::unordered_set<std::string>{
-      "view", "_unsafe_view", "reshape", "_reshape_alias", "view_copy", "reshape_as", "view_as", "flatten",
-      "unflatten", "squeeze", "squeeze_", "unsqueeze", "unsqueeze_", "squeeze_copy", "unsqueeze_copy"};
+      "view",       "_unsafe_view", "reshape",    "_reshape_alias", "view_copy",
+      "reshape_as", "view_as",      "flatten",    "unflatten",      "squeeze",
+      "squeeze_",   "unsqueeze",    "unsqueeze_", "squeeze_copy",   "unsqueeze_copy"};
   return *names;
 }
 
 // Operators whose result may share its input's memory.
 const std::unordered_set<std::string>& ViewOps() {
   static const auto* names = new std::unordered_set<std::string>{
-      "view", "_unsafe_view", "reshape", "_reshape_alias", "reshape_as", "view_as", "flatten", "unflatten", "squeeze",
-      "unsqueeze", "permute", "transpose", "t", "swapaxes", "movedim", "slice", "narrow", "select", "expand",
-      "expand_as", "broadcast_to", "alias", "detach", "unbind", "split", "split_with_sizes", "chunk", "tensor_split",
-      "diagonal", "as_strided", "unfold", "contiguous", "to", "_to_copy", "view_as_real", "view_as_complex"};
+      "view",    "_unsafe_view",     "reshape",      "_reshape_alias", "reshape_as",   "view_as",
+      "flatten", "unflatten",        "squeeze",      "unsqueeze",      "permute",      "transpose",
+      "t",       "swapaxes",         "movedim",      "slice",          "narrow",       "select",
+      "expand",  "expand_as",        "broadcast_to", "alias",          "detach",       "unbind",
+      "split",   "split_with_sizes", "chunk",        "tensor_split",   "diagonal",     "as_strided",
+      "unfold",  "contiguous",       "to",           "_to_copy",       "view_as_real", "view_as_complex"};
   return *names;
 }
 
@@ -289,9 +375,8 @@ class Pass {
       if (sc.end_event < 0 || sc.begin_event - base < begin || sc.end_event - base > end) continue;
       steps.push_back({sc.begin_event - base, sc.end_event - base, &s});
     }
-    std::sort(steps.begin(), steps.end(), [](const Range& a, const Range& b) {
-      return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
-    });
+    std::sort(steps.begin(), steps.end(),
+              [](const Range& a, const Range& b) { return a.begin != b.begin ? a.begin < b.begin : a.end > b.end; });
     size_t k = 0;
     int64_t i = begin;
     while (true) {
@@ -331,8 +416,9 @@ class Pass {
       }
       auto named = NameRelation(*it->second, in.length);
       if (!named) {
-        res.reason = "the output's dependency on an input is none of the relations the schema names (none, "
-                     "same_position, prefix, all), e.g. a sliding window, or key padding next to a residual path";
+        res.reason =
+            "the output's dependency on an input is none of the relations the schema names (none, "
+            "same_position, prefix, all), e.g. a sliding window, or key padding next to a residual path";
         res.sources.clear();
         return res;
       }
@@ -394,8 +480,7 @@ class Pass {
     const auto& sz = req_.output_sizes;
     const int32_t axis = s->second.axis;
     const bool fits = axis >= 0 && axis < static_cast<int32_t>(sz.size());
-    return &(flows_[req_.output] =
-                 Seed(s->second, static_cast<int32_t>(sz.size()), fits ? sz[axis] : -1, false));
+    return &(flows_[req_.output] = Seed(s->second, static_cast<int32_t>(sz.size()), fits ? sz[axis] : -1, false));
   }
 
   void Set(uintptr_t id, Flow f) {
@@ -424,15 +509,16 @@ class Pass {
     const absl::string_view name = N(call.name);
     const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
     // In-place calls that change a tensor's metadata, not its values, leave its views alone.
-    const bool metadata = base == "detach_" || base == "requires_grad_" || base == "squeeze_" ||
-                          base == "unsqueeze_" || base == "transpose_" || base == "t_" || base == "as_strided_";
+    const bool metadata = base == "detach_" || base == "requires_grad_" || base == "squeeze_" || base == "unsqueeze_" ||
+                          base == "transpose_" || base == "t_" || base == "as_strided_";
     const bool in_place = ((base.size() > 1 && base.back() == '_') || info.overload == "out") && !metadata;
     if (in_place) {
       EachTensor(call.outputs, [&](const TensorMeta& t) {
         const uintptr_t r = Root(t.identity);
         auto g = group_.find(r);
         if (g == group_.end()) return;
-        const std::string why = absl::StrCat(name, " wrote in place into a view of this tensor (or its base); "
+        const std::string why = absl::StrCat(name,
+                                             " wrote in place into a view of this tensor (or its base); "
                                              "not followed");
         for (uintptr_t id : g->second) {
           if (id != t.identity) Set(id, Lost(why));
@@ -459,7 +545,8 @@ class Pass {
   // The calling event's own outputs (`parent`, -1: none) are its rule's.
   void Forget(int64_t from, int64_t to, const std::string& lost, int64_t parent = -1) {
     std::unordered_set<uintptr_t> keep;
-    if (parent >= 0) EachTensor(ResolvedCall(events_[parent]).outputs(), [&](const TensorMeta& t) { keep.insert(t.identity); });
+    if (parent >= 0)
+      EachTensor(ResolvedCall(events_[parent]).outputs(), [&](const TensorMeta& t) { keep.insert(t.identity); });
     for (int64_t j = from; j < to; ++j) {
       const Event& e = events_[j];
       std::unordered_set<uintptr_t> ins = keep;
@@ -510,14 +597,15 @@ class Pass {
 
   // Adds `f`, whose token dim lands on output dim `dim` of `out`, to `r`.
   std::optional<std::string> Add(Flow& r, bool& any, const Flow& f, int64_t dim, const TensorMeta& out,
-                                        absl::string_view name) {
+                                 absl::string_view name) {
     if (!f.lost.empty()) return f.lost;
     if (dim < 0 || dim >= out.ndim) return absl::StrCat(name, ": the token axis leaves the result; not followed");
     if (any && r.dim != dim) {
       products_of_tokens = true;
-      return absl::StrCat(name, " combines tensors whose token positions lie on different dims (two token axes, as "
-                                "in attention scores computed with explicit products): not analysed; "
-                                "scaled_dot_product_attention is");
+      return absl::StrCat(name,
+                          " combines tensors whose token positions lie on different dims (two token axes, as "
+                          "in attention scores computed with explicit products): not analysed; "
+                          "scaled_dot_product_attention is");
     }
     auto rows = Fit(f, out.size(dim));
     if (!rows) return absl::StrCat(name, " changes the length of the token axis; not followed");
@@ -537,12 +625,15 @@ class Pass {
     Flow r;
     bool any = false;
     std::optional<std::string> err;
-    EachTensor(call.args, [&](const TensorMeta& t) {
-      if (err) return;
-      const Flow* f = Get(t);
-      if (f == nullptr) return;
-      err = Add(r, any, *f, f->dim + (out.ndim - t.ndim), out, N(call.name));
-    }, first_arg);
+    EachTensor(
+        call.args,
+        [&](const TensorMeta& t) {
+          if (err) return;
+          const Flow* f = Get(t);
+          if (f == nullptr) return;
+          err = Add(r, any, *f, f->dim + (out.ndim - t.ndim), out, N(call.name));
+        },
+        first_arg);
     if (err) return Lost(*err);
     return r;
   }
@@ -555,7 +646,8 @@ class Pass {
     const int64_t na = ta.ndim, nb = tb.ndim, no = out.ndim;
     Flow r;
     bool any = false;
-    const std::string sums = absl::StrCat(N(call.name), " sums over the token axis (a product over positions): not analysed");
+    const std::string sums =
+        absl::StrCat(N(call.name), " sums over the token axis (a product over positions): not analysed");
     if (const Flow* f = Get(ta)) {
       if (!f->lost.empty()) return *f;
       if (na == 1 || f->dim == na - 1) return Lost(sums);
@@ -632,7 +724,10 @@ class Pass {
     const TensorMeta* ts[3] = {&tq, &tk, &tv};
     for (int n = 0; n < 3; ++n) {
       if (fs[n] != nullptr && fs[n]->dim != ts[n]->ndim - 2) {
-        return Lost(absl::StrCat(name, ": the token positions of its ", n == 0 ? "query" : n == 1 ? "key" : "value",
+        return Lost(absl::StrCat(name, ": the token positions of its ",
+                                 n == 0   ? "query"
+                                 : n == 1 ? "key"
+                                          : "value",
                                  " are not on dim -2 (the dim it attends over)"));
       }
     }
@@ -651,15 +746,16 @@ class Pass {
     if (mask.is_tensor() && mask.tensor().defined) {
       auto it = req_.masks.find(mask.tensor().identity);
       if (it == req_.masks.end()) {
-        return Lost(absl::StrCat(name, ": its attn_mask is neither an argument nor a buffer of the module call (it "
-                                       "was computed inside it); mask values, which decide the relation, are not "
-                                       "recorded"));
+        return Lost(absl::StrCat(name,
+                                 ": its attn_mask is neither an argument nor a buffer of the module call (it "
+                                 "was computed inside it); mask values, which decide the relation, are not "
+                                 "recorded"));
       }
       const TokenMask& m = it->second;
       if (!m.reason.empty()) return Lost(absl::StrCat(name, ": attn_mask ", m.reason));
       if ((m.rows != 1 && m.rows != L) || (m.cols != 1 && m.cols != S)) {
-        return Lost(absl::StrCat(name, ": attn_mask's last dims (", m.rows, ", ", m.cols, ") do not broadcast to (",
-                                 L, ", ", S, ")"));
+        return Lost(absl::StrCat(name, ": attn_mask's last dims (", m.rows, ", ", m.cols, ") do not broadcast to (", L,
+                                 ", ", S, ")"));
       }
       for (int64_t i = 0; i < L; ++i) {
         const int64_t r = m.rows == 1 ? 0 : i;
@@ -754,8 +850,10 @@ class Pass {
           b = Wrap(call.arg(2).to_int(), in.ndim);
         }
         if (in.ndim < 2) return f;
-        if (f.dim == a) r.dim = static_cast<int32_t>(b);
-        else if (f.dim == b) r.dim = static_cast<int32_t>(a);
+        if (f.dim == a)
+          r.dim = static_cast<int32_t>(b);
+        else if (f.dim == b)
+          r.dim = static_cast<int32_t>(a);
       }
       return r;
     }
@@ -836,8 +934,8 @@ class Pass {
     const Flow* fp = Get(x.tensor());
     if (fp == nullptr) return std::nullopt;
     const bool unbind = base == "unbind" || base == "unbind_copy";
-    const bool split = absl::StartsWith(base, "split") || absl::StartsWith(base, "unsafe_split") ||
-                       base == "chunk" || base == "unsafe_chunk" || base == "tensor_split";
+    const bool split = absl::StartsWith(base, "split") || absl::StartsWith(base, "unsafe_split") || base == "chunk" ||
+                       base == "unsafe_chunk" || base == "tensor_split";
     if (!unbind && !split) return std::nullopt;
     const TensorMeta& in = x.tensor();
     const size_t dim_arg = unbind ? 1 : 2;
@@ -990,7 +1088,8 @@ class Pass {
     const std::string& path = recorder_.scopes()[s.scope].path;
     const std::string who = path.empty() ? "(root)" : path;
     const auto& sc = recorder_.scopes()[s.scope];
-    Forget(sc.begin_event - recorder_.folded(), sc.end_event - recorder_.folded(), absl::StrCat("a tensor made inside ", who, " other than its primary output"));
+    Forget(sc.begin_event - recorder_.folded(), sc.end_event - recorder_.folded(),
+           absl::StrCat("a tensor made inside ", who, " other than its primary output"));
     if (!s.reason.empty()) {
       Set(s.output, Lost(absl::StrCat(who, ": ", s.reason)));
       return;
@@ -1167,7 +1266,8 @@ std::string TokenFlowJson(std::string_view text) {
   }
   nlohmann::json out = {{"status", "complete"}, {"output_axis", r.output_axis}, {"output_length", r.output_length}};
   out["sources"] = nlohmann::json::array();
-  for (const auto& [source, rel] : r.sources) out["sources"].push_back({{"source", source}, {"relation", RelationJson(rel)}});
+  for (const auto& [source, rel] : r.sources)
+    out["sources"].push_back({{"source", source}, {"relation", RelationJson(rel)}});
   return out.dump();
 }
 

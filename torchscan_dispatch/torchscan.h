@@ -74,9 +74,9 @@ struct ModuleCall {
   int32_t call_index = 0;
   int32_t depth = 0;
   struct Op {
-    std::string name;  // "aten::mm"
-    OpCall call;       // valid while the handler runs
-    bool own = true;   // made by this call itself, not by a module call inside it
+    std::string name;     // "aten::mm"
+    OpCall call;          // valid while the handler runs
+    bool own = true;      // made by this call itself, not by a module call inside it
     bool nested = false;  // made inside another operator call listed here (part of its work)
   };
   std::vector<Op> ops;
@@ -224,9 +224,9 @@ struct LayerRow {
   // receptive_field, effective_stride, effective_padding of the output.
   struct Field {
     MetricStatus status = MetricStatus::kUnavailable;  // complete or unavailable
-    double value = 0;             // when complete
-    bool not_applicable = false;  // method "not_applicable" (no spatial axes), else "data_flow"
-    std::string reason;           // why, when unavailable
+    double value = 0;                                  // when complete
+    bool not_applicable = false;                       // method "not_applicable" (no spatial axes), else "data_flow"
+    std::string reason;                                // why, when unavailable
     // (output dimension, value) per spatial axis followed, also when the
     // axes differ (unavailable: no single value).
     std::vector<std::pair<int32_t, double>> axes;
@@ -260,7 +260,7 @@ class Session {
   // is paused (TorchScan's own analysis or a torch.compile compile runs on
   // it): the scan would count none of its calls.
   Status Start();
-  Status Stop();   // same thread; innermost scan first
+  Status Stop();  // same thread; innermost scan first
   bool active() const;
   size_t recorded_calls() const;
   // Calls held in memory now: recorded_calls() less those a streaming scan folded.

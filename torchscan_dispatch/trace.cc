@@ -56,7 +56,10 @@ nlohmann::json TraceJson(const EventSet& set, const std::vector<TraceThread>& th
   auto tid = [first_thread](int64_t thread) { return thread > 0 ? thread : first_thread; };
 
   nlohmann::json out = nlohmann::json::array();
-  out.push_back({{"ph", "M"}, {"pid", 1}, {"tid", first_thread}, {"name", "process_name"},
+  out.push_back({{"ph", "M"},
+                 {"pid", 1},
+                 {"tid", first_thread},
+                 {"name", "process_name"},
                  {"args", {{"name", "torchscan scan"}}}});
   const size_t metadata = out.size();  // thread names go here once known to have slices
   std::set<int64_t> used;              // threads with a slice
@@ -72,9 +75,14 @@ nlohmann::json TraceJson(const EventSet& set, const std::vector<TraceThread>& th
     request_args(args, s.request);
     used.insert(tid(s.thread));
     if (s.request >= 0) chains[s.request].emplace_back(s.begin_ns, out.size());
-    out.push_back({{"ph", "X"}, {"pid", 1}, {"tid", tid(s.thread)}, {"cat", "module"},
+    out.push_back({{"ph", "X"},
+                   {"pid", 1},
+                   {"tid", tid(s.thread)},
+                   {"cat", "module"},
                    {"name", s.path.empty() ? std::string("(root)") : s.path},
-                   {"ts", Micros(s.begin_ns, origin)}, {"dur", Micros(end, s.begin_ns)}, {"args", args}});
+                   {"ts", Micros(s.begin_ns, origin)},
+                   {"dur", Micros(end, s.begin_ns)},
+                   {"args", args}});
   }
   size_t next_start = 0;  // in set.thread_starts
   int64_t thread = first_thread;
@@ -97,8 +105,14 @@ nlohmann::json TraceJson(const EventSet& set, const std::vector<TraceThread>& th
     // Calls outside any module call are a request's slices too (a server's
     // input preparation); calls inside one are reached through it.
     if (e.request >= 0 && e.parent < 0 && e.scope < 0) chains[e.request].emplace_back(times[2 * i], out.size());
-    out.push_back({{"ph", "X"}, {"pid", 1}, {"tid", tid(thread)}, {"cat", "operator"}, {"name", catalog.Get(e.op()).packet},
-                   {"ts", Micros(times[2 * i], origin)}, {"dur", Micros(end, times[2 * i])}, {"args", args}});
+    out.push_back({{"ph", "X"},
+                   {"pid", 1},
+                   {"tid", tid(thread)},
+                   {"cat", "operator"},
+                   {"name", catalog.Get(e.op()).packet},
+                   {"ts", Micros(times[2 * i], origin)},
+                   {"dur", Micros(end, times[2 * i])},
+                   {"args", args}});
   }
   // Requests as flows: one per request (id: its index + 1), through its
   // module slices and the top-level calls it made outside them, in the order
@@ -132,12 +146,14 @@ nlohmann::json TraceJson(const EventSet& set, const std::vector<TraceThread>& th
   out.insert(out.begin() + static_cast<std::ptrdiff_t>(metadata), names.begin(), names.end());
   return {{"traceEvents", out},
           {"displayTimeUnit", "ns"},
-          {"otherData", {{"producer", "torchscan"},
-                         {"meaning", "module and operator calls of one scan, one track per thread; operator slices "
-                                     "of the kernels the operator view counts carry their FLOPs (null when not "
-                                     "known) and the bytes their operands and results hold; each request is a "
-                                     "flow (bind_id: its index + 1) through its module slices and the top-level "
-                                     "calls it made outside them"}}}};
+          {"otherData",
+           {{"producer", "torchscan"},
+            {"meaning",
+             "module and operator calls of one scan, one track per thread; operator slices "
+             "of the kernels the operator view counts carry their FLOPs (null when not "
+             "known) and the bytes their operands and results hold; each request is a "
+             "flow (bind_id: its index + 1) through its module slices and the top-level "
+             "calls it made outside them"}}}};
 }
 
 }  // namespace torchscan

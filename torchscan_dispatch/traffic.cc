@@ -11,22 +11,40 @@ namespace {
 
 // Products, convolutions and attention that are not native (FlopCounterMode)
 // rows: every native row is one of these families already.
-constexpr std::string_view kFallbackMatmuls[] = {
-    "aten::dot", "aten::vdot", "aten::mv", "aten::addmv", "aten::addbmm", "aten::addr", "aten::_int_mm",
-    "aten::_grouped_mm", "aten::_addmm_activation", "aten::mkldnn_convolution", "aten::mkldnn_rnn_layer",
-    "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_native_multi_head_attention",
-    "aten::_transformer_encoder_layer_fwd", "aten::matmul", "aten::linear"};
+constexpr std::string_view kFallbackMatmuls[] = {"aten::dot",
+                                                 "aten::vdot",
+                                                 "aten::mv",
+                                                 "aten::addmv",
+                                                 "aten::addbmm",
+                                                 "aten::addr",
+                                                 "aten::_int_mm",
+                                                 "aten::_grouped_mm",
+                                                 "aten::_addmm_activation",
+                                                 "aten::mkldnn_convolution",
+                                                 "aten::mkldnn_rnn_layer",
+                                                 "aten::_scaled_dot_product_flash_attention_for_cpu",
+                                                 "aten::_native_multi_head_attention",
+                                                 "aten::_transformer_encoder_layer_fwd",
+                                                 "aten::matmul",
+                                                 "aten::linear"};
 
 // Rows that compute over a whole axis, whatever their output's size.
-constexpr std::string_view kReductionRows[] = {
-    "aten::cumsum", "aten::cumprod", "aten::_softmax", "aten::_safe_softmax", "aten::_log_softmax",
-    "aten::native_layer_norm", "aten::native_group_norm", "aten::rms_norm", "aten::logsumexp",
-    "aten::_weight_norm", "aten::_weight_norm_interface"};
+constexpr std::string_view kReductionRows[] = {"aten::cumsum",
+                                               "aten::cumprod",
+                                               "aten::_softmax",
+                                               "aten::_safe_softmax",
+                                               "aten::_log_softmax",
+                                               "aten::native_layer_norm",
+                                               "aten::native_group_norm",
+                                               "aten::rms_norm",
+                                               "aten::logsumexp",
+                                               "aten::_weight_norm",
+                                               "aten::_weight_norm_interface"};
 
 // Pointwise-flagged rows that scatter or select data-dependently: not fused.
-constexpr std::string_view kIndexRows[] = {"aten::nonzero", "aten::scatter", "aten::scatter_add",
+constexpr std::string_view kIndexRows[] = {"aten::nonzero",        "aten::scatter",   "aten::scatter_add",
                                            "aten::scatter_reduce", "aten::index_put", "aten::_index_put_impl",
-                                           "aten::masked_scatter", "aten::isin", "aten::col2im"};
+                                           "aten::masked_scatter", "aten::isin",      "aten::col2im"};
 
 template <size_t N>
 bool In(const std::string_view (&list)[N], std::string_view name) {
@@ -117,7 +135,7 @@ struct Version {
 };
 
 struct Flow {
-  std::vector<std::vector<Use>> inputs;                     // per kernel
+  std::vector<std::vector<Use>> inputs;                         // per kernel
   std::vector<std::vector<std::pair<int32_t, Bytes>>> outputs;  // per kernel: (version, bytes)
   std::vector<Version> versions;
   std::vector<bool> fusible_copy;
@@ -172,7 +190,7 @@ std::vector<int32_t> Group(const std::vector<KernelTraffic>& ks, const Flow& flo
 // workload's outputs; ChargeProgramOutputs adds the outputs a kernel of their
 // own group also reads).
 void FusedShares(std::vector<KernelTraffic>& ks, const Flow& flow, const std::vector<int32_t>& group,
-                 Bytes KernelTraffic::*read, Bytes KernelTraffic::*written) {
+                 Bytes KernelTraffic::* read, Bytes KernelTraffic::* written) {
   absl::flat_hash_set<std::pair<int32_t, uintptr_t>> seen;  // (group, operand identity)
   for (size_t k = 0; k < ks.size(); ++k) {
     const int32_t g = group[k];
@@ -183,8 +201,8 @@ void FusedShares(std::vector<KernelTraffic>& ks, const Flow& flow, const std::ve
     }
     for (const auto& [version, bytes] : flow.outputs[k]) {
       const auto& consumers = flow.versions[version].consumers;
-      const bool leaves = consumers.empty() || std::any_of(consumers.begin(), consumers.end(),
-                                                           [&](int32_t c) { return group[c] != g; });
+      const bool leaves = consumers.empty() ||
+                          std::any_of(consumers.begin(), consumers.end(), [&](int32_t c) { return group[c] != g; });
       if (leaves) (ks[k].*written).Add(bytes);
     }
   }
@@ -192,7 +210,7 @@ void FusedShares(std::vector<KernelTraffic>& ks, const Flow& flow, const std::ve
 
 // A result no kernel outside its group reads: the fused estimate keeps it
 // on chip unless it leaves the program.
-bool ReadOnlyInside(const Version& v, const std::vector<KernelTraffic>& ks, int32_t KernelTraffic::*group) {
+bool ReadOnlyInside(const Version& v, const std::vector<KernelTraffic>& ks, int32_t KernelTraffic::* group) {
   const int32_t g = ks[v.kernel].*group;
   return !v.consumers.empty() &&
          std::all_of(v.consumers.begin(), v.consumers.end(), [&](int32_t c) { return ks[c].*group == g; });
@@ -212,12 +230,18 @@ struct TrafficFlow {
 
 const char* KernelClassName(KernelClass c) {
   switch (c) {
-    case KernelClass::kMatmul: return "matmul";
-    case KernelClass::kPointwise: return "pointwise";
-    case KernelClass::kReduction: return "reduction";
-    case KernelClass::kMove: return "move";
-    case KernelClass::kOther: return "other";
-    case KernelClass::kUnknown: return "unknown";
+    case KernelClass::kMatmul:
+      return "matmul";
+    case KernelClass::kPointwise:
+      return "pointwise";
+    case KernelClass::kReduction:
+      return "reduction";
+    case KernelClass::kMove:
+      return "move";
+    case KernelClass::kOther:
+      return "other";
+    case KernelClass::kUnknown:
+      return "unknown";
   }
   return "other";
 }
@@ -265,11 +289,11 @@ TrafficResult ComputeTraffic(const BlockLog<Event>& events, const OperatorPlan& 
     if (kind == CallKind::kDecomposition) continue;  // its children are the kernels
     const bool has_children = i + 1 < events.size() && events[i + 1].parent == static_cast<int32_t>(i);
     if (kind == CallKind::kOpaque && has_children) continue;  // its children are visited (and counted)
-    const ResolvedCall rc(e);  // identities followed from call to call
+    const ResolvedCall rc(e);                                 // identities followed from call to call
     const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
-    if (kind == CallKind::kZeroCost && (info.zero_cost == ZeroCostReason::kView ||
-                                        info.zero_cost == ZeroCostReason::kMetadata ||
-                                        info.zero_cost == ZeroCostReason::kAllocation)) {
+    if (kind == CallKind::kZeroCost &&
+        (info.zero_cost == ZeroCostReason::kView || info.zero_cost == ZeroCostReason::kMetadata ||
+         info.zero_cost == ZeroCostReason::kAllocation)) {
       // Moves nothing. A view's results show its first operand's memory.
       if (info.zero_cost != ZeroCostReason::kAllocation) {
         uintptr_t source = 0;
@@ -334,8 +358,8 @@ TrafficResult ComputeTraffic(const BlockLog<Event>& events, const OperatorPlan& 
     std::vector<Use> uses;
     absl::flat_hash_set<uintptr_t> read_ids;
     // Operands read. An in-place fill or copy writes self without reading it.
-    const bool writes_self_only = in_place && (info.zero_cost == ZeroCostReason::kFill ||
-                                               info.zero_cost == ZeroCostReason::kCopy);
+    const bool writes_self_only =
+        in_place && (info.zero_cost == ZeroCostReason::kFill || info.zero_cost == ZeroCostReason::kCopy);
     // A lookup reads the rows it gathers, not its whole table: as many
     // elements of the table as it writes.
     const std::string_view fname = FunctionalName(info.name);
@@ -437,9 +461,12 @@ nlohmann::json CountJson(const Count& c) {
 
 const char* StatusName(MetricStatus s) {
   switch (s) {
-    case MetricStatus::kComplete: return "complete";
-    case MetricStatus::kPartial: return "partial";
-    case MetricStatus::kUnavailable: return "unavailable";
+    case MetricStatus::kComplete:
+      return "complete";
+    case MetricStatus::kPartial:
+      return "partial";
+    case MetricStatus::kUnavailable:
+      return "unavailable";
   }
   return "unavailable";
 }

@@ -52,7 +52,7 @@ Bytes TensorBytes(const TensorMeta& t);
 struct KernelTraffic {
   int32_t event = -1;
   KernelClass kind = KernelClass::kOther;
-  Count flops = 0;                            // the operator view's value (known part)
+  Count flops = 0;  // the operator view's value (known part)
   MetricStatus flops_status = MetricStatus::kComplete;
   Bytes read, written;                        // unfused (eager)
   int32_t group = -1, group_reductions = -1;  // fused group ids (pointwise / with reductions)

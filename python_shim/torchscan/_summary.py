@@ -84,7 +84,7 @@ class SummaryReport(dict):
     the REPL, a notebook) is its table at the max_depth and receptive_field
     summary() was given. render() takes other ones."""
 
-    def __init__(self, report: Mapping = (), max_depth: Optional[int] = None, receptive_field: bool = False):
+    def __init__(self, report: Mapping = {}, max_depth: Optional[int] = None, receptive_field: bool = False):
         super().__init__(report)
         self.max_depth = max_depth
         self.receptive_field = receptive_field

@@ -10,7 +10,6 @@ import json
 import math
 import operator
 import platform
-import sys
 from collections.abc import Mapping as _MappingABC
 from threading import get_ident
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
@@ -542,7 +541,7 @@ def _layer_rows(session, scope: str, metrics: bool) -> list:
     JSON (Session::LayersJson) writes them, keys in its (sorted) order.
     metrics False: None instead of the metrics."""
     texts, ints, reals = session.layer_rows()
-    rows = []
+    rows: list = []
     t = i = r = 0
     end = len(ints)
     while i < end:
@@ -622,7 +621,7 @@ def _mark_shared_parameters(layers: list, calls: list) -> None:
     totals; a module's first row whose parameters were already counted at an
     earlier module's row says how many (shared_parameters) and where
     (shared_with), so the rendered rows add up to the totals."""
-    first = {}  # id(parameter) -> path of the first row that holds it
+    first: Dict[int, str] = {}  # id(parameter) -> path of the first row that holds it
     for layer, call in zip(layers, calls):
         if layer["call_index"] != 0:
             continue
@@ -649,8 +648,8 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     module_report = scan.module_report() if full else None
     diagnostics = []
     layers = []
-    stats = {}  # per module, not per call: a module called in a loop has many rows
-    type_names = {}  # per module class
+    stats: dict = {}  # per module, not per call: a module called in a loop has many rows
+    type_names: dict = {}  # per module class
     for (path, call_index, depth, failed, metrics), (mod, inputs, output, in_snapshots, out_snapshot) in zip(
             rows, calls):
         if in_snapshots is not None:
@@ -704,7 +703,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
         n = b.numel()
         buffer_elements += n
         buffer_bytes += n * b.element_size()
-    totals = {
+    totals: Dict[str, Any] = {
         "parameters": parameters,
         "trainable_parameters": trainable,
         "frozen_parameters": parameters - trainable,
@@ -712,7 +711,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
         "buffer_elements": buffer_elements,
         "buffer_bytes": buffer_bytes,
     }
-    if full:
+    if flop_report is not None and module_report is not None:  # the full mode
         totals.update({name: module_report["totals"][name] for name in _COMPUTE})
         totals["operator_flops"] = flop_report["total"]
         diagnostics += flop_report["diagnostics"] + module_report["diagnostics"]
@@ -722,7 +721,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
         flop_report = {"schema_version": 1, "context": {}, "total": totals["operator_flops"], "by_module": {},
                        "by_operator": {}, "ignored_operators": {}, "diagnostics": []}
 
-    report = {
+    report: Dict[str, Any] = {
         "schema_version": 1,
         "context": {
             "torchscan_version": torchscan.__version__, "torch_version": torch.__version__,
@@ -761,5 +760,5 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
 
 
 # The readers and summary() live in torchscan._summary (imported last: it calls crawl_module).
-from torchscan._summary import (SummaryReport, _compare_json_text, _render_json_text, _report_json,  # noqa: E402
+from torchscan._summary import (SummaryReport, _compare_json_text, _render_json_text, _report_json,  # noqa: E402, F401
                                 compare_reports, render_report, summary)

@@ -45,10 +45,9 @@ from __future__ import annotations
 
 import math
 import operator
-import sys
 from collections.abc import Mapping as _MappingABC
 from threading import get_ident
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch.nn as nn
 

@@ -18,9 +18,8 @@ import copy
 import json
 import math
 import os
-import sys
 from collections.abc import Mapping
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Dict, Optional
 
 import torch
 from torch import nn
@@ -290,7 +289,7 @@ def roofline(workload_or_module, inputs=None, *, gpu="h100-sxm", precision: str 
         return int(k["flops"])
 
     diagnostics = []
-    unknown = {}
+    unknown: Dict[str, Any] = {}
     for k in kernels:
         if k["flops_status"] != "complete":
             unknown.setdefault(k["op"], [0, k["flops_status"]])[0] += 1
@@ -350,7 +349,7 @@ def roofline(workload_or_module, inputs=None, *, gpu="h100-sxm", precision: str 
         totals["achieved_fraction_of_sol"] = sol_s * 1e3 / actual_ms
 
     # Per operator (packet) and per layer call (a scope and every scope inside it).
-    by_op = {}
+    by_op: Dict[str, Any] = {}
     for k in kernels:
         by_op.setdefault(k["op"], []).append(k)
     operators = []
@@ -362,11 +361,11 @@ def roofline(workload_or_module, inputs=None, *, gpu="h100-sxm", precision: str 
     operators.sort(key=lambda r: -max(r["compute_sol_ms"], r["memory_sol_ms"]))
 
     scopes = traffic["scopes"]
-    types = {}
+    types: Dict[str, str] = {}
     if module is not None:
         for name, m in module.named_modules():
             types.setdefault(name or module.__class__.__name__, type(m).__name__)
-    members = [[] for _ in scopes]
+    members: list = [[] for _ in scopes]
     for k in kernels:
         s = k["scope"]
         while s is not None and s >= 0:

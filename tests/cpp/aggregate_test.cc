@@ -84,9 +84,12 @@ TEST(Aggregate, GroupsByIdentityAndSignatureAndSumsEveryMetric) {
     EXPECT_EQ(l["metrics"]["operator_flops"]["status"], "complete");
   }
   const std::map<std::tuple<std::string, int, int64_t>, std::tuple<int64_t, int64_t, int64_t>> want = {
-      {{"", 0, 2}, {42, 0, 0}},           {{"", 0, 4}, {18, 0, 0}},
-      {{"fc", 0, 2}, {42, 42 * 48, 42 * 24}}, {{"fc", 1, 2}, {42, 42 * 48, 42 * 24}},
-      {{"fc", 0, 4}, {18, 18 * 96, 18 * 48}}, {{"fc", 1, 4}, {18, 18 * 96, 18 * 48}},
+      {{"", 0, 2}, {42, 0, 0}},
+      {{"", 0, 4}, {18, 0, 0}},
+      {{"fc", 0, 2}, {42, 42 * 48, 42 * 24}},
+      {{"fc", 1, 2}, {42, 42 * 48, 42 * 24}},
+      {{"fc", 0, 4}, {18, 18 * 96, 18 * 48}},
+      {{"fc", 1, 4}, {18, 18 * 96, 18 * 48}},
   };
   EXPECT_EQ(rows, want) << a["layers"].dump(1);
   EXPECT_EQ(a["layers"].size(), want.size());  // shapes are never merged

@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
     }
   }
   if (a.package.empty()) return Usage("--package is required");
-  if (a.via != "run" && a.via != "boxed_run" && a.via != "runner") return Usage("--via must be run, boxed_run or runner");
+  if (a.via != "run" && a.via != "boxed_run" && a.via != "runner")
+    return Usage("--via must be run, boxed_run or runner");
   if (a.requests < 0 || a.workers < 1) return Usage("--requests must be >= 0 and --workers >= 1");
 
   // One runner per worker, so concurrent requests never share a container.

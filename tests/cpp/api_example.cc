@@ -19,7 +19,7 @@ std::string CountFlops(const at::Tensor& x, const at::Tensor& w) {
   {
     torchscan::ScanGuard scan(session);  // this thread is scanned
     at::relu(at::matmul(x, w));
-  }                                      // stopped; dispatch TLS restored
+  }  // stopped; dispatch TLS restored
   return session.FlopReportJson().value();  // schema-v1 FlopReport
 }
 // --- README example ends ---

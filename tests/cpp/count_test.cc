@@ -91,8 +91,7 @@ TEST(Formulas, MatrixProductPastInt64IsExact) {
 TEST(Formulas, ConvolutionPastInt64IsExact) {
   // x (N=2^20, C=2^10, L=2^22), w (2^10, 2^10, K=2^12), out (2^20, 2^10, 2^22):
   // 2 * N * L_out * prod(w) = 2 * 2^20 * 2^22 * (2^10 * 2^10 * 2^12) = 2^75.
-  EXPECT_EQ(convolution::ConvFlops({int64_t{1} << 20, 1024, int64_t{1} << 22},
-                                   {1024, 1024, int64_t{1} << 12},
+  EXPECT_EQ(convolution::ConvFlops({int64_t{1} << 20, 1024, int64_t{1} << 22}, {1024, 1024, int64_t{1} << 12},
                                    {int64_t{1} << 20, 1024, int64_t{1} << 22}, false)
                 .wide(),
             Wide{1} << 75);
@@ -104,8 +103,8 @@ TEST(ReportJson, CountsPast2To64AreWrittenAsExactDigits) {
                       {"small", reports::CountJson(Count(42))},
                       {"list", {reports::CountJson(Count::FromWide(kTwo64 + 1)), "x"}}};
   EXPECT_EQ(reports::DumpJson(j),
-            std::string("{\"big\":18446744073709551616,\"list\":[18446744073709551617,\"x\"],\"max\":") +
-                kMaxDigits + ",\"small\":42}");
+            std::string("{\"big\":18446744073709551616,\"list\":[18446744073709551617,\"x\"],\"max\":") + kMaxDigits +
+                ",\"small\":42}");
   // Indented layout is nlohmann's own (the attach report uses indent 1).
   nlohmann::json plain = {{"a", {1, 2}}, {"b", {{"c", nullptr}}}, {"e", nlohmann::json::array()}};
   nlohmann::json wide = plain;
@@ -158,7 +157,10 @@ TEST(SessionCounts, CallerFormulaValuesPastInt64AreExactAndSumsPast2To128AreRefu
     ASSERT_TRUE(s.SetOperatorFormula("aten::relu", [](const OpCall&) {
                    return FormulaResult::Complete(Count::FromWide(Wide{1} << 127));
                  }).ok());
-    const std::string text = ScanText(s, [&] { at::relu(x); at::relu(x); });
+    const std::string text = ScanText(s, [&] {
+      at::relu(x);
+      at::relu(x);
+    });
     const auto r = nlohmann::json::parse(text);
     EXPECT_EQ(r["total"]["status"], "partial") << text;
     // known_value keeps the first call's 2^127 = 170141183460469231731687303715884105728.
@@ -183,9 +185,8 @@ TEST(SessionCounts, CallerFormulaValuesPastInt64AreExactAndSumsPast2To128AreRefu
 TEST(SessionCounts, NegativeCallerFormulaIsRefusedNamingTheOperator) {
   const at::Tensor x = at::ones({3});
   Session s;
-  ASSERT_TRUE(s.SetOperatorFormula("aten::relu", [](const OpCall&) {
-                 return FormulaResult::Complete(int64_t{-100});
-               }).ok());
+  ASSERT_TRUE(
+      s.SetOperatorFormula("aten::relu", [](const OpCall&) { return FormulaResult::Complete(int64_t{-100}); }).ok());
   const auto r = nlohmann::json::parse(ScanText(s, [&] { at::relu(x); }));
   // Before: relu = -100 and the total "complete".
   EXPECT_EQ(r["total"]["status"], "partial") << r.dump(1);

@@ -73,9 +73,10 @@ TEST(ScalarArithmetic, PowersCountOnePerValueWhateverTheExponent) {
 
 TEST(DtypeRules, IntegerExcludedComplexIncompleteConstantsExcluded) {
   // Integer/boolean fallback arithmetic is excluded: zero, complete.
-  EXPECT_EQ(Flops("aten::add", CallBuilder("aten::add").Tensor({2, 3}, c10::kInt).Tensor({2, 3}, c10::kInt)
-                                   .Int(1).Out({2, 3}, c10::kInt)),
-            0);
+  EXPECT_EQ(
+      Flops("aten::add",
+            CallBuilder("aten::add").Tensor({2, 3}, c10::kInt).Tensor({2, 3}, c10::kInt).Int(1).Out({2, 3}, c10::kInt)),
+      0);
   EXPECT_EQ(Flops("aten::bitwise_not", Unary("aten::bitwise_not", c10::kBool)), 0);
   // Complex stays incomplete without a caller override.
   const FormulaResult c = Evaluate("aten::exp", Unary("aten::exp", c10::kComplexFloat));
@@ -105,11 +106,12 @@ TEST(DtypeRules, IntegerExcludedComplexIncompleteConstantsExcluded) {
 TEST(Activations, SymbolicExpansionsPerElement) {
   // N = 6; counts per element from the table.
   const std::pair<const char*, int> rows[] = {
-      {"aten::hardtanh", 2},    {"aten::threshold", 2}, {"aten::hardshrink", 3}, {"aten::leaky_relu", 4},
-      {"aten::_prelu_kernel", 4}, {"aten::hardsigmoid", 4}, {"aten::sigmoid", 4}, {"aten::hardswish", 5},
-      {"aten::softshrink", 5},  {"aten::silu", 5},      {"aten::elu", 6},        {"aten::tanh", 6},
-      {"aten::celu", 7},        {"aten::selu", 7},      {"aten::log_sigmoid_forward", 7},
-      {"aten::softplus", 7},    {"aten::mish", 10},
+      {"aten::hardtanh", 2},   {"aten::threshold", 2},     {"aten::hardshrink", 3},
+      {"aten::leaky_relu", 4}, {"aten::_prelu_kernel", 4}, {"aten::hardsigmoid", 4},
+      {"aten::sigmoid", 4},    {"aten::hardswish", 5},     {"aten::softshrink", 5},
+      {"aten::silu", 5},       {"aten::elu", 6},           {"aten::tanh", 6},
+      {"aten::celu", 7},       {"aten::selu", 7},          {"aten::log_sigmoid_forward", 7},
+      {"aten::softplus", 7},   {"aten::mish", 10},
   };
   for (const auto& [op, per] : rows) EXPECT_EQ(Flops(op, Unary(op)), 6 * per) << op;
 }
@@ -141,8 +143,10 @@ TEST(Reductions, SumMeanAndMax) {
   // Reducing nothing (N = R) costs nothing: max(N - R, 0).
   EXPECT_EQ(Flops("aten::sum", CallBuilder("aten::sum").Tensor({2, 3}).Ints({}).Bool(false).None().Out({2, 3})), 0);
   // Integer sum with dtype=float computes in float: counted (dtype > out > input).
-  EXPECT_EQ(Flops("aten::sum", CallBuilder("aten::sum").Tensor({2, 3}, c10::kLong)
-                                   .Int(static_cast<int64_t>(c10::kFloat)).Out({}, c10::kFloat)),
+  EXPECT_EQ(Flops("aten::sum", CallBuilder("aten::sum")
+                                   .Tensor({2, 3}, c10::kLong)
+                                   .Int(static_cast<int64_t>(c10::kFloat))
+                                   .Out({}, c10::kFloat)),
             5);
   EXPECT_EQ(Flops("aten::sum", CallBuilder("aten::sum").Tensor({2, 3}, c10::kLong).None().Out({}, c10::kLong)), 0);
   // amax over dim 0 of (2,3) -> 3 outputs: 3 comparisons; binary max: one per value.
@@ -176,9 +180,9 @@ TEST(Softmax, StableSafeAndLog) {
     b.Tensor({2, 3}).Int(1).Bool(false).Out({2, 3});
     return b;
   };
-  EXPECT_EQ(Flops("aten::_softmax", call("aten::_softmax")), 5 * 6 - 2 * 2);          // 26
+  EXPECT_EQ(Flops("aten::_softmax", call("aten::_softmax")), 5 * 6 - 2 * 2);            // 26
   EXPECT_EQ(Flops("aten::_safe_softmax", call("aten::_safe_softmax")), 7 * 6 - 2 * 2);  // + 2N
-  EXPECT_EQ(Flops("aten::_log_softmax", call("aten::_log_softmax")), 4 * 6 - 2);      // 22
+  EXPECT_EQ(Flops("aten::_log_softmax", call("aten::_log_softmax")), 4 * 6 - 2);        // 22
 }
 
 TEST(Normalization, LayerNormRowsAndAffine) {
@@ -191,8 +195,8 @@ TEST(Normalization, LayerNormRowsAndAffine) {
     b.Double(1e-5).Out({2, 3, 4});
     return b;
   };
-  EXPECT_EQ(Flops("aten::native_layer_norm", ln(true, true)), 6 * 24 + 2 * 6 + 2 * 24);   // 204
-  EXPECT_EQ(Flops("aten::native_layer_norm", ln(false, false)), 6 * 24 + 2 * 6);          // 156
+  EXPECT_EQ(Flops("aten::native_layer_norm", ln(true, true)), 6 * 24 + 2 * 6 + 2 * 24);  // 204
+  EXPECT_EQ(Flops("aten::native_layer_norm", ln(false, false)), 6 * 24 + 2 * 6);         // 156
   // Zero batches: zero work, complete; empty rows: unsupported.
   CallBuilder empty_batch("aten::native_layer_norm");
   empty_batch.Tensor({0, 4}).Ints({4}).None().None().Double(1e-5);
@@ -219,9 +223,9 @@ TEST(Normalization, BatchNormPathsFollowTheCall) {
     b.Bool(training).Double(0.1).Double(1e-5);
     return b;
   };
-  const int64_t saved = 2 * 24 + 2 * 3 + 2 * 24;                      // 102: eval, running stats
+  const int64_t saved = 2 * 24 + 2 * 3 + 2 * 24;  // 102: eval, running stats
   EXPECT_EQ(Flops("aten::native_batch_norm", bn(false, true)), saved);
-  EXPECT_EQ(Flops("aten::native_batch_norm", bn(true, false)), saved + 4 * 24);             // batch stats
+  EXPECT_EQ(Flops("aten::native_batch_norm", bn(true, false)), saved + 4 * 24);                 // batch stats
   EXPECT_EQ(Flops("aten::native_batch_norm", bn(true, true)), saved + 4 * 24 + 3 * 3 + 5 * 3);  // + updates
   CallBuilder empty("aten::native_batch_norm");
   empty.Tensor({0, 3}).None().None().None().None().Bool(false).Double(0.1).Double(1e-5);
@@ -326,46 +330,63 @@ using testing::CallBuilder;
 TEST(Scatter, OneCombinePerIndexElementNotPerSourceValue) {
   // scatter_add(zeros(3,5), 0, index (1,5), src (3,5)): only src[0, :] is read,
   // one add per index element: 5 (not src.numel() = 15).
-  EXPECT_EQ(Flops("aten::scatter_add", CallBuilder("aten::scatter_add")
-                                           .Tensor({3, 5}).Int(0).Tensor({1, 5}, c10::kLong).Tensor({3, 5})
-                                           .Out({3, 5})),
-            5);
+  EXPECT_EQ(
+      Flops(
+          "aten::scatter_add",
+          CallBuilder("aten::scatter_add").Tensor({3, 5}).Int(0).Tensor({1, 5}, c10::kLong).Tensor({3, 5}).Out({3, 5})),
+      5);
   // scatter_reduce "mean": 5 combines + one divide per output value (15): 20.
   EXPECT_EQ(Flops("aten::scatter_reduce", CallBuilder("aten::scatter_reduce")
-                                              .Tensor({3, 5}).Int(0).Tensor({1, 5}, c10::kLong).Tensor({3, 5})
-                                              .Str("mean").Bool(true).Out({3, 5})),
+                                              .Tensor({3, 5})
+                                              .Int(0)
+                                              .Tensor({1, 5}, c10::kLong)
+                                              .Tensor({3, 5})
+                                              .Str("mean")
+                                              .Bool(true)
+                                              .Out({3, 5})),
             20);
   // scatter(reduce="add") with a src tensor or a scalar value: 5 either way.
   EXPECT_EQ(Flops("aten::scatter", CallBuilder("aten::scatter")
-                                       .Tensor({3, 5}).Int(0).Tensor({1, 5}, c10::kLong).Tensor({3, 5})
-                                       .Str("add").Out({3, 5})),
+                                       .Tensor({3, 5})
+                                       .Int(0)
+                                       .Tensor({1, 5}, c10::kLong)
+                                       .Tensor({3, 5})
+                                       .Str("add")
+                                       .Out({3, 5})),
             5);
   EXPECT_EQ(Flops("aten::scatter", CallBuilder("aten::scatter")
-                                       .Tensor({3, 5}).Int(0).Tensor({1, 5}, c10::kLong).Double(2.0)
-                                       .Str("add").Out({3, 5})),
+                                       .Tensor({3, 5})
+                                       .Int(0)
+                                       .Tensor({1, 5}, c10::kLong)
+                                       .Double(2.0)
+                                       .Str("add")
+                                       .Out({3, 5})),
             5);
 }
 
 TEST(IndexPut, AccumulateAddsOncePerIndexedPositionWithBroadcasting) {
   // zeros(4).index_put_((arange(4).repeat(25),), tensor(1.), accumulate=True):
   // 100 indexed positions, the one-element value broadcast to each: 100 adds.
-  EXPECT_EQ(Flops("aten::index_put_", CallBuilder("aten::index_put_")
-                                          .Tensor({4}).TensorList({{100}}).Tensor({}).Bool(true).Out({4})),
+  EXPECT_EQ(Flops("aten::index_put_",
+                  CallBuilder("aten::index_put_").Tensor({4}).TensorList({{100}}).Tensor({}).Bool(true).Out({4})),
             100);
   // self (6,7,8,9)[None, idx (2,1), idx (3)]: the indices broadcast to (2,3),
   // the None keeps 6 and the trailing 9 stays: 6 * 2*3 * 9 = 324.
   EXPECT_EQ(Flops("aten::index_put_", CallBuilder("aten::index_put_")
-                                          .Tensor({6, 7, 8, 9}).TensorList({{-1}, {2, 1}, {3}}).Tensor({1})
-                                          .Bool(true).Out({6, 7, 8, 9})),
+                                          .Tensor({6, 7, 8, 9})
+                                          .TensorList({{-1}, {2, 1}, {3}})
+                                          .Tensor({1})
+                                          .Bool(true)
+                                          .Out({6, 7, 8, 9})),
             6 * 2 * 3 * 9);
   // Without accumulate it is a copy.
-  EXPECT_EQ(Flops("aten::index_put_", CallBuilder("aten::index_put_")
-                                          .Tensor({4}).TensorList({{100}}).Tensor({}).Bool(false).Out({4})),
+  EXPECT_EQ(Flops("aten::index_put_",
+                  CallBuilder("aten::index_put_").Tensor({4}).TensorList({{100}}).Tensor({}).Bool(false).Out({4})),
             0);
   // A boolean mask selects a value-dependent number of positions.
-  const FormulaResult mask = Evaluate("aten::index_put", CallBuilder("aten::index_put")
-                                                             .Tensor({4}).TensorList({{4}}, c10::kBool)
-                                                             .Tensor({}).Bool(true).Out({4}));
+  const FormulaResult mask =
+      Evaluate("aten::index_put",
+               CallBuilder("aten::index_put").Tensor({4}).TensorList({{4}}, c10::kBool).Tensor({}).Bool(true).Out({4}));
   EXPECT_EQ(mask.status, MetricStatus::kUnavailable);
   EXPECT_EQ(mask.code, "data_dependent_index");
 }
@@ -375,8 +396,13 @@ TEST(Col2im, SumsWhatLandsInsideTheOutput) {
   // axis, 6 landings on 4 positions per axis: 2 channels * (36 - 16) = 40,
   // the sum rule N - R = 72 - 32.
   EXPECT_EQ(Flops("aten::col2im", CallBuilder("aten::col2im")
-                                      .Tensor({1, 8, 9}).Ints({4, 4}).Ints({2, 2}).Ints({1, 1}).Ints({0, 0})
-                                      .Ints({1, 1}).Out({1, 2, 4, 4})),
+                                      .Tensor({1, 8, 9})
+                                      .Ints({4, 4})
+                                      .Ints({2, 2})
+                                      .Ints({1, 1})
+                                      .Ints({0, 0})
+                                      .Ints({1, 1})
+                                      .Out({1, 2, 4, 4})),
             40);
   // Padding 1, 3x3 windows, stride 2 over 3x3: blocks (3+2-2-1)/2+1 = 2 per
   // axis starting at -1 and 1; block 0 spans -1..1 and lands on 0,1 (2),
@@ -384,14 +410,24 @@ TEST(Col2im, SumsWhatLandsInsideTheOutput) {
   // positions. One plane: 4*4 - 3*3 = 7 (values falling in the padding are
   // dropped, not summed).
   EXPECT_EQ(Flops("aten::col2im", CallBuilder("aten::col2im")
-                                      .Tensor({9, 4}).Ints({3, 3}).Ints({3, 3}).Ints({1, 1}).Ints({1, 1})
-                                      .Ints({2, 2}).Out({1, 3, 3})),
+                                      .Tensor({9, 4})
+                                      .Ints({3, 3})
+                                      .Ints({3, 3})
+                                      .Ints({1, 1})
+                                      .Ints({1, 1})
+                                      .Ints({2, 2})
+                                      .Out({1, 3, 3})),
             7);
   // Stride 3 with 2-wide windows over 5: blocks 0 and 1 land on {0,1} and
   // {3,4}: nothing overlaps, position 2 receives nothing: 4*4 - 4*4 = 0.
   EXPECT_EQ(Flops("aten::col2im", CallBuilder("aten::col2im")
-                                      .Tensor({1, 4, 4}).Ints({5, 5}).Ints({2, 2}).Ints({1, 1}).Ints({0, 0})
-                                      .Ints({3, 3}).Out({1, 1, 5, 5})),
+                                      .Tensor({1, 4, 4})
+                                      .Ints({5, 5})
+                                      .Ints({2, 2})
+                                      .Ints({1, 1})
+                                      .Ints({0, 0})
+                                      .Ints({3, 3})
+                                      .Out({1, 1, 5, 5})),
             0);
 }
 
@@ -406,8 +442,11 @@ TEST(Resolve, NegationOnlyWhenANewTensorCameBack) {
             0);
   // Complex conjugation follows the complex rule.
   EXPECT_EQ(Evaluate("aten::resolve_conj", CallBuilder("aten::resolve_conj")
-                                               .Tensor({2, 3}, c10::kComplexFloat).Id(1)
-                                               .Out({2, 3}, c10::kComplexFloat).Id(2).ReturnsAlias())
+                                               .Tensor({2, 3}, c10::kComplexFloat)
+                                               .Id(1)
+                                               .Out({2, 3}, c10::kComplexFloat)
+                                               .Id(2)
+                                               .ReturnsAlias())
                 .status,
             MetricStatus::kUnavailable);
 }
@@ -420,45 +459,48 @@ TEST(RealModelOperators, MasksMembershipCrossAndLogs) {
   EXPECT_EQ(Flops("aten::tril", CallBuilder("aten::tril").Tensor({2, 3}, c10::kBool).Int(0).Out({2, 3}, c10::kBool)),
             0);
   // isin of 3 values against 2: 2 < 10 * 3^0.145, pairwise: 3 * 2 = 6.
-  EXPECT_EQ(Flops("aten::isin", CallBuilder("aten::isin").Tensor({3}).Tensor({2}).Bool(false).Bool(false)
-                                    .Out({3}, c10::kBool)),
+  EXPECT_EQ(Flops("aten::isin",
+                  CallBuilder("aten::isin").Tensor({3}).Tensor({2}).Bool(false).Bool(false).Out({3}, c10::kBool)),
             6);
   // Integer ids (generation stopping criteria): excluded integer comparisons.
-  EXPECT_EQ(Flops("aten::isin", CallBuilder("aten::isin").Tensor({3}, c10::kLong).Tensor({2}, c10::kLong)
-                                    .Bool(false).Bool(false).Out({3}, c10::kBool)),
+  EXPECT_EQ(Flops("aten::isin", CallBuilder("aten::isin")
+                                    .Tensor({3}, c10::kLong)
+                                    .Tensor({2}, c10::kLong)
+                                    .Bool(false)
+                                    .Bool(false)
+                                    .Out({3}, c10::kBool)),
             0);
   // 20 test elements for 3 values: 20 >= 10 * 3^0.145 = 11.7: PyTorch sorts.
-  EXPECT_EQ(Evaluate("aten::isin", CallBuilder("aten::isin").Tensor({3}).Tensor({20}).Bool(false).Bool(false)
-                                       .Out({3}, c10::kBool))
+  EXPECT_EQ(Evaluate("aten::isin",
+                     CallBuilder("aten::isin").Tensor({3}).Tensor({20}).Bool(false).Bool(false).Out({3}, c10::kBool))
                 .status,
             MetricStatus::kUnavailable);
   // aminmax over (4,5) by rows: two folds of 20 into 4: 2 * 16 = 32.
-  EXPECT_EQ(Flops("aten::aminmax", CallBuilder("aten::aminmax").Tensor({4, 5}).Int(1).Bool(false)
-                                       .Out({4}).Out({4})),
+  EXPECT_EQ(Flops("aten::aminmax", CallBuilder("aten::aminmax").Tensor({4, 5}).Int(1).Bool(false).Out({4}).Out({4})),
             32);
   // logsumexp over rows of (4,5), N = 20, R = 4: max 16, subtract 20, exp 20,
   // sum 16, log 4, add 4 = 80 = 4N.
-  EXPECT_EQ(Flops("aten::logsumexp", CallBuilder("aten::logsumexp").Tensor({4, 5}).Ints({1}).Bool(false).Out({4})),
-            80);
+  EXPECT_EQ(Flops("aten::logsumexp", CallBuilder("aten::logsumexp").Tensor({4, 5}).Ints({1}).Bool(false).Out({4})), 80);
   // Integer input: reduced in the float result dtype, still 80.
-  EXPECT_EQ(Flops("aten::logsumexp", CallBuilder("aten::logsumexp").Tensor({4, 5}, c10::kLong).Ints({1})
-                                         .Bool(false).Out({4})),
+  EXPECT_EQ(Flops("aten::logsumexp",
+                  CallBuilder("aten::logsumexp").Tensor({4, 5}, c10::kLong).Ints({1}).Bool(false).Out({4})),
             80);
   // linalg_cross of (2,3) vectors: per value 2 multiplies + 1 subtract: 3 * 6 = 18.
-  EXPECT_EQ(Flops("aten::linalg_cross", CallBuilder("aten::linalg_cross").Tensor({2, 3}).Tensor({2, 3}).Int(-1)
-                                            .Out({2, 3})),
-            18);
+  EXPECT_EQ(
+      Flops("aten::linalg_cross", CallBuilder("aten::linalg_cross").Tensor({2, 3}).Tensor({2, 3}).Int(-1).Out({2, 3})),
+      18);
   // xlogy: log + multiply + the x == 0 selection: 3 * 6 = 18.
   EXPECT_EQ(Flops("aten::xlogy", CallBuilder("aten::xlogy").Tensor({2, 3}).Tensor({2, 3}).Out({2, 3})), 18);
   // _euclidean_dist((30,3), (4,3)): x1 rows 30 * (5 + 3) = 240, x2 rows 4 * 5 = 20,
   // 120 outputs * (2*(3+2) + 2) = 1440: 1700.
-  EXPECT_EQ(Flops("aten::_euclidean_dist", CallBuilder("aten::_euclidean_dist").Tensor({30, 3}).Tensor({4, 3})
-                                               .Out({30, 4})),
-            1700);
+  EXPECT_EQ(
+      Flops("aten::_euclidean_dist", CallBuilder("aten::_euclidean_dist").Tensor({30, 3}).Tensor({4, 3}).Out({30, 4})),
+      1700);
   // index_copy is a copy.
-  EXPECT_EQ(Flops("aten::index_copy_", CallBuilder("aten::index_copy_").Tensor({5, 2}).Int(0)
-                                           .Tensor({2}, c10::kLong).Tensor({2, 2}).Out({5, 2})),
-            0);
+  EXPECT_EQ(
+      Flops("aten::index_copy_",
+            CallBuilder("aten::index_copy_").Tensor({5, 2}).Int(0).Tensor({2}, c10::kLong).Tensor({2, 2}).Out({5, 2})),
+      0);
 }
 
 TEST(Exclusions, TrainingStepGapsAreStatedWithTheirReasons) {
@@ -494,8 +536,7 @@ TEST(ZeroCost, RulesAgreeWithAliasInformation) {
   EXPECT_EQ(classify("aten::_foreach_copy_(Tensor(a!)[] self, Tensor[] src, bool non_blocking=False) -> ()"),
             ZeroCostReason::kCopy);
   // In-place views write only metadata.
-  EXPECT_EQ(classify("aten::transpose_(Tensor(a!) self, int dim0, int dim1) -> Tensor(a!)"),
-            ZeroCostReason::kMetadata);
+  EXPECT_EQ(classify("aten::transpose_(Tensor(a!) self, int dim0, int dim1) -> Tensor(a!)"), ZeroCostReason::kMetadata);
   EXPECT_EQ(classify("aten::unsqueeze_(Tensor(a!) self, int dim) -> Tensor(a!)"), ZeroCostReason::kMetadata);
   EXPECT_EQ(classify("profiler::_record_function_exit(Tensor handle) -> ()"), ZeroCostReason::kMetadata);
   // Views that copy when strides do not allow a view: their decomposition decides.

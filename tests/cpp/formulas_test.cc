@@ -43,8 +43,7 @@ TEST(Matmul, AddmmOmitsBias) {
 TEST(Matmul, BmmAndBaddbmmMultiplyByBatch) {
   // 5 batches of (2x3)@(3x4) = 5*48 = 240.
   EXPECT_EQ(Flops(matmul::Bmm, CallBuilder("aten::bmm").Tensor({5, 2, 3}).Tensor({5, 3, 4})), 240);
-  EXPECT_EQ(Flops(matmul::Baddbmm,
-                  CallBuilder("aten::baddbmm").Tensor({5, 2, 4}).Tensor({5, 2, 3}).Tensor({5, 3, 4})),
+  EXPECT_EQ(Flops(matmul::Baddbmm, CallBuilder("aten::baddbmm").Tensor({5, 2, 4}).Tensor({5, 2, 3}).Tensor({5, 3, 4})),
             240);
 }
 
@@ -70,8 +69,8 @@ TEST(Matmul, MismatchedShapesAreUnavailableNotZero) {
 }
 
 // convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
-CallBuilder Conv(std::initializer_list<int64_t> x, std::initializer_list<int64_t> w, bool transposed,
-                 int64_t groups, std::initializer_list<int64_t> out) {
+CallBuilder Conv(std::initializer_list<int64_t> x, std::initializer_list<int64_t> w, bool transposed, int64_t groups,
+                 std::initializer_list<int64_t> out) {
   CallBuilder b("aten::convolution");
   b.Tensor(x).Tensor(w).None().Ints({1, 1}).Ints({0, 0}).Ints({1, 1}).Bool(transposed).Ints({0, 0}).Int(groups);
   b.Out(out);
@@ -118,22 +117,23 @@ TEST(Convolution, Backward) {
 TEST(Attention, ForwardTwoProductsPerHead) {
   // b=1, h=2, sq=3, sk=4, d=5, dv=6. Per head: scores = 3*4 dots of 5 terms = 60
   // products; out = 3*6 dots of 4 terms = 72 products; (60+72)*2 = 264. Two heads: 528.
-  EXPECT_EQ(Known(attention::SdpaForward,
-                  CallBuilder("aten::_scaled_dot_product_flash_attention_for_cpu")
-                      .Tensor({1, 2, 3, 5}).Tensor({1, 2, 4, 5}).Tensor({1, 2, 4, 6})),
+  EXPECT_EQ(Known(attention::SdpaForward, CallBuilder("aten::_scaled_dot_product_flash_attention_for_cpu")
+                                              .Tensor({1, 2, 3, 5})
+                                              .Tensor({1, 2, 4, 5})
+                                              .Tensor({1, 2, 4, 6})),
             528);
 }
 
 TEST(Attention, GroupedQueryUsesQueryHeads) {
   // 4 query heads over 2 KV heads: 4 * 264 = 1056.
-  EXPECT_EQ(Known(attention::SdpaForward,
-                  CallBuilder("aten::_scaled_dot_product_flash_attention_for_cpu")
-                      .Tensor({1, 4, 3, 5}).Tensor({1, 2, 4, 5}).Tensor({1, 2, 4, 6})),
+  EXPECT_EQ(Known(attention::SdpaForward, CallBuilder("aten::_scaled_dot_product_flash_attention_for_cpu")
+                                              .Tensor({1, 4, 3, 5})
+                                              .Tensor({1, 2, 4, 5})
+                                              .Tensor({1, 2, 4, 6})),
             1056);
   // 3 query heads over 2 KV heads is not a valid grouping.
-  const FormulaResult bad = attention::SdpaForward(CallBuilder("aten::x")
-                                                       .Tensor({1, 3, 3, 5}).Tensor({1, 2, 4, 5})
-                                                       .Tensor({1, 2, 4, 6}).Call());
+  const FormulaResult bad = attention::SdpaForward(
+      CallBuilder("aten::x").Tensor({1, 3, 3, 5}).Tensor({1, 2, 4, 5}).Tensor({1, 2, 4, 6}).Call());
   EXPECT_EQ(bad.status, MetricStatus::kUnavailable);
 }
 
@@ -142,9 +142,11 @@ TEST(Attention, BackwardFiveProducts) {
   //   recompute scores 3*4*5 = 60; grad scores (3x6)(6x4) = 72; grad V (4x3)(3x6) = 72;
   //   grad Q (3x4)(4x5) = 60; grad K (4x3)(3x5) = 60 -> 324 products -> 648 FLOPs.
   // Two heads: 2 * 648 = 1296.
-  EXPECT_EQ(Known(attention::SdpaBackward,
-                  CallBuilder("aten::_scaled_dot_product_flash_attention_for_cpu_backward")
-                      .Tensor({1, 2, 3, 6}).Tensor({1, 2, 3, 5}).Tensor({1, 2, 4, 5}).Tensor({1, 2, 4, 6})),
+  EXPECT_EQ(Known(attention::SdpaBackward, CallBuilder("aten::_scaled_dot_product_flash_attention_for_cpu_backward")
+                                               .Tensor({1, 2, 3, 6})
+                                               .Tensor({1, 2, 3, 5})
+                                               .Tensor({1, 2, 4, 5})
+                                               .Tensor({1, 2, 4, 6})),
             1296);
 }
 
@@ -181,8 +183,11 @@ TEST(Attention, CpuKernelCountsTheWholeFallbackRow) {
 
 TEST(Attention, VarlenNeedsOffsetsAndIsUnavailable) {
   const FormulaResult r = attention::FlashForward(CallBuilder("aten::_flash_attention_forward")
-                                                      .Tensor({7, 2, 5}).Tensor({7, 2, 5}).Tensor({7, 2, 5})
-                                                      .Tensor({3}, c10::kInt).Tensor({3}, c10::kInt)
+                                                      .Tensor({7, 2, 5})
+                                                      .Tensor({7, 2, 5})
+                                                      .Tensor({7, 2, 5})
+                                                      .Tensor({3}, c10::kInt)
+                                                      .Tensor({3}, c10::kInt)
                                                       .Call());
   EXPECT_EQ(r.status, MetricStatus::kUnavailable);
 }
@@ -205,9 +210,7 @@ TEST(Registry, NativeRowsAndInPlaceSharing) {
 }
 
 TEST(Registry, ZeroCostFromSchemaAndNames) {
-  auto classify = [](const char* schema) {
-    return ClassifyZeroCost(torch::jit::parseSchema(schema));
-  };
+  auto classify = [](const char* schema) { return ClassifyZeroCost(torch::jit::parseSchema(schema)); };
   EXPECT_EQ(classify("aten::t(Tensor(a) self) -> Tensor(a)"), ZeroCostReason::kView);
   EXPECT_EQ(classify("aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)"),
             ZeroCostReason::kNone);
@@ -215,8 +218,7 @@ TEST(Registry, ZeroCostFromSchemaAndNames) {
   EXPECT_EQ(classify("aten::empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, "
                      "Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor"),
             ZeroCostReason::kAllocation);
-  EXPECT_EQ(classify("aten::clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor"),
-            ZeroCostReason::kCopy);
+  EXPECT_EQ(classify("aten::clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor"), ZeroCostReason::kCopy);
 }
 
 }  // namespace

@@ -100,17 +100,16 @@ void ExpectByModule(Threads threads) {
     ASSERT_TRUE(s.EnterModuleLabel("Net.a").ok());
     at::mm(a, b);  // Global, Net, Net.a
     ASSERT_TRUE(s.EnterModuleLabel("Net.b").ok());
-    at::mm(a, b);  // Global, Net, Net.a, Net.b
+    at::mm(a, b);                                  // Global, Net, Net.a, Net.b
     ASSERT_TRUE(s.ExitModuleLabel("Net.a").ok());  // out of order
-    at::mm(a, b);  // Global, Net, Net.b
+    at::mm(a, b);                                  // Global, Net, Net.b
     ASSERT_TRUE(s.ExitModuleLabel("Net.b").ok());
     ASSERT_TRUE(s.ExitModuleLabel("Net").ok());
     at::mm(a, b);  // Global
   }
   const auto r = nlohmann::json::parse(s.FlopReportJson().value());
   EXPECT_EQ(r["total"]["value"], 4 * 48);
-  EXPECT_EQ(r["by_module"], nlohmann::json({{"Global", 4 * 48}, {"Net", 3 * 48}, {"Net.a", 2 * 48},
-                                            {"Net.b", 2 * 48}}))
+  EXPECT_EQ(r["by_module"], nlohmann::json({{"Global", 4 * 48}, {"Net", 3 * 48}, {"Net.a", 2 * 48}, {"Net.b", 2 * 48}}))
       << r.dump(1);
 }
 

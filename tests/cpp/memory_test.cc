@@ -154,7 +154,9 @@ TEST(Memory, MisuseIsRefusedWithWhatToDo) {
   EXPECT_NE(std::string(st.message()).find("Threads::kCurrent"), std::string::npos);
 
   Session plain;
-  { ScanGuard scan(plain); }
+  {
+    ScanGuard scan(plain);
+  }
   const auto report = plain.MemoryReportJson();
   EXPECT_FALSE(report.ok());
   EXPECT_NE(std::string(report.status().message()).find("ScanOptions::memory = true"), std::string::npos);

@@ -59,7 +59,8 @@ CallBuilder Conv(std::initializer_list<int64_t> x, std::initializer_list<int64_t
 TEST(ModuleConvolution, GroupedDirect) {
   // Conv1d(4,6,3,groups=2,no bias): (2,4,7) -> (2,6,5) = 60 outputs of T = 2*3 = 6 terms:
   // FLOPs 60*11 = 660, MACs 360, DMAs 360 taps + 36 weights + 60 writes = 456.
-  EXPECT_EQ(Costs("aten::convolution", Conv({2, 4, 7}, {6, 2, 3}, false, false, 2, {2, 6, 5})), (Triple{660, 360, 456}));
+  EXPECT_EQ(Costs("aten::convolution", Conv({2, 4, 7}, {6, 2, 3}, false, false, 2, {2, 6, 5})),
+            (Triple{660, 360, 456}));
 }
 
 TEST(ModuleConvolution, TransposedScattersFromInputs) {
@@ -142,20 +143,28 @@ TEST(ModuleZeroCost, ACallThatReturnedItsInputMovedNothing) {
 TEST(ModuleScatter, SourceIsReadOnlyWhereTheIndexPoints) {
   // scatter_add(self (3,5), 0, index (1,5), src (3,5)): 5 adds; reads self 15,
   // index 5 and the 5 src values it points at, writes 15: 40 (not 15 + 5 + 15 + 15).
-  EXPECT_EQ(Costs("aten::scatter_add", CallBuilder("aten::scatter_add").Tensor({3, 5}).Int(0)
-                                           .Tensor({1, 5}, c10::kLong).Tensor({3, 5}).Out({3, 5})),
-            (Triple{5, 0, 40}));
+  EXPECT_EQ(
+      Costs(
+          "aten::scatter_add",
+          CallBuilder("aten::scatter_add").Tensor({3, 5}).Int(0).Tensor({1, 5}, c10::kLong).Tensor({3, 5}).Out({3, 5})),
+      (Triple{5, 0, 40}));
   // A scalar value with reduce="add": nothing read for it: 35.
-  EXPECT_EQ(Costs("aten::scatter", CallBuilder("aten::scatter").Tensor({3, 5}).Int(0)
-                                       .Tensor({1, 5}, c10::kLong).Double(2.0).Str("add").Out({3, 5})),
+  EXPECT_EQ(Costs("aten::scatter", CallBuilder("aten::scatter")
+                                       .Tensor({3, 5})
+                                       .Int(0)
+                                       .Tensor({1, 5}, c10::kLong)
+                                       .Double(2.0)
+                                       .Str("add")
+                                       .Out({3, 5})),
             (Triple{5, 0, 35}));
 }
 
 TEST(ModuleCopies, IndexCopyMovesTheSourceNotAllOfSelf) {
   // A cache (5,2) updated at 2 rows from (2,2): reads 2 ids + 4 values, writes 4: 10.
-  EXPECT_EQ(Costs("aten::index_copy_", CallBuilder("aten::index_copy_").Tensor({5, 2}).Int(0)
-                                           .Tensor({2}, c10::kLong).Tensor({2, 2}).Out({5, 2})),
-            (Triple{0, 0, 10}));
+  EXPECT_EQ(
+      Costs("aten::index_copy_",
+            CallBuilder("aten::index_copy_").Tensor({5, 2}).Int(0).Tensor({2}, c10::kLong).Tensor({2, 2}).Out({5, 2})),
+      (Triple{0, 0, 10}));
 }
 
 TEST(ModuleDistances, EuclideanDistStagesItsKernel) {
@@ -164,9 +173,9 @@ TEST(ModuleDistances, EuclideanDistStagesItsKernel) {
   // one per output for module dots: 124. MACs 8*5 + 6*3 = 58.
   // DMAs: norms 6 + 12 + 6 = 24, ones 6, x1*-2 12, cats 6 + 12 + 12 + 30 = 60,
   // dots 30 + 8 = 38, clamp/sqrt 32: 172.
-  EXPECT_EQ(Costs("aten::_euclidean_dist",
-                  CallBuilder("aten::_euclidean_dist").Tensor({2, 3}).Tensor({4, 3}).Out({2, 4})),
-            (Triple{124, 58, 172}));
+  EXPECT_EQ(
+      Costs("aten::_euclidean_dist", CallBuilder("aten::_euclidean_dist").Tensor({2, 3}).Tensor({4, 3}).Out({2, 4})),
+      (Triple{124, 58, 172}));
 }
 
 TEST(ModuleResolve, NegationIsPointwiseOnlyWhenItRan) {
@@ -181,8 +190,14 @@ TEST(ModuleResolve, NegationIsPointwiseOnlyWhenItRan) {
 
 TEST(ModuleReductions, NewPointwiseRows) {
   // F.fold (1,8,9) -> (1,2,4,4): 40 adds (sum rule), reads 72 + writes 32.
-  EXPECT_EQ(Costs("aten::col2im", CallBuilder("aten::col2im").Tensor({1, 8, 9}).Ints({4, 4}).Ints({2, 2})
-                                      .Ints({1, 1}).Ints({0, 0}).Ints({1, 1}).Out({1, 2, 4, 4})),
+  EXPECT_EQ(Costs("aten::col2im", CallBuilder("aten::col2im")
+                                      .Tensor({1, 8, 9})
+                                      .Ints({4, 4})
+                                      .Ints({2, 2})
+                                      .Ints({1, 1})
+                                      .Ints({0, 0})
+                                      .Ints({1, 1})
+                                      .Out({1, 2, 4, 4})),
             (Triple{40, 0, 104}));
   // tril of (2,3): 6 selections, 6 reads + 6 writes.
   EXPECT_EQ(Costs("aten::tril", CallBuilder("aten::tril").Tensor({2, 3}).Int(0).Out({2, 3})), (Triple{6, 0, 12}));

@@ -108,9 +108,12 @@ TEST(ModuleHandlers, SubtreeOwnerCoversChildrenAndCountsOnce) {
   const json layers = Layers(s);
   const json& block = Row(layers, "block");
   EXPECT_EQ(block["metric_ownership"], json({{"module_flops", "subtree"}}));
-  EXPECT_EQ(block["metrics"]["module_flops"],
-            json({{"status", "complete"}, {"value", 1000}, {"known_value", 1000}, {"unit", "FLOPs"},
-                  {"scope", "subtree"}, {"method", "custom_module_handler:tests.Block:fused"}}));
+  EXPECT_EQ(block["metrics"]["module_flops"], json({{"status", "complete"},
+                                                    {"value", 1000},
+                                                    {"known_value", 1000},
+                                                    {"unit", "FLOPs"},
+                                                    {"scope", "subtree"},
+                                                    {"method", "custom_module_handler:tests.Block:fused"}}));
   EXPECT_EQ(block["metrics"]["macs"]["value"], 24);  // not supplied: the built-in value
   for (const char* child : {"block.fc1", "block.fc2"}) {
     const json& l = Row(layers, child);
@@ -168,7 +171,8 @@ TEST(ModuleHandlers, ModuleCallReplacesOnlyTheCallsOwnValueFromItsRecordedCalls)
                      e.metrics["module_flops"] = Value(flops);
                      return e;
                    },
-                   Named("tests.own")).ok());
+                   Named("tests.own"))
+                  .ok());
   RunModel(s);
   const json layers = Layers(s);
   EXPECT_EQ(Row(layers, "block")["metric_ownership"], json({{"module_flops", "module_call"}}));
@@ -189,7 +193,8 @@ TEST(ModuleHandlers, OwnershipFollowsDynamicCallsOfASharedChild) {
                      e.metrics["macs"] = Value(100, MetricOwnership::kSubtree);
                      return e;
                    },
-                   Named("tests.Wrapper")).ok());
+                   Named("tests.Wrapper"))
+                  .ok());
   const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
   {
     ScanGuard guard(s);
@@ -231,7 +236,8 @@ TEST(ModuleHandlers, ABlockWithNoModuleFormulaIsPartialWithoutAHandlerAndComplet
   const json partial = Module(without);
   for (const char* m : {"module_flops", "macs", "dmas"}) EXPECT_EQ(partial["totals"][m]["status"], "partial");
   bool named = false;
-  for (const auto& d : partial["diagnostics"]) named = named || d.value("operator", "") == "torchscan_handlers_test.distance";
+  for (const auto& d : partial["diagnostics"])
+    named = named || d.value("operator", "") == "torchscan_handlers_test.distance";
   EXPECT_TRUE(named) << partial.dump(1);
   EXPECT_EQ(Row(Layers(without), "mix")["metrics"]["module_flops"]["status"], "partial");
 
@@ -248,7 +254,8 @@ TEST(ModuleHandlers, ABlockWithNoModuleFormulaIsPartialWithoutAHandlerAndComplet
                         e.metrics["dmas"] = Value(33);
                         return e;
                       },
-                      Named("tests.dist_cost")).ok());
+                      Named("tests.dist_cost"))
+                  .ok());
   run(with);
   const json complete = Module(with);
   EXPECT_EQ(complete["totals"]["module_flops"]["value"], 112 + 48) << complete.dump(1);
@@ -263,7 +270,8 @@ TEST(ModuleHandlers, AThrowingHandlerMakesItsEstimatesUnavailableAndLeavesTheRes
   Session s;
   ASSERT_TRUE(s.SetModuleHandler(
                    "block", [](const ModuleCall&) -> ModuleEstimate { throw std::runtime_error("no estimate"); },
-                   Named("tests.broken")).ok());
+                   Named("tests.broken"))
+                  .ok());
   RunModel(s);
   const json layers = Layers(s);
   for (const char* m : {"module_flops", "macs", "dmas"}) {
@@ -339,7 +347,8 @@ TEST(ModuleHandlers, AnOwnedMetricLeftOutIsUnavailableAndItsOwnershipStays) {
                      e.metrics["module_flops"] = Value(108, MetricOwnership::kSubtree);
                      return e;
                    },
-                   options).ok());
+                   options)
+                  .ok());
   RunModel(s);
   const json layers = Layers(s);
   EXPECT_EQ(Row(layers, "block")["metrics"]["macs"]["status"], "unavailable");
@@ -355,8 +364,14 @@ TEST(ModuleHandlers, AnOwnedMetricLeftOutIsUnavailableAndItsOwnershipStays) {
 TEST(ModuleHandlers, AFailedCallRunsNoHandler) {
   Session s;
   int calls = 0;
-  ASSERT_TRUE(s.SetModuleHandler("inner", [&](const ModuleCall&) { ++calls; return ModuleEstimate{}; },
-                                 Named("tests.inner")).ok());
+  ASSERT_TRUE(s.SetModuleHandler(
+                   "inner",
+                   [&](const ModuleCall&) {
+                     ++calls;
+                     return ModuleEstimate{};
+                   },
+                   Named("tests.inner"))
+                  .ok());
   {
     ScanGuard guard(s);
     ModuleScope outer(s, "");

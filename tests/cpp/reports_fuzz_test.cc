@@ -41,8 +41,8 @@ json Tensor(std::vector<int64_t> shape) {
 }
 
 Diagnostic Uncounted(const std::string& metric) {
-  return {"uncounted_operator", "warning", metric, "aten.special_erfcx ran 1 time(s) with no formula", "aten.special_erfcx",
-          std::nullopt, 1};
+  return {"uncounted_operator", "warning",    metric, "aten.special_erfcx ran 1 time(s) with no formula",
+          "aten.special_erfcx", std::nullopt, 1};
 }
 
 FlopTally Flops(bool complete) {
@@ -103,8 +103,8 @@ json Analysis(bool complete) {
     layers[1]["metric_owners"] = {{"macs", {{"path", ""}, {"call_index", 0}}}};
     layers[1]["metrics"].erase("macs");
     layers[0]["metric_ownership"] = {{"macs", "subtree"}};
-    layers[0]["token_dependencies"] = {{"status", "unavailable"}, {"scope", "forward"}, {"method", "none"},
-                                       {"assumptions", json::array()}};
+    layers[0]["token_dependencies"] = {
+        {"status", "unavailable"}, {"scope", "forward"}, {"method", "none"}, {"assumptions", json::array()}};
   }
   const json flops = FlopReportJson(Flops(complete));
   ModuleTally mt;
@@ -114,18 +114,27 @@ json Analysis(bool complete) {
   mt.known = {36, 16, 36};
   mt.by_operator = {{"aten.linear", {32, 16, 28}}, {"aten.relu", {4, 0, 8}}};
   const json module = ModuleReportJson(mt);
-  json totals = {{"parameters", 20},     {"trainable_parameters", 20}, {"frozen_parameters", 0},
+  json totals = {{"parameters", 20},      {"trainable_parameters", 20}, {"frozen_parameters", 0},
                  {"parameter_bytes", 80}, {"buffer_elements", 0},       {"buffer_bytes", 0}};
   for (const char* k : {"module_flops", "macs", "dmas"}) totals[k] = module["totals"][k];
   totals["operator_flops"] = flops["total"];
   json diagnostics = flops["diagnostics"];
   if (!complete) {
-    diagnostics.push_back({{"code", "module_forward_error"}, {"severity", "error"}, {"metric", "module_flops"},
-                           {"message", "0 raised inside its forward"}, {"path", "0"}});
+    diagnostics.push_back({{"code", "module_forward_error"},
+                           {"severity", "error"},
+                           {"metric", "module_flops"},
+                           {"message", "0 raised inside its forward"},
+                           {"path", "0"}});
   }
-  const json context = {{"torchscan_version", "0.1.0"}, {"torch_version", "2.13.0"}, {"python_version", "3.11.7"},
-                        {"model_type", "Sequential"},  {"execution_mode", "eval_no_grad"}, {"analysis_mode", "full"},
-                        {"training_before", true},     {"devices", {"cpu"}},             {"dtypes", {"float32"}}};
+  const json context = {{"torchscan_version", "0.1.0"},
+                        {"torch_version", "2.13.0"},
+                        {"python_version", "3.11.7"},
+                        {"model_type", "Sequential"},
+                        {"execution_mode", "eval_no_grad"},
+                        {"analysis_mode", "full"},
+                        {"training_before", true},
+                        {"devices", {"cpu"}},
+                        {"dtypes", {"float32"}}};
   json args = {{"kind", "tuple"}, {"items", json::array({Tensor({1, 4}), 3, "text", nullptr})}};
   json kwargs = {{"kind", "mapping"}, {"items", {{"mask", {{"kind", "object"}, {"type", "Mask"}}}}}};
   json inputs = {{"source", "caller"}, {"args", args}, {"kwargs", kwargs}};
@@ -170,7 +179,7 @@ const Seeds& GetSeeds() {
     auto* s = new Seeds;
     json structure = FlopReportJson(Flops(true));
     structure["context"] = json::object();  // what crawl_module(mode="structure") writes
-    structure["total"] = {{"status", "unavailable"}, {"value", nullptr},  {"known_value", nullptr},
+    structure["total"] = {{"status", "unavailable"}, {"value", nullptr},   {"known_value", nullptr},
                           {"unit", "FLOPs"},         {"scope", "forward"}, {"method", "not_requested"}};
     structure["by_operator"] = structure["by_module"] = structure["ignored_operators"] = json::object();
     // Fewer layers make every case cheaper (the run must stay fast under
@@ -184,8 +193,12 @@ const Seeds& GetSeeds() {
       layers.erase(0);
       return r;
     };
-    s->reports = {two_layers(Analysis(true)), two_layers(Analysis(false)), FlopReportJson(Flops(true)),
-                  FlopReportJson(Flops(false)), structure, two_layers(Huge())};
+    s->reports = {two_layers(Analysis(true)),
+                  two_layers(Analysis(false)),
+                  FlopReportJson(Flops(true)),
+                  FlopReportJson(Flops(false)),
+                  structure,
+                  two_layers(Huge())};
     for (const json& r : s->reports) s->texts.push_back(DumpJson(r));
     s->analysis = Analysis(true);
     s->flop = s->reports[2];
@@ -239,13 +252,15 @@ TEST(ReportReaders, MissingKeysNameTheField) {
 
   r = GetSeeds().flop;
   r["by_operator"]["aten.relu"] = "4";
-  EXPECT_EQ(RenderError(r), "torchscan.render_report: by_operator[\"aten.relu\"]: expected a non-negative integer, "
-                            "got the string \"4\"");
+  EXPECT_EQ(RenderError(r),
+            "torchscan.render_report: by_operator[\"aten.relu\"]: expected a non-negative integer, "
+            "got the string \"4\"");
 
   r = GetSeeds().analysis;
   r["layers"][0]["output"]["shape"][1] = -4;
-  EXPECT_EQ(RenderError(r), "torchscan.render_report: layers[0].output.shape[1]: expected a non-negative integer "
-                            "below 2^64, got -4");
+  EXPECT_EQ(RenderError(r),
+            "torchscan.render_report: layers[0].output.shape[1]: expected a non-negative integer "
+            "below 2^64, got -4");
 }
 
 // compare_reports with a missing path / known_value / call_index wrote
@@ -261,8 +276,9 @@ TEST(ReportReaders, DiffRefusesMissingIdentityAndValuesNamingTheSide) {
     return d.ok() ? "(compared)" : std::string(d.status().message());
   };
   EXPECT_EQ(message(no_path, good), "torchscan.compare_reports: before report: layers[1].path: missing");
-  EXPECT_EQ(message(good, no_known), "torchscan.compare_reports: after report: layers[2].metrics.dmas.known_value: "
-                                     "missing");
+  EXPECT_EQ(message(good, no_known),
+            "torchscan.compare_reports: after report: layers[2].metrics.dmas.known_value: "
+            "missing");
   EXPECT_EQ(message(good, no_index, {"a.json", "before"}, {"b.json", "after"}),
             "torchscan.compare_reports: after report (b.json): layers[0].call_index: missing");
 }
@@ -289,7 +305,8 @@ TEST(ReportReaders, DiffOfTwoFlopReports) {
   EXPECT_EQ((*d)["totals"]["operator_flops"]["delta"], 262144 + 2048 - 64);
   EXPECT_EQ((*d)["by_operator"]["aten.mm"]["delta"], 262144 - 64);
   // Absent from a complete report: no counted work there, a known 0.
-  EXPECT_EQ((*d)["by_operator"]["aten.relu"]["before"], json({{"status", "complete"}, {"value", 0}, {"known_value", 0}}));
+  EXPECT_EQ((*d)["by_operator"]["aten.relu"]["before"],
+            json({{"status", "complete"}, {"value", 0}, {"known_value", 0}}));
   EXPECT_EQ((*d)["by_operator"]["aten.relu"]["delta"], 2048);
   EXPECT_FALSE(d->contains("layers"));
 
@@ -339,8 +356,11 @@ TEST(ReportReaders, DiffPast2To64IsExact) {
   const std::string two64 = "18446744073709551616", two64_2 = "18446744073709551618";
   auto flop_text = [](const std::string& n) {
     return "{\"schema_version\": 1, \"context\": {}, \"total\": {\"status\": \"complete\", \"value\": " + n +
-           ", \"known_value\": " + n + ", \"unit\": \"FLOPs\", \"scope\": \"forward\", \"method\": \"m\"}, "
-           "\"by_module\": {}, \"by_operator\": {\"aten.mm\": " + n + "}, \"ignored_operators\": {}, "
+           ", \"known_value\": " + n +
+           ", \"unit\": \"FLOPs\", \"scope\": \"forward\", \"method\": \"m\"}, "
+           "\"by_module\": {}, \"by_operator\": {\"aten.mm\": " +
+           n +
+           "}, \"ignored_operators\": {}, "
            "\"diagnostics\": []}";
   };
   const auto b = LoadReport(flop_text(two64)), a = LoadReport(flop_text(two64_2));
@@ -353,8 +373,8 @@ TEST(ReportReaders, DiffPast2To64IsExact) {
   EXPECT_NE(DumpJson(*d).find("\"value\":18446744073709551618"), std::string::npos) << DumpJson(*d);
   // 2^128 - 1 is the largest count; 2^128 and 2^200 are refused wherever a count is read.
   EXPECT_TRUE(LoadReport(flop_text("340282366920938463463374607431768211455")).ok());
-  for (const std::string n : {"340282366920938463463374607431768211456",
-                              "1606938044258990275541962092341162602522202993782792835301376"}) {
+  for (const std::string n :
+       {"340282366920938463463374607431768211456", "1606938044258990275541962092341162602522202993782792835301376"}) {
     const auto r = LoadReport(flop_text(n), {"big.json", ""});
     ASSERT_FALSE(r.ok()) << n;
     EXPECT_EQ(r.status().message().rfind("big.json: total.value: a count past 2^128 - 1", 0), 0) << r.status();
@@ -377,16 +397,16 @@ TEST(ReportReaders, DuplicateKeysAreRefused) {
   dup.insert(at, "\"status\":\"partial\",");
   const auto r = LoadReport(dup, {"d.json", "after"});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(), "after report (d.json): total: the key \"status\" appears twice in one object; a "
-                                  "report names each field once (which one was meant is unknowable)");
+  EXPECT_EQ(r.status().message(),
+            "after report (d.json): total: the key \"status\" appears twice in one object; a "
+            "report names each field once (which one was meant is unknowable)");
   const auto top = LoadReport("{\"schema_version\": 1, \"schema_version\": 1}");
   ASSERT_FALSE(top.ok());
   EXPECT_EQ(top.status().message().rfind("(top level): the key \"schema_version\" appears twice", 0), 0)
       << top.status();
   const auto in_array = LoadReport("{\"layers\": [{}, {\"a\": 1, \"b\": {\"x\": 1, \"x\": 2}}]}");
   ASSERT_FALSE(in_array.ok());
-  EXPECT_EQ(in_array.status().message().rfind("layers[1].b: the key \"x\" appears twice", 0), 0)
-      << in_array.status();
+  EXPECT_EQ(in_array.status().message().rfind("layers[1].b: the key \"x\" appears twice", 0), 0) << in_array.status();
   // The same key in sibling objects is fine.
   EXPECT_TRUE(ParseReportJson("[{\"x\": 1}, {\"x\": 2}]").ok());
 }
@@ -422,16 +442,19 @@ TEST(ReportReaders, BuilderCountsPast2To64RenderAndDiff) {
 }
 
 TEST(ReportReaders, OtherShapesAreNamed) {
-  EXPECT_EQ(RenderError(json::array()), "torchscan.render_report: (top level): expected a report (a JSON object), "
-                                        "got an array of 0");
+  EXPECT_EQ(RenderError(json::array()),
+            "torchscan.render_report: (top level): expected a report (a JSON object), "
+            "got an array of 0");
   json v2 = GetSeeds().analysis;
   v2["schema_version"] = 2;
-  EXPECT_EQ(RenderError(v2), "torchscan.render_report: schema_version: unknown version 2; this build reads "
-                             "schema_version 1 (migrate other versions explicitly)");
+  EXPECT_EQ(RenderError(v2),
+            "torchscan.render_report: schema_version: unknown version 2; this build reads "
+            "schema_version 1 (migrate other versions explicitly)");
   const auto diff = CompareReports(GetSeeds().analysis, GetSeeds().analysis);
   ASSERT_TRUE(diff.ok());
-  EXPECT_EQ(RenderError(*diff), "torchscan.render_report: (top level): this is a ReportDiff (the output of "
-                                "compare_reports), not a report");
+  EXPECT_EQ(RenderError(*diff),
+            "torchscan.render_report: (top level): this is a ReportDiff (the output of "
+            "compare_reports), not a report");
   json deep = GetSeeds().analysis;
   json nest = 1;
   for (int i = 0; i < kMaxReportDepth + 5; ++i) nest = json::array({nest});
@@ -439,18 +462,22 @@ TEST(ReportReaders, OtherShapesAreNamed) {
   EXPECT_NE(RenderError(deep).find("nested more than 200 levels deep"), std::string::npos) << RenderError(deep);
   json dup = GetSeeds().analysis;
   dup["layers"].push_back(dup["layers"][1]);
-  EXPECT_EQ(RenderError(dup), "torchscan.render_report: layers[3]: the same layer call (path \"0\", call_index 0) "
-                              "as layers[1]; a path and call index identify one call");
-  json roofline = {{"schema_version", 1}, {"context", {{"kind", "torchscan_roofline"}}}, {"layers", json::array()},
+  EXPECT_EQ(RenderError(dup),
+            "torchscan.render_report: layers[3]: the same layer call (path \"0\", call_index 0) "
+            "as layers[1]; a path and call index identify one call");
+  json roofline = {{"schema_version", 1},
+                   {"context", {{"kind", "torchscan_roofline"}}},
+                   {"layers", json::array()},
                    {"totals", json::object()}};
-  EXPECT_EQ(RenderError(roofline), "torchscan.render_report: context.kind: a RooflineReport (torchscan.roofline) is "
-                                   "not an AnalysisReport or a FlopReport; torchscan.render_roofline reads it");
+  EXPECT_EQ(RenderError(roofline),
+            "torchscan.render_report: context.kind: a RooflineReport (torchscan.roofline) is "
+            "not an AnalysisReport or a FlopReport; torchscan.render_roofline reads it");
   json job = {{"schema_version", 1}, {"kind", "torchscan_job_report"}, {"totals", json::object()}};
   EXPECT_NE(RenderError(job).find("kind: a job report (merge_reports"), std::string::npos) << RenderError(job);
   const auto parse = LoadReport("{\"schema_version\": 1,\n \"layers\": [", {"r.json", "before"});
   ASSERT_FALSE(parse.ok());
-  EXPECT_EQ(parse.status().message().rfind("before report (r.json): not valid JSON (parse error at line 2, column 13", 0),
-            0)
+  EXPECT_EQ(
+      parse.status().message().rfind("before report (r.json): not valid JSON (parse error at line 2, column 13", 0), 0)
       << parse.status();
 }
 
@@ -485,13 +512,42 @@ void Collect(json& v, json* parent, const std::string* key, size_t index, std::v
 }
 
 json Palette(Rng& rng) {
-  static const std::vector<json> values = {
-      nullptr, true, false, "", "abc", "NaN", "Infinity", "-1", "complete", "partial", "unavailable", "tensor",
-      0, 1, -1, INT64_MIN, INT64_MAX, UINT64_MAX, 0.5, -0.5, 1e300, -1e300, 3.7e19, 2.0,
-      json::array(), json::object(), json::array({1, 2}), json::object({{"status", "complete"}}),
-      json::object({{"kind", "tensor"}}), json::object({{"kind", "tuple"}, {"items", 3}}),
-      json::object({{"status", "complete"}, {"value", -3}, {"known_value", -3}, {"unit", "FLOPs"}, {"scope", "x"},
-                    {"method", "y"}})};
+  static const std::vector<json> values = {nullptr,
+                                           true,
+                                           false,
+                                           "",
+                                           "abc",
+                                           "NaN",
+                                           "Infinity",
+                                           "-1",
+                                           "complete",
+                                           "partial",
+                                           "unavailable",
+                                           "tensor",
+                                           0,
+                                           1,
+                                           -1,
+                                           INT64_MIN,
+                                           INT64_MAX,
+                                           UINT64_MAX,
+                                           0.5,
+                                           -0.5,
+                                           1e300,
+                                           -1e300,
+                                           3.7e19,
+                                           2.0,
+                                           json::array(),
+                                           json::object(),
+                                           json::array({1, 2}),
+                                           json::object({{"status", "complete"}}),
+                                           json::object({{"kind", "tensor"}}),
+                                           json::object({{"kind", "tuple"}, {"items", 3}}),
+                                           json::object({{"status", "complete"},
+                                                         {"value", -3},
+                                                         {"known_value", -3},
+                                                         {"unit", "FLOPs"},
+                                                         {"scope", "x"},
+                                                         {"method", "y"}})};
   return values[rng.Below(values.size())];
 }
 
@@ -505,8 +561,10 @@ void Mutate(json& doc, Rng& rng, bool allow_deep) {
     case 0:  // delete a key or element
     case 1:
       if (!s.parent) break;
-      if (s.parent->is_object()) s.parent->erase(std::string(*s.key));
-      else s.parent->erase(s.index);
+      if (s.parent->is_object())
+        s.parent->erase(std::string(*s.key));
+      else
+        s.parent->erase(s.index);
       return;
     case 2:  // a value of another type (or a wrong value of the right type)
     case 3:
@@ -534,11 +592,21 @@ void Mutate(json& doc, Rng& rng, bool allow_deep) {
       }
       const double d = s.node->get<double>();
       switch (rng.Below(5)) {
-        case 0: *s.node = -d - 1; break;
-        case 1: *s.node = std::isfinite(d * 1e12) ? d * 1e12 : 1e308; break;
-        case 2: *s.node = d + 0.25; break;
-        case 3: *s.node = s.node->dump(); break;
-        default: *s.node = UINT64_MAX; break;
+        case 0:
+          *s.node = -d - 1;
+          break;
+        case 1:
+          *s.node = std::isfinite(d * 1e12) ? d * 1e12 : 1e308;
+          break;
+        case 2:
+          *s.node = d + 0.25;
+          break;
+        case 3:
+          *s.node = s.node->dump();
+          break;
+        default:
+          *s.node = UINT64_MAX;
+          break;
       }
       return;
     }
@@ -565,9 +633,12 @@ std::string Repair(const std::string& text, size_t cut) {
   for (size_t i = 0; i < cut; ++i) {
     const char c = text[i];
     if (in_string) {
-      if (escape) escape = false;
-      else if (c == '\\') escape = true;
-      else if (c == '"') in_string = false;
+      if (escape)
+        escape = false;
+      else if (c == '\\')
+        escape = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     if (c == '"') {
@@ -594,9 +665,15 @@ std::string ByteMutation(std::string text, Rng& rng) {
   for (size_t i = 0; i < n && !text.empty(); ++i) {
     const size_t at = rng.Below(text.size());
     switch (rng.Below(3)) {
-      case 0: text[at] = kBytes[rng.Below(sizeof(kBytes) - 1)]; break;
-      case 1: text.erase(at, 1 + rng.Below(4)); break;
-      default: text.insert(at, 1, kBytes[rng.Below(sizeof(kBytes) - 1)]); break;
+      case 0:
+        text[at] = kBytes[rng.Below(sizeof(kBytes) - 1)];
+        break;
+      case 1:
+        text.erase(at, 1 + rng.Below(4));
+        break;
+      default:
+        text.insert(at, 1, kBytes[rng.Below(sizeof(kBytes) - 1)]);
+        break;
     }
   }
   return text;
@@ -747,8 +824,8 @@ std::string HugeOutsidePositions(const json& v, bool position, bool count = fals
                      k == "inputs" || k == "output" ||
                      (x.is_object() && x.contains("unit") && x["unit"] == "positions");
       // Where counts are: MetricResults' numbers, per-operator FLOPs, parameter totals.
-      const bool counted = count || k == "value" || k == "known_value" || k == "by_operator" ||
-                           k == "by_module" || k == "parameters" || k == "totals" || k == "calls";
+      const bool counted = count || k == "value" || k == "known_value" || k == "by_operator" || k == "by_module" ||
+                           k == "parameters" || k == "totals" || k == "calls";
       const std::string at = HugeOutsidePositions(x, p, counted);
       if (!at.empty()) return "." + k + at;
     }
@@ -761,10 +838,9 @@ std::string HugeOutsidePositions(const json& v, bool position, bool count = fals
 // 2^128 in place of a number (read exactly up to 2^128 - 1; a larger one is
 // never accepted as a count; every reader still behaves).
 TEST(ReportReadersFuzz, RepeatedKeysAndWideLiterals) {
-  static const char* kLiterals[] = {"18446744073709551615", "18446744073709551616",
-                                    "340282366920938463463374607431768211455",
-                                    "340282366920938463463374607431768211456",
-                                    "1606938044258990275541962092341162602522202993782792835301376"};
+  static const char* kLiterals[] = {
+      "18446744073709551615", "18446744073709551616", "340282366920938463463374607431768211455",
+      "340282366920938463463374607431768211456", "1606938044258990275541962092341162602522202993782792835301376"};
   const Seeds& seeds = GetSeeds();
   int repeated = 0, literals = 0, valid = 0, failures = 0;
   std::string first_failure;

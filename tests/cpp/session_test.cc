@@ -288,9 +288,9 @@ TEST(Session, ModuleLabelsAttributeCallsToEveryActiveLabel) {
   {
     ScanGuard guard(s);
     ASSERT_TRUE(s.SetModuleLabels({"Global", "Net", "Net.fc"}).ok());
-    at::mm(a, b);  // 48, for all three labels
+    at::mm(a, b);                                                   // 48, for all three labels
     ASSERT_TRUE(s.SetModuleLabels({"Net", "Global", "Net"}).ok());  // order and repeats do not matter
-    at::mm(a, b);  // 48 more for Global and Net
+    at::mm(a, b);                                                   // 48 more for Global and Net
     ASSERT_TRUE(s.SetModuleLabels({}).ok());
     at::mm(a, b);  // counted in the total only
   }
@@ -398,7 +398,9 @@ TEST(Trace, NestsCallsWithTheirFlops) {
 
 TEST(Trace, IsRefusedWhereItDoesNotApply) {
   Session plain;
-  { ScanGuard scan(plain); }
+  {
+    ScanGuard scan(plain);
+  }
   EXPECT_FALSE(plain.TraceJson().ok());  // no timestamps taken
   ScanOptions options;
   options.timestamps = true;

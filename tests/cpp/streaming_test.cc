@@ -42,16 +42,19 @@ void Model(std::vector<Session*> sessions, const at::Tensor& x, const at::Tensor
   for (Session* s : sessions) layer.push_back(s->PushModuleScope("fc").value());
   const at::Tensor y = at::mm(x, w);
   for (size_t k = 0; k < sessions.size(); ++k) {
-    ASSERT_TRUE(sessions[k]->PopModuleScope(layer[k], false, {reinterpret_cast<uintptr_t>(y.unsafeGetTensorImpl())}).ok());
+    ASSERT_TRUE(
+        sessions[k]->PopModuleScope(layer[k], false, {reinterpret_cast<uintptr_t>(y.unsafeGetTensorImpl())}).ok());
   }
   for (size_t k = 0; k < sessions.size(); ++k) layer[k] = sessions[k]->PushModuleScope("conv").value();
   const at::Tensor c = at::conv2d(img, kernel);
   for (size_t k = 0; k < sessions.size(); ++k) {
-    ASSERT_TRUE(sessions[k]->PopModuleScope(layer[k], false, {reinterpret_cast<uintptr_t>(c.unsafeGetTensorImpl())}).ok());
+    ASSERT_TRUE(
+        sessions[k]->PopModuleScope(layer[k], false, {reinterpret_cast<uintptr_t>(c.unsafeGetTensorImpl())}).ok());
   }
   const at::Tensor r = at::relu(y);
   for (size_t k = 0; k < sessions.size(); ++k) {
-    ASSERT_TRUE(sessions[k]->PopModuleScope(root[k], false, {reinterpret_cast<uintptr_t>(r.unsafeGetTensorImpl())}).ok());
+    ASSERT_TRUE(
+        sessions[k]->PopModuleScope(root[k], false, {reinterpret_cast<uintptr_t>(r.unsafeGetTensorImpl())}).ok());
   }
 }
 

@@ -477,7 +477,8 @@ TEST(Guards, MisuseIsAStatusNotACrash) {
   EXPECT_EQ(s.BeginRequest("y").code(), torchscan::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(s.EndRequest().ok());
   EXPECT_EQ(s.EndRequest().code(), torchscan::StatusCode::kFailedPrecondition);
-  std::thread other([&] { EXPECT_EQ(s.PushModuleScope("m").status().code(), torchscan::StatusCode::kFailedPrecondition); });
+  std::thread other(
+      [&] { EXPECT_EQ(s.PushModuleScope("m").status().code(), torchscan::StatusCode::kFailedPrecondition); });
   other.join();
   ASSERT_TRUE(s.Stop().ok());
 }
@@ -620,13 +621,22 @@ TEST(AllThreadsTrace, OneNamedTrackPerThreadAndAFlowPerRequest) {
     at::mm(a, b);  // thread 1, outside any request: no flow
     worker("worker-a", [&] {
       RequestScope r(s, "a");
-      { ModuleScope m(s, "enc"); at::mm(a, b); }
-      { ModuleScope m(s, "dec"); at::mm(a, b); }
+      {
+        ModuleScope m(s, "enc");
+        at::mm(a, b);
+      }
+      {
+        ModuleScope m(s, "dec");
+        at::mm(a, b);
+      }
     });
     worker("worker-b", [&] {
       RequestScope r(s, "b");
       at::mm(a, b);  // a top-level call of the request, outside any module call
-      { ModuleScope m(s, "head"); at::mm(a, b); }
+      {
+        ModuleScope m(s, "head");
+        at::mm(a, b);
+      }
     });
     // One request id opened on two threads: one flow across both tracks.
     worker("worker-c", [&] {
@@ -668,8 +678,8 @@ TEST(AllThreadsTrace, OneNamedTrackPerThreadAndAFlowPerRequest) {
   // belongs to no request.
   std::set<std::vector<std::string>> flows;
   for (const auto& [id, slices] : Flows(trace)) flows.insert(slices);
-  EXPECT_EQ(flows, (std::set<std::vector<std::string>>{
-                       {"enc@2", "dec@2"}, {"aten.mm@3", "head@3"}, {"part1@4", "part2@5"}}));
+  EXPECT_EQ(flows,
+            (std::set<std::vector<std::string>>{{"enc@2", "dec@2"}, {"aten.mm@3", "head@3"}, {"part1@4", "part2@5"}}));
   // Direction: out of the first slice, into the last.
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] != "X" || !e.contains("bind_id")) continue;

@@ -123,9 +123,8 @@ class Scanned : public ::testing::Test {
 };
 
 TEST_F(Scanned, CausalSdpaOfThreeTensors) {
-  const TokenFlowResult r = Run(
-      [&] { return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true); },
-      {{&q, 2}, {&k, 2}, {&v, 2}});
+  const TokenFlowResult r = Run([&] { return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true); },
+                                {{&q, 2}, {&k, 2}, {&v, 2}});
   ASSERT_TRUE(r.complete) << r.reason;
   EXPECT_EQ(r.output_axis, 2);
   EXPECT_EQ(r.output_length, 4);

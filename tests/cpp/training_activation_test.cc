@@ -35,9 +35,10 @@ TEST(ActivationBackward, ThresholdIsComparisonAndSelection) {
   // The .grad_input overload: the destination is the output, not an operand -> same 12.
   EXPECT_EQ(Flops("aten::threshold_backward", GradSelf("aten::threshold_backward").Int(0).Out({2, 3})), 2 * 6);
   // Broadcast: grad (2,1,3) against self (1,4,3) -> grad_input (2,4,3): N = 24 -> 48.
-  EXPECT_EQ(Flops("aten::threshold_backward",
-                  CallBuilder("aten::threshold_backward").Tensor({2, 1, 3}).Tensor({1, 4, 3}).Double(0.0).Out({2, 4, 3})),
-            2 * 24);
+  EXPECT_EQ(
+      Flops("aten::threshold_backward",
+            CallBuilder("aten::threshold_backward").Tensor({2, 1, 3}).Tensor({1, 4, 3}).Double(0.0).Out({2, 4, 3})),
+      2 * 24);
 }
 
 TEST(ActivationBackward, GeluExactAndTanh) {
@@ -65,18 +66,17 @@ TEST(ActivationBackward, SiluSigmoidTanh) {
 
 TEST(ActivationBackward, RangeMasksAndLeakyRelu) {
   // Two comparisons + one selection = 3 per value; N = 6 -> 18.
-  EXPECT_EQ(Flops("aten::hardtanh_backward",
-                  GradSelf("aten::hardtanh_backward").Double(-1.0).Double(1.0).Out({2, 3})),
+  EXPECT_EQ(Flops("aten::hardtanh_backward", GradSelf("aten::hardtanh_backward").Double(-1.0).Double(1.0).Out({2, 3})),
             3 * 6);
   EXPECT_EQ(Flops("aten::hardshrink_backward", GradSelf("aten::hardshrink_backward").Double(0.5).Out({2, 3})), 3 * 6);
   EXPECT_EQ(Flops("aten::softshrink_backward", GradSelf("aten::softshrink_backward").Double(0.5).Out({2, 3})), 3 * 6);
   // self > 0 ? grad : grad * slope: comparison, multiply, selection = 3; both self_is_result values.
-  EXPECT_EQ(Flops("aten::leaky_relu_backward",
-                  GradSelf("aten::leaky_relu_backward").Double(0.01).Bool(false).Out({2, 3})),
-            3 * 6);
-  EXPECT_EQ(Flops("aten::leaky_relu_backward",
-                  GradSelf("aten::leaky_relu_backward").Double(0.01).Bool(true).Out({2, 3})),
-            3 * 6);
+  EXPECT_EQ(
+      Flops("aten::leaky_relu_backward", GradSelf("aten::leaky_relu_backward").Double(0.01).Bool(false).Out({2, 3})),
+      3 * 6);
+  EXPECT_EQ(
+      Flops("aten::leaky_relu_backward", GradSelf("aten::leaky_relu_backward").Double(0.01).Bool(true).Out({2, 3})),
+      3 * 6);
 }
 
 TEST(ActivationBackward, EluFromResultOrFromInput) {
@@ -108,8 +108,7 @@ TEST(ActivationBackward, SoftplusMishHardswishHardsigmoid) {
 
 TEST(ActivationBackward, LogSigmoidAndLogit) {
   // comparison 1, two selections 2, 1+b, b/(1+b), sign*, max_deriv-, *grad 5 = 8; N = 6 -> 48.
-  EXPECT_EQ(Flops("aten::log_sigmoid_backward",
-                  GradSelf("aten::log_sigmoid_backward").Tensor({2, 3}).Out({2, 3})),
+  EXPECT_EQ(Flops("aten::log_sigmoid_backward", GradSelf("aten::log_sigmoid_backward").Tensor({2, 3}).Out({2, 3})),
             8 * 6);
   // logit: 2 comparisons, 1-x, x*, dy/, selection = 6 -> 36, with or without eps.
   EXPECT_EQ(Flops("aten::logit_backward", GradSelf("aten::logit_backward").None().Out({2, 3})), 6 * 6);

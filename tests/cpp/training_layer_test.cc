@@ -24,20 +24,37 @@ Count Flops(std::string_view op, const CallBuilder& b) {
 }
 
 TEST(LayerBackwardRows, EveryKernelHasARow) {
-  for (const char* op :
-       {"aten::max_pool2d_with_indices_backward", "aten::max_pool3d_with_indices_backward",
-        "aten::adaptive_max_pool2d_backward", "aten::adaptive_max_pool3d_backward", "aten::avg_pool2d_backward",
-        "aten::avg_pool3d_backward", "aten::_adaptive_avg_pool2d_backward", "aten::_adaptive_avg_pool3d_backward",
-        "aten::upsample_nearest1d_backward", "aten::upsample_nearest2d_backward", "aten::upsample_nearest3d_backward",
-        "aten::_upsample_nearest_exact1d_backward", "aten::_upsample_nearest_exact2d_backward",
-        "aten::_upsample_nearest_exact3d_backward", "aten::upsample_linear1d_backward",
-        "aten::upsample_bilinear2d_backward", "aten::upsample_trilinear3d_backward",
-        "aten::upsample_bicubic2d_backward", "aten::embedding_dense_backward", "aten::_embedding_bag_backward",
-        "aten::_embedding_bag_dense_backward", "aten::_embedding_bag_per_sample_weights_backward",
-        "aten::_cdist_backward", "aten::_pdist_backward", "aten::grid_sampler_2d_backward",
-        "aten::reflection_pad1d_backward", "aten::reflection_pad2d_backward", "aten::reflection_pad3d_backward",
-        "aten::replication_pad1d_backward", "aten::replication_pad2d_backward",
-        "aten::replication_pad3d_backward"}) {
+  for (const char* op : {"aten::max_pool2d_with_indices_backward",
+                         "aten::max_pool3d_with_indices_backward",
+                         "aten::adaptive_max_pool2d_backward",
+                         "aten::adaptive_max_pool3d_backward",
+                         "aten::avg_pool2d_backward",
+                         "aten::avg_pool3d_backward",
+                         "aten::_adaptive_avg_pool2d_backward",
+                         "aten::_adaptive_avg_pool3d_backward",
+                         "aten::upsample_nearest1d_backward",
+                         "aten::upsample_nearest2d_backward",
+                         "aten::upsample_nearest3d_backward",
+                         "aten::_upsample_nearest_exact1d_backward",
+                         "aten::_upsample_nearest_exact2d_backward",
+                         "aten::_upsample_nearest_exact3d_backward",
+                         "aten::upsample_linear1d_backward",
+                         "aten::upsample_bilinear2d_backward",
+                         "aten::upsample_trilinear3d_backward",
+                         "aten::upsample_bicubic2d_backward",
+                         "aten::embedding_dense_backward",
+                         "aten::_embedding_bag_backward",
+                         "aten::_embedding_bag_dense_backward",
+                         "aten::_embedding_bag_per_sample_weights_backward",
+                         "aten::_cdist_backward",
+                         "aten::_pdist_backward",
+                         "aten::grid_sampler_2d_backward",
+                         "aten::reflection_pad1d_backward",
+                         "aten::reflection_pad2d_backward",
+                         "aten::reflection_pad3d_backward",
+                         "aten::replication_pad1d_backward",
+                         "aten::replication_pad2d_backward",
+                         "aten::replication_pad3d_backward"}) {
     const OperatorFormula* f = FindOperatorFormula(op);
     ASSERT_NE(f, nullptr) << op;
     EXPECT_EQ(f->source, FormulaSource::kFallback) << op;
@@ -49,13 +66,27 @@ TEST(LayerBackwardPooling, MaxPoolAddsEachOutputGradientOnce) {
   // (1,2,5,5) pooled by 3x3/2 with padding 1 -> (1,2,3,3): 18 output gradients,
   // each one add at its saved index -> 18 (K does not matter).
   CallBuilder b("aten::max_pool2d_with_indices_backward");
-  b.Tensor({1, 2, 3, 3}).Tensor({1, 2, 5, 5}).Ints({3, 3}).Ints({2, 2}).Ints({1, 1}).Ints({1, 1}).Bool(false)
-      .Tensor({1, 2, 3, 3}, c10::kLong).Out({1, 2, 5, 5});
+  b.Tensor({1, 2, 3, 3})
+      .Tensor({1, 2, 5, 5})
+      .Ints({3, 3})
+      .Ints({2, 2})
+      .Ints({1, 1})
+      .Ints({1, 1})
+      .Bool(false)
+      .Tensor({1, 2, 3, 3}, c10::kLong)
+      .Out({1, 2, 5, 5});
   EXPECT_EQ(Flops("aten::max_pool2d_with_indices_backward", b), 18);
   // 3-D: (1,1,2,2,2) output gradients -> 8.
   CallBuilder b3("aten::max_pool3d_with_indices_backward");
-  b3.Tensor({1, 1, 2, 2, 2}).Tensor({1, 1, 4, 4, 4}).Ints({2, 2, 2}).Ints({2, 2, 2}).Ints({0, 0, 0})
-      .Ints({1, 1, 1}).Bool(false).Tensor({1, 1, 2, 2, 2}, c10::kLong).Out({1, 1, 4, 4, 4});
+  b3.Tensor({1, 1, 2, 2, 2})
+      .Tensor({1, 1, 4, 4, 4})
+      .Ints({2, 2, 2})
+      .Ints({2, 2, 2})
+      .Ints({0, 0, 0})
+      .Ints({1, 1, 1})
+      .Bool(false)
+      .Tensor({1, 1, 2, 2, 2}, c10::kLong)
+      .Out({1, 1, 4, 4, 4});
   EXPECT_EQ(Flops("aten::max_pool3d_with_indices_backward", b3), 8);
   // Adaptive max, unbatched (2,5,4) -> (2,3,2): 12 adds.
   CallBuilder a("aten::adaptive_max_pool2d_backward");
@@ -73,12 +104,26 @@ TEST(LayerBackwardPooling, MaxPoolAddsEachOutputGradientOnce) {
 TEST(LayerBackwardPooling, AvgPoolDividesOnceAndAddsKTimesPerOutput) {
   // 3x3 windows (K = 9), 18 outputs: 1 divide + 9 adds each -> 10 * 18 = 180.
   CallBuilder b("aten::avg_pool2d_backward");
-  b.Tensor({1, 2, 3, 3}).Tensor({1, 2, 5, 5}).Ints({3, 3}).Ints({2, 2}).Ints({1, 1}).Bool(false).Bool(true).None()
+  b.Tensor({1, 2, 3, 3})
+      .Tensor({1, 2, 5, 5})
+      .Ints({3, 3})
+      .Ints({2, 2})
+      .Ints({1, 1})
+      .Bool(false)
+      .Bool(true)
+      .None()
       .Out({1, 2, 5, 5});
   EXPECT_EQ(Flops("aten::avg_pool2d_backward", b), 180);
   // count_include_pad=false with divisor_override=2 changes the divisor, not the count: 180.
   CallBuilder d("aten::avg_pool2d_backward");
-  d.Tensor({1, 2, 3, 3}).Tensor({1, 2, 5, 5}).Ints({3, 3}).Ints({2, 2}).Ints({1, 1}).Bool(false).Bool(false).Int(2)
+  d.Tensor({1, 2, 3, 3})
+      .Tensor({1, 2, 5, 5})
+      .Ints({3, 3})
+      .Ints({2, 2})
+      .Ints({1, 1})
+      .Bool(false)
+      .Bool(false)
+      .Int(2)
       .Out({1, 2, 5, 5});
   EXPECT_EQ(Flops("aten::avg_pool2d_backward", d), 180);
   // One kernel size on an unbatched (2,5,5) input: the rank comes from the
@@ -88,13 +133,27 @@ TEST(LayerBackwardPooling, AvgPoolDividesOnceAndAddsKTimesPerOutput) {
   EXPECT_EQ(Flops("aten::avg_pool2d_backward", u), 180);
   // 3-D: 2x2x2 windows (K = 8), 8 outputs -> 9 * 8 = 72.
   CallBuilder b3("aten::avg_pool3d_backward");
-  b3.Tensor({1, 1, 2, 2, 2}).Tensor({1, 1, 4, 4, 4}).Ints({2, 2, 2}).Ints({2, 2, 2}).Ints({0, 0, 0}).Bool(false)
-      .Bool(true).None().Out({1, 1, 4, 4, 4});
+  b3.Tensor({1, 1, 2, 2, 2})
+      .Tensor({1, 1, 4, 4, 4})
+      .Ints({2, 2, 2})
+      .Ints({2, 2, 2})
+      .Ints({0, 0, 0})
+      .Bool(false)
+      .Bool(true)
+      .None()
+      .Out({1, 1, 4, 4, 4});
   EXPECT_EQ(Flops("aten::avg_pool3d_backward", b3), 72);
   // Two kernel sizes for a 3-D window: not a valid window -> unavailable.
   CallBuilder bad("aten::avg_pool3d_backward");
-  bad.Tensor({1, 1, 2, 2, 2}).Tensor({1, 1, 4, 4, 4}).Ints({2, 2}).Ints({2, 2, 2}).Ints({0, 0, 0}).Bool(false)
-      .Bool(true).None().Out({1, 1, 4, 4, 4});
+  bad.Tensor({1, 1, 2, 2, 2})
+      .Tensor({1, 1, 4, 4, 4})
+      .Ints({2, 2})
+      .Ints({2, 2, 2})
+      .Ints({0, 0, 0})
+      .Bool(false)
+      .Bool(true)
+      .None()
+      .Out({1, 1, 4, 4, 4});
   EXPECT_EQ(Evaluate("aten::avg_pool3d_backward", bad).status, MetricStatus::kUnavailable);
 }
 
@@ -150,8 +209,7 @@ TEST(LayerBackwardInterpolation, WeightedScattersToKNeighbours) {
   EXPECT_EQ(Flops("aten::upsample_bilinear2d_backward", b), 2 * 4 * 32);
   // trilinear: K = 8, 8 output gradients -> 16 * 8 = 128.
   CallBuilder t("aten::upsample_trilinear3d_backward");
-  t.Tensor({1, 1, 2, 2, 2}).Ints({2, 2, 2}).Ints({1, 1, 1, 1, 1}).Bool(false).None().None().None()
-      .Out({1, 1, 1, 1, 1});
+  t.Tensor({1, 1, 2, 2, 2}).Ints({2, 2, 2}).Ints({1, 1, 1, 1, 1}).Bool(false).None().None().None().Out({1, 1, 1, 1, 1});
   EXPECT_EQ(Flops("aten::upsample_trilinear3d_backward", t), 2 * 8 * 8);
   // bicubic: K = 16, 16 output gradients -> 32 * 16 = 512.
   CallBuilder c("aten::upsample_bicubic2d_backward");
@@ -188,8 +246,14 @@ TEST(LayerBackwardEmbedding, DenseGradientAddsEachLookedUpRow) {
 // _embedding_bag_dense_backward over 6 lookups in 2 bags of D = 3.
 CallBuilder BagDense(int64_t mode, bool freq, bool weights) {
   CallBuilder b("aten::_embedding_bag_dense_backward");
-  b.Tensor({2, 3}).Tensor({6}, c10::kLong).Tensor({6}, c10::kLong).Tensor({2}, c10::kLong).Tensor({2, 3}, c10::kLong)
-      .Int(10).Bool(freq).Int(mode);
+  b.Tensor({2, 3})
+      .Tensor({6}, c10::kLong)
+      .Tensor({6}, c10::kLong)
+      .Tensor({2}, c10::kLong)
+      .Tensor({2, 3}, c10::kLong)
+      .Int(10)
+      .Bool(freq)
+      .Int(mode);
   if (weights) {
     b.Tensor({6});
   } else {
@@ -217,8 +281,16 @@ TEST(LayerBackwardEmbedding, BagDenseGradientPerMode) {
 TEST(LayerBackwardEmbedding, BagBackwardDenseAndSparse) {
   auto call = [](int64_t mode, bool sparse, bool weights) {
     CallBuilder b("aten::_embedding_bag_backward");
-    b.Tensor({2, 3}).Tensor({6}, c10::kLong).Tensor({2}, c10::kLong).Tensor({6}, c10::kLong)
-        .Tensor({2}, c10::kLong).Tensor({2, 3}, c10::kLong).Int(10).Bool(false).Int(mode).Bool(sparse);
+    b.Tensor({2, 3})
+        .Tensor({6}, c10::kLong)
+        .Tensor({2}, c10::kLong)
+        .Tensor({6}, c10::kLong)
+        .Tensor({2}, c10::kLong)
+        .Tensor({2, 3}, c10::kLong)
+        .Int(10)
+        .Bool(false)
+        .Int(mode)
+        .Bool(sparse);
     if (weights) {
       b.Tensor({6});
     } else {
@@ -239,8 +311,14 @@ TEST(LayerBackwardEmbedding, BagBackwardDenseAndSparse) {
   EXPECT_EQ(Evaluate(op, call(2, true, false)).status, MetricStatus::kUnavailable);
   // Per-sample-weight gradient: a D = 3 dot per lookup, 2D each: 6 * 6 = 36.
   CallBuilder w("aten::_embedding_bag_per_sample_weights_backward");
-  w.Tensor({2, 3}).Tensor({10, 3}).Tensor({6}, c10::kLong).Tensor({2}, c10::kLong).Tensor({6}, c10::kLong).Int(0)
-      .Int(-1).Out({6});
+  w.Tensor({2, 3})
+      .Tensor({10, 3})
+      .Tensor({6}, c10::kLong)
+      .Tensor({2}, c10::kLong)
+      .Tensor({6}, c10::kLong)
+      .Int(0)
+      .Int(-1)
+      .Out({6});
   EXPECT_EQ(Flops("aten::_embedding_bag_per_sample_weights_backward", w), 36);
 }
 
@@ -279,8 +357,8 @@ TEST(LayerBackwardDistance, PdistAccumulatesIntoBothRows) {
     return b;
   };
   const char* op = "aten::_pdist_backward";
-  EXPECT_EQ(Flops(op, pdist(1.0)), 3 * 5 * 4);        // (1 + 2 + 2) per coordinate -> 60
-  EXPECT_EQ(Flops(op, pdist(2.0)), 3 * (5 * 4 + 2));  // 66
+  EXPECT_EQ(Flops(op, pdist(1.0)), 3 * 5 * 4);                                       // (1 + 2 + 2) per coordinate -> 60
+  EXPECT_EQ(Flops(op, pdist(2.0)), 3 * (5 * 4 + 2));                                 // 66
   EXPECT_EQ(Flops(op, pdist(std::numeric_limits<double>::infinity())), 3 * 12 * 4);  // 144
   EXPECT_EQ(Evaluate(op, pdist(1.5)).status, MetricStatus::kUnavailable);
 }
@@ -289,7 +367,12 @@ TEST(LayerBackwardDistance, PdistAccumulatesIntoBothRows) {
 // locations, 2 channels -> 24 (location, channel) values.
 CallBuilder Grid(int64_t mode, bool input_grad) {
   CallBuilder b("aten::grid_sampler_2d_backward");
-  b.Tensor({1, 2, 3, 4}).Tensor({1, 2, 5, 5}).Tensor({1, 3, 4, 2}).Int(mode).Int(0).Bool(false)
+  b.Tensor({1, 2, 3, 4})
+      .Tensor({1, 2, 5, 5})
+      .Tensor({1, 3, 4, 2})
+      .Int(mode)
+      .Int(0)
+      .Bool(false)
       .Bools({input_grad ? 1 : 0, 1});
   if (input_grad) {
     b.Out({1, 2, 5, 5});
@@ -315,8 +398,15 @@ TEST(LayerBackwardGridSampler, BilinearNearestBicubic) {
   EXPECT_EQ(Flops(op, Grid(2, true)), 2376);
   // An empty input only zero-fills.
   CallBuilder empty(op);
-  empty.Tensor({0, 2, 3, 4}).Tensor({0, 2, 5, 5}).Tensor({0, 3, 4, 2}).Int(0).Int(0).Bool(false).Bools({1, 1})
-      .Out({0, 2, 5, 5}).Out({0, 3, 4, 2});
+  empty.Tensor({0, 2, 3, 4})
+      .Tensor({0, 2, 5, 5})
+      .Tensor({0, 3, 4, 2})
+      .Int(0)
+      .Int(0)
+      .Bool(false)
+      .Bools({1, 1})
+      .Out({0, 2, 5, 5})
+      .Out({0, 3, 4, 2});
   EXPECT_EQ(Flops(op, empty), 0);
 }
 

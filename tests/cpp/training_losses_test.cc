@@ -61,8 +61,8 @@ TEST(LossesNll, Forward2dCountsEveryPosition) {
   // self (2,3,2,2), target (2,2,2): B = 8 positions. none 2B = 16; mean
   // unweighted B + 1 = 9; mean weighted 3B - 1 + 1 = 24.
   auto f = [](bool w, int64_t r) {
-    return Complete(losses::NllLossForward(
-        NllForward("aten::nll_loss2d_forward", {2, 3, 2, 2}, {2, 2, 2}, w, r, 3).Call()));
+    return Complete(
+        losses::NllLossForward(NllForward("aten::nll_loss2d_forward", {2, 3, 2, 2}, {2, 2, 2}, w, r, 3).Call()));
   };
   EXPECT_EQ(f(false, kNone), 16);
   EXPECT_EQ(f(false, kMean), 9);
@@ -85,8 +85,7 @@ CallBuilder NllBackward(const char* op, std::initializer_list<int64_t> grad, std
 
 TEST(LossesNll, BackwardPerReduction) {
   auto f = [](std::initializer_list<int64_t> grad, bool w, int64_t r) {
-    return Complete(losses::NllLossBackward(
-        NllBackward("aten::nll_loss_backward", grad, {3, 5}, {3}, w, r, 5).Call()));
+    return Complete(losses::NllLossBackward(NllBackward("aten::nll_loss_backward", grad, {3, 5}, {3}, w, r, 5).Call()));
   };
   // none: grad_input[i][t] = -w * g[i]: 2B = 6 (weighted or not).
   EXPECT_EQ(f({3}, false, kNone), 6);

@@ -148,7 +148,14 @@ TEST(BatchNormBackward, NewOpCudnnAndMiopenShareTheCount) {
   // training statistics, every output: 249.
   for (const char* op : {"aten::cudnn_batch_norm_backward", "aten::miopen_batch_norm_backward"}) {
     CallBuilder c(op);
-    c.Tensor({2, 3, 2, 2}).Tensor({2, 3, 2, 2}).Tensor({3}).Tensor({3}).Tensor({3}).Tensor({3}).Tensor({3}).Double(1e-5);
+    c.Tensor({2, 3, 2, 2})
+        .Tensor({2, 3, 2, 2})
+        .Tensor({3})
+        .Tensor({3})
+        .Tensor({3})
+        .Tensor({3})
+        .Tensor({3})
+        .Double(1e-5);
     EXPECT_EQ(Flops(op, c), 249) << op;
   }
 }

@@ -80,8 +80,7 @@ TEST(OptimizerForeach, ScalarListGivesEachElementItsOwnScalar) {
   EXPECT_EQ(Flops({{self, ArgMeta::Doubles(scalars, 2)}, {}, "aten::_foreach_div_"}), 10);
   // A scalar list of another length: no count.
   const double three[] = {1.0, 2.0, 3.0};
-  EXPECT_EQ(Value({{self, ArgMeta::Doubles(three, 3)}, {}, "aten::_foreach_div_"}).status,
-            MetricStatus::kUnavailable);
+  EXPECT_EQ(Value({{self, ArgMeta::Doubles(three, 3)}, {}, "aten::_foreach_div_"}).status, MetricStatus::kUnavailable);
 }
 
 TEST(OptimizerForeach, CoefficientsInATensorAreALowerBound) {
@@ -186,9 +185,8 @@ Call FusedAdam(CallBuilder& store, const char* op, const AdamOptions& o) {
   scalar.Tensor({});
   const ArgMeta scale = scalar.Call().args.back();
   return {{p, p, p, p, o.amsgrad ? p : none_list, steps, ArgMeta::Double(o.lr), ArgMeta::Double(o.beta1),
-           ArgMeta::Double(o.beta2), ArgMeta::Double(o.weight_decay), ArgMeta::Double(o.eps),
-           ArgMeta::Bool(o.amsgrad), ArgMeta::Bool(o.maximize), o.grad_scale ? scale : ArgMeta::None(),
-           o.found_inf ? scale : ArgMeta::None()},
+           ArgMeta::Double(o.beta2), ArgMeta::Double(o.weight_decay), ArgMeta::Double(o.eps), ArgMeta::Bool(o.amsgrad),
+           ArgMeta::Bool(o.maximize), o.grad_scale ? scale : ArgMeta::None(), o.found_inf ? scale : ArgMeta::None()},
           {},
           op};
 }

@@ -243,9 +243,9 @@ def test_the_audit_class_is_what_a_scan_reports(torchscan, audit):
     # the tagged kernels are what the run reports.
     assert all(classes[o] == "composite" for o, _ in checked[2:18]), checked[2:18]
     assert [c for _, c in checked[18:23]] == ["zero_cost", "random", "random", "random", "unsupported"], checked[18:23]
-    assert [classes[o] for o in ("aten::mm", "aten::bernoulli", "aten::view", "aten::_linalg_det", "aten::_upsample_bilinear2d_aa",
-                                 "aten::logdet")] == ["operator_formula", "random", "zero_cost", "excluded",
-                                                      "unsupported", "composite"]
+    assert [classes[o] for o in ("aten::mm", "aten::bernoulli", "aten::view", "aten::_linalg_det",
+                                 "aten::_upsample_bilinear2d_aa", "aten::logdet")] == [
+        "operator_formula", "random", "zero_cost", "excluded", "unsupported", "composite"]
     # Every tagged overload without a formula row: the 16 composite ones
     # decompose; _fused_sdp_choice is a metadata choice; the 20 others (CUDA/MPS
     # kernels among them, not runnable here) are uncounted, like the CPU one run above.

@@ -360,7 +360,7 @@ class _Mixed(nn.Module):
         self.grow = _Grow()
 
     def forward(self, x, ids):
-        y = self.lin(x)
+        y = self.lin(x)  # noqa: F841  (the module call is the point, not its output)
         e = self.emb(ids)
         a, b = self.pair(e, 3)
         c = self.kw(a, scale=b)

@@ -9,7 +9,6 @@ writes (tests/python/test_module_view.py::test_linear).
 """
 
 import json
-import math
 
 import pytest
 import torch

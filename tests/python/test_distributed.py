@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn as nn
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = REPO / "tests" / "fixtures" / "distributed_worker.py"

@@ -4,7 +4,6 @@ checked against independently derived numbers where one exists."""
 
 import json
 
-import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -16,7 +16,6 @@ import sys
 import time
 import warnings
 
-import pytest
 import torch
 import torch.nn.functional as F
 

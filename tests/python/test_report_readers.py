@@ -9,7 +9,6 @@ invalid JSON. The C++ side is fuzzed in tests/cpp/reports_fuzz_test.cc.
 
 import copy
 import json
-import os
 import subprocess
 import sys
 

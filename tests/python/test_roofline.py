@@ -1,7 +1,6 @@
 """Roofline from the recorded data flow (issue 16): hand-derived bytes, fusion, SoL."""
 
 import json
-import math
 import subprocess
 import sys
 import xml.etree.ElementTree as ET

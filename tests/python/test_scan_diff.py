@@ -21,7 +21,7 @@ import benchmark_serving as serving  # noqa: E402
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory, torchscan):
-    assert serving.SERVER.exists(), "run `bash tools/setup.sh` (it builds the example server)"
+    assert serving.SERVER.exists(), "run `bash tools/setup.sh --tests` (it builds the example server)"
     tmp = tmp_path_factory.mktemp("scan-diff")
     path, _ = serving.save_model("mlp", tmp)
     out = {}

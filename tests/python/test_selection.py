@@ -2,7 +2,6 @@
 torchscan_selection_v1 table (formulas/CONVENTIONS.md) on real ATen calls.
 Each expected value is derived by hand in the comment beside it."""
 
-import pytest
 import torch
 import torch.nn.functional as F
 

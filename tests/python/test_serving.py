@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 import torch
@@ -29,7 +28,7 @@ INPUT_ARG = ",".join(map(str, INPUT_SHAPE))
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, torchscan):
     for binary in (SERVER, SCANNED_SERVER):
-        assert binary.exists(), f"{binary} is missing: run `bash tools/setup.sh` (it builds the example servers)"
+        assert binary.exists(), f"{binary} is missing: run `bash tools/setup.sh --tests` (it builds the example servers)"
     model = build_model()
     path = save_torchscript(model, tmp_path_factory.mktemp("serving") / "model.pt")
     with torch.no_grad():
@@ -300,7 +299,8 @@ def test_attach_report_on_signal_while_requests_are_in_flight(served, tmp_path, 
         total = snap["operator_flops"]["total"]
         assert total["status"] == "complete"
         assert total["value"] % per_request == 0
-        assert 20 <= total["value"] // per_request < requests, (snap["threads"], [(q["request"], q["calls"]) for q in snap["requests"]], snap["context"])
+        assert 20 <= total["value"] // per_request < requests, (
+            snap["threads"], [(q["request"], q["calls"]) for q in snap["requests"]], snap["context"])
     assert snapshots[0]["operator_flops"]["total"]["value"] <= snapshots[1]["operator_flops"]["total"]["value"]
     final = json.loads(out.read_text())
     assert final["attach"].pop("report_seconds") >= 0 and final["attach"].pop("peak_rss_kib") > 0

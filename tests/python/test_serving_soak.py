@@ -35,7 +35,7 @@ FLAT_BYTES_PER_REQUEST = 256
 
 @pytest.fixture(scope="module")
 def mlp(tmp_path_factory, torchscan):
-    assert serving.SERVER.exists(), "run `bash tools/setup.sh` (it builds the example server)"
+    assert serving.SERVER.exists(), "run `bash tools/setup.sh --tests` (it builds the example server)"
     path, shape = serving.save_model("mlp", tmp_path_factory.mktemp("soak"))
     model = torch.jit.load(str(path))
     crawl = torchscan.crawl_module(model, args=(torch.ones(shape),))

@@ -5,13 +5,11 @@ zoo workload, with module scopes (layer rows and receptive fields), module
 labels (by_module) and several folds per workload; memory must not grow
 with the calls."""
 import contextlib
-import json
 
 import pytest
 import torch
 import torch.nn as nn
 
-import torchscan
 from torchscan.flops import FlopScan
 from tests.fixtures.zoo import workloads
 

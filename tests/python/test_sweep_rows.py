@@ -3,7 +3,6 @@ ATen calls. Each expected value is derived by hand in the comment beside it
 (formulas/elementwise.h, formulas/misc.h and formulas/registry.cc state the
 expansions)."""
 
-import math
 
 import pytest
 import torch

@@ -8,7 +8,6 @@ times chosen by the test."""
 
 import copy
 import json
-import math
 import resource
 import time
 
@@ -166,8 +165,8 @@ def test_progress_line(ts, monkeypatch, capsys):
 
 def test_peak_memory_of_known_tensors(ts):
     def workload():
-        a = torch.empty(8 * MIB, dtype=torch.uint8)  # 8 MiB
-        b = torch.ones(1000)  # 1000 float32 = 4000 bytes, alive with a
+        a = torch.empty(8 * MIB, dtype=torch.uint8)  # noqa: F841  8 MiB, alive until the workload returns
+        b = torch.ones(1000)  # noqa: F841  1000 float32 = 4000 bytes, alive with a
         return None
 
     r = ts.measure_peak_memory(workload)
