@@ -33,12 +33,30 @@ namespace {
       return false;                                                   \
     }                                                                 \
   }
-#define TS_TAGS(X)                                                                                                 \
-  X(core)                                                                                                          \
-  X(cudagraph_unsafe) X(data_dependent_output) X(dynamic_output_shape) X(flexible_layout) X(generated) X(inplace)  \
-      X(inplace_view) X(maybe_aliasing_or_mutating) X(needs_contiguous_strides) X(needs_exact_strides)             \
-          X(needs_fixed_stride_order) X(nondeterministic_bitwise) X(nondeterministic_seeded) X(out) X(out_variant) \
-              X(pointwise) X(pt2_compliant_tag) X(reduction) X(view_copy)
+// One tag per line, by hand: clang-format does not settle on one layout of this list.
+// clang-format off
+#define TS_TAGS(X) \
+  X(core) \
+  X(cudagraph_unsafe) \
+  X(data_dependent_output) \
+  X(dynamic_output_shape) \
+  X(flexible_layout) \
+  X(generated) \
+  X(inplace) \
+  X(inplace_view) \
+  X(maybe_aliasing_or_mutating) \
+  X(needs_contiguous_strides) \
+  X(needs_exact_strides) \
+  X(needs_fixed_stride_order) \
+  X(nondeterministic_bitwise) \
+  X(nondeterministic_seeded) \
+  X(out) \
+  X(out_variant) \
+  X(pointwise) \
+  X(pt2_compliant_tag) \
+  X(reduction) \
+  X(view_copy)
+// clang-format on
 TS_TAGS(TS_TAG)
 #undef TS_TAG
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn as nn
@@ -62,7 +62,8 @@ def _session():
 
 def _batch_first(module: nn.Module):
     if isinstance(module, STACKS):
-        layers = module.layers if hasattr(module, "layers") else module.encoder.layers
+        stack: Any = module  # a stack type: it has .layers, or an .encoder with them
+        layers = stack.layers if hasattr(stack, "layers") else stack.encoder.layers
         return bool(layers[0].self_attn.batch_first) if len(layers) else None
     flag = getattr(module, "batch_first", None)
     return flag if isinstance(flag, bool) else None

@@ -35,7 +35,7 @@ so its own tensor operations are never counted.
 from __future__ import annotations
 
 import inspect
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 import torch.nn as nn
@@ -265,7 +265,7 @@ def analyse(module: nn.Module, args: tuple, kwargs: dict) -> tuple:
             elif isinstance(module, nn.TransformerEncoderLayer):
                 output, sources = _encoder_layer(module, call)
             else:
-                output, sources = _decoder_layer(module, call)
+                output, sources = _decoder_layer(cast(nn.TransformerDecoderLayer, module), call)
     except _Unsupported as e:
         reason = str(e)
     except Exception as e:  # noqa: BLE001 - never fails the crawl; said in the report
