@@ -45,9 +45,18 @@ def test_back_to_back_calls_of_one_submodule_are_two_rows_as_in_crawl_module(tor
     assert crawl == {("", 0): {"module_flops": 0, "macs": 0, "dmas": 0}, ("shared", 0): shared,
                      ("shared", 1): shared, ("head", 0): {"module_flops": 64, "macs": 32, "dmas": 38}}
 
-    out = tmp_path / "report.json"
-    run = subprocess.run([str(SCANNED_SERVER), "--model", str(path), "--requests", "1", "--workers", "1",
-                          "--input", "2,8", "--scan", str(out)], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    report = json.loads(out.read_text())
-    assert rows(report["layers"]) == crawl
+    # The server's own rows (kept on request) and its default, the rows
+    # aggregated across requests (one request: each row one call), both as
+    # crawl_module's.
+    for extra, field in (([], "aggregate"), (["--per-request-layers", "all"], "layers")):
+        out = tmp_path / f"report-{field}.json"
+        run = subprocess.run([str(SCANNED_SERVER), "--model", str(path), "--requests", "1", "--workers", "1",
+                              "--input", "2,8", "--scan", str(out), *extra], capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr
+        report = json.loads(out.read_text())
+        layers = report["aggregate"]["layers"] if field == "aggregate" else report["layers"]
+        assert rows(layers) == crawl, field
+        if field == "aggregate":
+            assert report["context"]["layer_rows"] == "aggregated"
+            assert all(l["calls"] == 1 for l in layers)
