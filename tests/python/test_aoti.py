@@ -3,8 +3,8 @@ torch.export").
 
 An AOTInductor package runs generated kernels outside the dispatcher: every
 run inside a scan, from Python (python_shim/torchscan/_aoti.py) or in an
-attached C++ server (torchscan_dispatch/aoti_interpose.cc, driven through
-tests/cpp/aoti_server.cc), makes the result partial with a compiled_region
+attached C++ server (torchscan_dispatch/integrations/attach/aoti_interpose.cc, driven through
+tests/cpp/integrations/aoti_server.cc), makes the result partial with a compiled_region
 diagnostic naming AOTInductor, never a complete undercount. The exported
 program the package was compiled from is the supported way to count it.
 

@@ -1,6 +1,6 @@
 """tools/attach.py --wrapper: the command is a wrapper (taskset, a shell
 script) that runs the LibTorch server, or a host that dlopens LibTorch later
-(tests/cpp/dlopen_host.cc loading the example server as a library). The
+(tests/cpp/integrations/dlopen_host.cc loading the example server as a library). The
 preload (libtorchscan_preload.so) attaches once LibTorch is in a process,
 so the report must be the one of the server attached directly: the same
 model and input measured in this process, times the requests

@@ -76,7 +76,7 @@ def test_diff_table_keeps_incomplete_sides_honest(tmp_path, capsys):
 
 def _scan_report():
     """A C++ scan report of two requests of one shape, aggregated: the
-    shape ScanReportJson writes (torchscan_dispatch/aggregate.h)."""
+    shape ScanReportJson writes (torchscan_dispatch/analyses/aggregate.h)."""
     def metric(v, unit="FLOPs", method="module_formulas"):
         return {"status": "complete", "value": v, "known_value": v, "unit": unit, "scope": "workload",
                 "method": method}

@@ -66,7 +66,7 @@ def _check_consumer_output(stdout: str):
 
 def test_layout_is_public_headers_a_versioned_library_and_package_files(prefix):
     headers = sorted(p.name for p in (prefix / "include/torchscan").iterdir())
-    assert headers == ["count.h", "op_call.h", "result.h", "status.h", "torchscan.h"]
+    assert headers == ["count.h", "op_call.h", "result.h", "status.h", "torchscan.h", "types.h"]
     for h in (prefix / "include/torchscan").iterdir():
         text = h.read_text()
         assert "absl" not in text.replace("abseil", ""), f"{h.name} names abseil"

@@ -8,7 +8,7 @@ whose message is TorchScan's (it names the reader: "torchscan..."; the trace
 figure raises its TraceError); the command line exits with status 1 and one
 line. Anything else (KeyError, AttributeError, IndexError, RecursionError,
 OverflowError, ZeroDivisionError, a TypeError from inside) fails the test.
-The C++ readers have their own fuzz (tests/cpp/reports_fuzz_test.cc); here
+The C++ readers have their own fuzz (tests/cpp/reports/reports_fuzz_test.cc); here
 they are reached through render_report / compare_reports.
 """
 

@@ -1,6 +1,6 @@
 """The documents' examples are the tested ones: every ```python block of every
 document below is executed; every ```cpp block is either one of the
-functions tests/cpp/api_example.cc compiles and runs (Bazel's api_example_test)
+functions tests/cpp/session/api_example.cc compiles and runs (Bazel's api_example_test)
 or a complete program, which tests/python/test_install.py builds against the
 installed package exactly as printed and runs."""
 

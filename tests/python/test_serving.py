@@ -1,4 +1,4 @@
-"""The example C++ server (tests/cpp/example_server.cc) serving a TorchScript
+"""The example C++ server (tests/cpp/integrations/example_server.cc) serving a TorchScript
 model, scanned through the C++ API and through the attach launcher
 (tools/attach.py). Expected values: the same model and input measured in
 this process by measure_flops / crawl_module (and, for the operators it

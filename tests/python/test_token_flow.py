@@ -1,5 +1,5 @@
 """Token dependencies of modules built from operators (torchscan/token_flow.py,
-torchscan_dispatch/token_flow.cc): custom attention around
+torchscan_dispatch/analyses/token_flow.cc): custom attention around
 F.scaled_dot_product_attention, Hugging Face attention, Transformer stacks.
 Each expected relation is derived by hand in the test's comment: output i of
 an attention reads the values of the keys visible to query i and, when two

@@ -1,0 +1,112 @@
+// Turns boxed operator arguments into value-free metadata (formulas/op_call.h)
+// and keeps one copy of each distinct call (CallSig). Never keeps a tensor:
+// sizes, strides, dtype, device and scalars are copied into the table's arena.
+//
+// Why shared: a model repeats the same few hundred calls (the same operator
+// on the same shapes) many times over. A recorded call is then its shared
+// signature plus what differs from one call to the next, the addresses of
+// its tensors (Event::ids), so full scans keep tens of bytes per call, not
+// hundreds.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/DispatchKeySet.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/types/span.h"
+#include "formulas/op_call.h"
+#include "torchscan_dispatch/core/arena.h"
+
+namespace torchscan {
+
+// Arguments of TorchScript custom classes are recorded by the layer that
+// understands them: c10d's ProcessGroup and ReduceOp become their names
+// (analyses/communication.h, RecordCustomClass), installed by the session
+// before it records; the recorder names no class itself. Unset: kOther.
+using CustomClassRecorder = ArgMeta (*)(Arena& arena, const c10::IValue& v);
+void SetCustomClassRecorder(CustomClassRecorder recorder);
+
+// What a call was, shared by every call that was the same: its operator,
+// the dispatch keys it continued with, its operands' and returns' metadata
+// and how it ended. Tensor identities in it are call-local: 1, 2, ... in
+// order of first appearance among the operands, then the returns (0: an
+// undefined tensor), so equal numbers are the same tensor within the call.
+// Event::ids holds the addresses they stand for.
+struct CallSig {
+  CallSig(const c10::OperatorHandle& o, c10::DispatchKeySet k) : op(o), keys(k) {}
+  c10::OperatorHandle op;
+  c10::DispatchKeySet keys;
+  absl::Span<const ArgMeta> args;
+  absl::Span<const ArgMeta> outputs;
+  const CallSig* started = nullptr;  // the signature the call had while it ran (nullptr: this is it)
+  uint64_t hash = 0;
+  uint32_t arg_tensors = 0;  // distinct tensors among the operands
+  uint32_t tensors = 0;      // ... among the operands and the returns
+  bool finished = false;     // it returned, raised or was stopped (not running)
+  bool raised = false;       // the kernel threw (the exception propagated)
+};
+
+// The distinct tensors of one call, numbered as CallSig says.
+class CallTensors {
+ public:
+  void Reset(const uintptr_t* ids, size_t n);  // start from these (a running call's operands)
+  uint32_t Number(uintptr_t address);          // 1-based; new addresses are appended
+  const std::vector<uintptr_t>& addresses() const { return ids_; }
+
+ private:
+  static constexpr size_t kLinear = 16;  // beyond this many, look up by hash
+  void IndexAll();
+  std::vector<uintptr_t> ids_;
+  absl::flat_hash_map<uintptr_t, uint32_t> index_;
+};
+
+// The content hash CallTable keys signatures by, of `values` continuing
+// from `seed`: the same values give the same hash in every process.
+uint64_t HashCallValues(uint64_t seed, absl::Span<const ArgMeta> values);
+
+// The signatures of one recorder's calls.
+class CallTable {
+ public:
+  CallTable() = default;
+  CallTable(const CallTable&) = delete;
+  CallTable& operator=(const CallTable&) = delete;
+
+  // A call that starts with these operands: the shared signature of a
+  // running call; `tensors` gets its distinct tensors.
+  const CallSig* Start(const c10::OperatorHandle& op, c10::DispatchKeySet keys, absl::Span<const c10::IValue> args,
+                       CallTensors& tensors);
+  // The running call `started` returned `outputs`; `tensors` (reset to its
+  // operands' addresses) gets the returns' new ones appended.
+  const CallSig* Finish(const CallSig* started, absl::Span<const c10::IValue> outputs, CallTensors& tensors);
+  // The running call `started` ended without returns: it raised, or it was
+  // stopped by PyTorch's control-flow exception (Recorder::ControlFlowStop).
+  const CallSig* Stop(const CallSig* started, bool raised);
+
+  size_t size() const { return sigs_.size(); }
+  // Forgets every signature: nothing returned before stays valid.
+  void Clear();
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(const CallSig* s) const { return s->hash; }
+  };
+  struct Eq {
+    using is_transparent = void;
+    bool operator()(const CallSig* a, const CallSig* b) const;
+  };
+  // The kept signature equal to `probe`, whose metadata was recorded at the
+  // arena's top since `mark` (dropped when an equal one is kept already).
+  const CallSig* Intern(const CallSig& probe, const Arena::Mark& mark);
+
+  Arena arena_;             // the signatures' metadata
+  BlockLog<CallSig> kept_;  // the signatures (stable addresses)
+  absl::flat_hash_set<const CallSig*, Hash, Eq> sigs_;
+};
+
+}  // namespace torchscan

@@ -1,0 +1,126 @@
+#include "torchscan_dispatch/core/op_catalog.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace torchscan {
+
+const OpInfo& OpCatalog::Get(const c10::OperatorHandle& op) {
+  auto it = infos_.find(op);
+  if (it != infos_.end()) return it->second;
+  OpInfo info;
+  const auto& name = op.operator_name();
+  info.name = name.name;
+  info.overload = name.overload_name;
+  info.packet = absl::StrReplaceAll(name.name, {{"::", "."}});
+  if (op.hasSchema()) {
+    const c10::FunctionSchema& schema = op.schema();
+    info.zero_cost = ClassifyZeroCost(schema);
+    // out= arguments are keyword-only and trailing in every ATen schema.
+    uint32_t operands = static_cast<uint32_t>(schema.arguments().size());
+    while (operands > 0 && schema.arguments()[operands - 1].is_out()) --operands;
+    info.operands = operands;
+    info.out_form = operands < schema.arguments().size();
+    info.returns_alias = !schema.returns().empty();
+    for (const auto& r : schema.returns()) {
+      if (r.alias_info() == nullptr || r.alias_info()->isWrite()) info.returns_alias = false;
+    }
+  }
+  if (!OutsideFormulaRows(name)) {
+    info.builtin = FindOperatorFormula(info.name);
+    info.module = FindModuleFormula(info.name);
+  }
+  info.has_math_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+  return infos_.emplace(op, std::move(info)).first->second;
+}
+
+OpCall FormulaCall(const OpInfo& info, absl::Span<const ArgMeta> args, absl::Span<const ArgMeta> outputs) {
+  OpCall call{info.name, info.overload, args.first(std::min<size_t>(args.size(), info.operands)), outputs};
+  call.returns_alias = info.returns_alias;
+  call.out_form = info.out_form;
+  return call;
+}
+
+std::pair<c10::DispatchKey, absl::string_view> OpCatalog::WinningKernel(const c10::OperatorHandle& op,
+                                                                        c10::DispatchKeySet keys) {
+  auto [cached, fresh] = winners_[op].try_emplace(keys.raw_repr());
+  if (!fresh) return cached->second;
+  auto it = tables_.find(op);
+  if (it == tables_.end()) it = tables_.emplace(op, op.dumpComputedTable()).first;
+  const std::string& table = it->second;
+  cached->second = {c10::DispatchKey::Undefined, {}};
+  for (c10::DispatchKeySet rest = keys; !rest.empty();) {
+    const c10::DispatchKey k = rest.highestPriorityTypeId();
+    rest = rest.remove(k);
+    if (k == c10::DispatchKey::Undefined) break;
+    // Lines read "<Key>: registered at <file>:<line> [<kind>]".
+    const std::string prefix = absl::StrCat(c10::toString(k), ": ");
+    size_t pos = absl::StartsWith(table, prefix) ? 0 : table.find("\n" + prefix);
+    if (pos == std::string::npos) continue;  // no entry: falls through to the next key
+    const size_t end = table.find('\n', pos + 1);
+    const absl::string_view line(table.data() + pos, (end == std::string::npos ? table.size() : end) - pos);
+    if (absl::StrContains(line, "fallthrough") || absl::StrContains(line, "[backend fallback]")) continue;
+    cached->second = {k, line};
+    break;
+  }
+  return cached->second;
+}
+
+bool OpCatalog::RanDecomposition(const c10::OperatorHandle& op, c10::DispatchKeySet keys) {
+  const auto [key, line] = WinningKernel(op, keys);
+  // An autocast kernel casts its inputs and calls the operator again below
+  // autocast: like a decomposition, its children are the whole of its work.
+  if (key != c10::DispatchKey::Undefined && c10::autocast_dispatch_keyset.has(key)) return true;
+  // FSDP2's copy operators have Python kernels that do all their work
+  // through PyTorch operators, each recorded as their child: their children
+  // are the whole of it. Named, not inferred from a Python kernel (which may
+  // compute outside PyTorch), and only while the winning kernel is still the
+  // Python one (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:
+  // all_gather_copy_in calls empty, split and _foreach_copy_;
+  // split_with_sizes_copy calls torch.split_with_sizes_copy; chunk_cat
+  // calls torch._chunk_cat).
+  // Never destroyed: a report written while the process exits (an attached
+  // server's last snapshot) may still ask.
+  static const auto* kRecordedPythonKernels = new absl::flat_hash_set<std::string>{
+      "fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat"};
+  if (kRecordedPythonKernels->contains(Get(op).name) && absl::StrContains(line, ".py:")) return true;
+  return Get(op).has_math_kernel && absl::StrContains(line, "[math kernel]");
+}
+
+bool OpCatalog::RanAutogradKernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys) {
+  const auto [key, line] = WinningKernel(op, keys);
+  // Generated kernels read "[autograd kernel]"; ones registered by hand "[kernel]".
+  return key != c10::DispatchKey::Undefined && c10::DispatchKeySet(key).has_any(c10::autograd_dispatch_keyset) &&
+         (absl::StrContains(line, "[autograd kernel]") || absl::StrContains(line, "[kernel]"));
+}
+
+namespace {
+// initial-exec like the engine's other TLS variables (all_threads.cc).
+thread_local std::unordered_map<c10::OperatorHandle, bool>* tls_owners __attribute__((tls_model("initial-exec"))) =
+    nullptr;
+thread_local OpCatalog* tls_catalog __attribute__((tls_model("initial-exec"))) = nullptr;
+}  // namespace
+
+bool AddsNoFlopsOfItsOwn(const c10::OperatorHandle& op, c10::DispatchKeySet keys) {
+  if (tls_catalog == nullptr) tls_catalog = new OpCatalog();  // one per thread that needs it
+  return tls_catalog->Get(op).zero_cost != ZeroCostReason::kNone || tls_catalog->RanDecomposition(op, keys);
+}
+
+bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op) {
+  if (tls_owners == nullptr) tls_owners = new std::unordered_map<c10::OperatorHandle, bool>();  // one per thread
+  auto it = tls_owners->find(op);
+  if (it != tls_owners->end()) return it->second;
+  const std::string name = op.operator_name().name;
+  const bool zero = op.hasSchema() && ClassifyZeroCost(op.schema()) != ZeroCostReason::kNone;
+  const bool rows = !OutsideFormulaRows(op.operator_name());
+  const bool owns = (zero || (rows && FindOperatorFormula(name) != nullptr)) &&
+                    (zero || (rows && FindModuleFormula(name) != nullptr));
+  tls_owners->emplace(op, owns);
+  return owns;
+}
+
+}  // namespace torchscan

@@ -1,0 +1,331 @@
+// The `torchscan` TORCH_LIBRARY: a custom class is the control surface, so
+// starting/stopping a scan never goes through the dispatcher (and is never
+// recorded by it).
+#include <torch/custom_class.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+
+#include "torchscan_built_against.h"
+#include <nlohmann/json.hpp>
+
+#include "reports/diff.h"
+#include "reports/metric.h"
+#include "reports/render.h"
+#include "reports/validate.h"
+#include "torchscan_dispatch/integrations/coverage_audit.h"
+#include "torchscan_dispatch/core/fallback.h"
+#include "torchscan_dispatch/core/recorder.h"
+#include "torchscan_dispatch/analyses/token_flow.h"
+#include "torchscan_dispatch/torchscan.h"
+
+namespace torchscan {
+namespace {
+
+void Raise(const absl::Status& st) {
+  if (st.ok()) return;
+  if (st.code() == absl::StatusCode::kInvalidArgument) TORCH_CHECK_VALUE(false, std::string(st.message()));
+  TORCH_CHECK(false, std::string(st.message()));
+}
+
+// The C++ API's errors (status.h) raise the same way.
+void Raise(const Status& st) {
+  if (st.ok()) return;
+  if (st.code() == StatusCode::kInvalidArgument) TORCH_CHECK_VALUE(false, st.message());
+  TORCH_CHECK(false, st.message());
+}
+
+template <class T>
+T Value(absl::StatusOr<T> v) {
+  Raise(v.status());
+  return *std::move(v);
+}
+
+template <class T>
+T Value(StatusOr<T> v) {
+  Raise(v.status());
+  return *std::move(v);
+}
+
+struct ScriptSession;
+
+// Handles for the C entry points below. A handle names a live session: a
+// stale or made-up one fails like any other refused call instead of
+// reaching freed memory.
+struct Handles {
+  std::mutex mu;
+  std::unordered_map<int64_t, ScriptSession*> sessions;
+  int64_t next = 1;
+};
+
+Handles& TheHandles() {
+  static auto* handles = new Handles;  // never destroyed: sessions may outlive static destruction
+  return *handles;
+}
+
+struct ScriptSession : torch::CustomClassHolder {
+  // Python pushes its own module scopes (hooks), so TorchScript scopes stay
+  // off: a scripted submodule is one layer call, as its hooks see it (named
+  // fields: a positional `false` here once landed on join_on_first_call).
+  ScriptSession(std::string scope, bool memory, bool timestamps, bool streaming, int64_t fold_every)
+      : session(ScanOptions{.scope = std::move(scope),
+                            .threads = Threads::kCurrent,
+                            .torchscript_scopes = false,
+                            .memory = memory,
+                            .timestamps = timestamps,
+                            .streaming = streaming,
+                            .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0))}) {}
+  explicit ScriptSession(ScanOptions options) : session(std::move(options)) {}
+  ~ScriptSession() override {
+    if (handle == 0) return;
+    Handles& h = TheHandles();
+    std::lock_guard<std::mutex> lock(h.mu);
+    h.sessions.erase(handle);
+  }
+  // A C int (ctypes passes ints as such); 0 once they are used up.
+  int64_t Handle() {
+    Handles& h = TheHandles();
+    std::lock_guard<std::mutex> lock(h.mu);
+    if (handle == 0 && h.next < std::numeric_limits<int>::max()) {
+      handle = h.next++;
+      h.sessions[handle] = this;
+    }
+    return handle;
+  }
+  Session session;
+  int64_t handle = 0;  // 0: none given out
+};
+
+using Self = c10::intrusive_ptr<ScriptSession>;
+
+// A receptive-field number as the layers' JSON holds it (reports/layers.cc,
+// Number): an integer when whole and exact in both types.
+bool Whole(double v) { return std::abs(v) < 9e15 && v == std::trunc(v); }
+
+// Session::LayerRows flattened into three lists, from which crawl_module
+// builds its rows (python_shim/torchscan/crawler.py, _layer_rows) without
+// JSON text in between. Only what crawl_module reports: no parent, no
+// operator_flops. Per row:
+//   ints:  call_index, depth, failed; per module-view metric (module_flops,
+//          macs, dmas): status (MetricStatus: 0 complete, 1 partial,
+//          2 unavailable), count (-1: past 2^63 - 1, its digits in texts);
+//          per field (receptive_field, effective_stride, effective_padding):
+//          status; then not_applicable, the number of axes n (the three
+//          fields share their axes' dimensions, and only a field with axes
+//          can be complete), whole; the n dimensions; when whole (every
+//          number of the row is), the numbers: per field its value when
+//          complete, then its n axis values.
+//   reals: the same numbers when not whole.
+//   texts: the path; the digits of each count past 2^63 - 1; the reason of
+//          each unavailable field.
+std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<double>> FlatLayerRows(
+    std::vector<LayerRow> rows) {
+  std::vector<std::string> texts;
+  std::vector<int64_t> ints;
+  std::vector<double> reals;
+  texts.reserve(rows.size() * 2);
+  ints.reserve(rows.size() * 28);
+  for (LayerRow& row : rows) {
+    texts.push_back(std::move(row.path));
+    ints.insert(ints.end(), {row.call_index, row.depth, row.failed ? 1 : 0});
+    for (int m = 1; m < 4; ++m) {
+      ints.push_back(static_cast<int64_t>(row.status[m]));
+      const Count::Wide v = row.known[m].wide();
+      if (v <= static_cast<Count::Wide>(std::numeric_limits<int64_t>::max())) {
+        ints.push_back(static_cast<int64_t>(v));
+      } else {
+        ints.push_back(-1);
+        texts.push_back(row.known[m].Digits());
+      }
+    }
+    std::vector<double> numbers;
+    for (LayerRow::Field& f : row.fields) {
+      ints.push_back(static_cast<int64_t>(f.status));
+      if (f.status == MetricStatus::kComplete) numbers.push_back(f.value);
+      for (const auto& axis : f.axes) numbers.push_back(axis.second);
+      if (f.status == MetricStatus::kUnavailable) texts.push_back(std::move(f.reason));
+    }
+    const auto& axes = row.fields[0].axes;
+    const bool whole = std::all_of(numbers.begin(), numbers.end(), Whole);
+    ints.insert(ints.end(), {row.fields[0].not_applicable ? 1 : 0, static_cast<int64_t>(axes.size()), whole ? 1 : 0});
+    for (const auto& axis : axes) ints.push_back(axis.first);
+    if (whole) {
+      for (double v : numbers) ints.push_back(static_cast<int64_t>(v));
+    } else {
+      reals.insert(reals.end(), numbers.begin(), numbers.end());
+    }
+  }
+  return {std::move(texts), std::move(ints), std::move(reals)};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(torchscan, m) {
+  // A marker the shim calls each time a compiled (Inductor) graph runs inside a
+  // scan: its fused kernels bypass the dispatcher, so no view can value the
+  // call and the result is partial with a `compiled_region` diagnostic.
+  m.def("compiled_region(str backend) -> ()");
+  m.impl("compiled_region", c10::DispatchKey::CompositeExplicitAutograd, [](std::string) {});
+  m.class_<ScriptSession>("Session")
+      .def(torch::init<std::string, bool, bool, bool, int64_t>())
+      .def("defer_formula", [](const Self& s, std::string op) { Raise(s->session.DeferOperatorFormula(op)); })
+      .def("start", [](const Self& s) { Raise(s->session.Start()); })
+      .def("stop", [](const Self& s) { Raise(s->session.Stop()); })
+      .def("set_module_labels",
+           [](const Self& s, std::vector<std::string> labels) { Raise(s->session.SetModuleLabels(std::move(labels))); })
+      .def("enter_module_label", [](const Self& s, std::string label) { Raise(s->session.EnterModuleLabel(label)); })
+      .def("exit_module_label", [](const Self& s, std::string label) { Raise(s->session.ExitModuleLabel(label)); })
+      .def("active", [](const Self& s) { return s->session.active(); })
+      .def("recorded_operators", [](const Self& s) { return s->session.RecordedOperators(); })
+      .def("recorded_calls", [](const Self& s) { return static_cast<int64_t>(s->session.recorded_calls()); })
+      .def("held_calls", [](const Self& s) { return static_cast<int64_t>(s->session.held_calls()); })
+      .def("begin_request", [](const Self& s, std::string id) { Raise(s->session.BeginRequest(id)); })
+      .def("end_request", [](const Self& s) { Raise(s->session.EndRequest()); })
+      .def("deferred_calls", [](const Self& s) { return Value(s->session.DeferredCallsJson()); })
+      .def("set_deferred_results",
+           [](const Self& s, std::string json) { Raise(s->session.SetDeferredResultsJson(json)); })
+      .def("flop_report", [](const Self& s) { return Value(s->session.FlopReportJson()); })
+      .def(
+          "push_module_scope",
+          [](const Self& s, std::string path) { return static_cast<int64_t>(Value(s->session.PushModuleScope(path))); })
+      .def("pop_module_scope",
+           [](const Self& s, int64_t id, bool failed, std::vector<int64_t> outputs) {
+             Raise(s->session.PopModuleScope(static_cast<int32_t>(id), failed,
+                                             std::vector<uintptr_t>(outputs.begin(), outputs.end())));
+           })
+      .def("layers", [](const Self& s) { return Value(s->session.LayersJson()); })
+      .def("layer_rows", [](const Self& s) { return FlatLayerRows(Value(s->session.LayerRows())); })
+      .def("memory_report", [](const Self& s) { return Value(s->session.MemoryReportJson()); })
+      .def("trace", [](const Self& s) { return Value(s->session.TraceJson()); })
+      // For the C entry points below (torchscan_push_module_scope, ...).
+      .def("native_handle", [](const Self& s) { return s->Handle(); })
+      .def("module_report", [](const Self& s) { return Value(s->session.ModuleReportJson()); })
+      .def("traffic", [](const Self& s) { return Value(s->session.TrafficJson()); })
+      .def("scan_report", [](const Self& s) { return Value(s->session.ScanReportJson()); })
+      // scan(threads="all"): every thread that runs ATen work while it is
+      // active joins on its first call. A factory, not a second constructor
+      // (a custom class has one __init__), so Session(scope, memory, trace)
+      // keeps its meaning.
+      .def_static("all_threads",
+                  [](std::string scope, bool timestamps, bool streaming, int64_t fold_every) {
+                    return c10::make_intrusive<ScriptSession>(
+                        ScanOptions{.scope = std::move(scope),
+                                    .threads = Threads::kAll,
+                                    .torchscript_scopes = false,
+                                    .timestamps = timestamps,
+                                    .streaming = streaming,
+                                    .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0)),
+                                    // Python scans report one row per module call, as crawl_module does.
+                                    .layer_rows = LayerRowMode::kPerCall});
+                  })
+      .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
+      .def_static("coverage_audit", []() { return CoverageAuditJson(); })
+      .def_static("formula_table", []() { return FormulaTableJson(); })
+      // Report readers: `file` / `before_file`, `after_file` name the source in
+      // messages ("" when the report did not come from a file).
+      .def_static("render_report",
+                  [](std::string report, int64_t max_depth, bool receptive_field, std::string file) {
+                    const reports::ReportSource source{std::move(file), ""};
+                    auto j = reports::LoadReport(report, source);
+                    TORCH_CHECK_VALUE(j.ok(), "torchscan.render_report: ", j.status().message());
+                    // Negative: every layer. A plain int cast would turn 2**32 into 0.
+                    const int depth =
+                        max_depth < 0 ? -1
+                                      : static_cast<int>(std::min<int64_t>(max_depth, std::numeric_limits<int>::max()));
+                    return Value(reports::RenderReport(*j, depth, receptive_field, source));
+                  })
+      .def_static("compare_reports",
+                  [](std::string before, std::string after, std::string before_file, std::string after_file) {
+                    const reports::ReportSource bs{std::move(before_file), "before"},
+                        as{std::move(after_file), "after"};
+                    auto b = reports::LoadReport(before, bs);
+                    TORCH_CHECK_VALUE(b.ok(), "torchscan.compare_reports: ", b.status().message());
+                    auto a = reports::LoadReport(after, as);
+                    TORCH_CHECK_VALUE(a.ok(), "torchscan.compare_reports: ", a.status().message());
+                    // DumpJson: deltas past 2^64 - 1 are written as their exact digits.
+                    return reports::DumpJson(Value(reports::CompareReports(*b, *a, bs, as)));
+                  })
+      .def_static("mode_key_included", []() { return ModeKeyIncluded(); })
+      // Token dependencies of a module call just recorded (torchscan/token_flow.py).
+      .def_static("token_flow", [](std::string request) { return TokenFlowJson(request); })
+      // Each one call (an interrupt cannot split it); see PauseThreadRecordingForScan.
+      .def_static("pause_thread_recording", []() { PauseThreadRecordingForScan(); })
+      .def_static("resume_thread_recording", []() { ResumeThreadRecordingForScan(); })
+      .def_static("thread_recording_paused", []() { return ThreadRecordingPaused(); })
+      .def_static("note_control_flow_stop", []() { NoteControlFlowStop(); })
+      .def_static("built_against", []() { return std::string(TORCHSCAN_BUILT_TORCH_VERSION); });
+}
+
+}  // namespace torchscan
+
+// The torch this library was built against, readable without loading it: the
+// shim quotes it when the loader refuses the library (another release's
+// missing symbol), where built_against() cannot be asked.
+extern "C" __attribute__((used, retain)) const char torchscan_built_against_marker[] =
+    "torchscan-built-against-torch=" TORCHSCAN_BUILT_TORCH_VERSION;
+
+// Module scopes for crawl_module's hooks, called through ctypes (the
+// standard library's foreign-function module): every module call pushes
+// and pops one, and a custom-class method call costs several microseconds
+// (method lookup, schema matching, the IValue stack) where these cost a
+// plain C call. Every parameter is an int or a pointer, so that ctypes
+// passes Python ints and bytes without declared argument types (their
+// conversions cost more than the call). `handle` comes from
+// Session.native_handle(). Nothing is raised here: a refused call returns
+// -1, and the caller repeats it through the custom class
+// (push_module_scope / pop_module_scope), which refuses it again with the
+// message.
+extern "C" {
+
+// The new scope's id (>= 0), or -1.
+__attribute__((visibility("default"))) int torchscan_push_module_scope(int handle, const char* path,
+                                                                       int length) noexcept {
+  using torchscan::TheHandles;
+  try {
+    auto& h = TheHandles();
+    std::lock_guard<std::mutex> lock(h.mu);  // the session stays alive for the call
+    const auto it = h.sessions.find(handle);
+    if (it == h.sessions.end()) return -1;
+    if (length < 0) return -1;
+    const auto id = it->second->session.PushModuleScope(std::string_view(path, static_cast<size_t>(length)));
+    return id.ok() ? *id : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+// 0, or -1. `outputs`: `count` output identities (TensorImpl addresses).
+__attribute__((visibility("default"))) int torchscan_pop_module_scope(int handle, int scope, int failed,
+                                                                      const uint64_t* outputs, int count) noexcept {
+  using torchscan::TheHandles;
+  try {
+    auto& h = TheHandles();
+    std::lock_guard<std::mutex> lock(h.mu);
+    const auto it = h.sessions.find(handle);
+    if (it == h.sessions.end() || count < 0) return -1;
+    return it->second->session.PopModuleScope(scope, failed != 0, std::vector<uintptr_t>(outputs, outputs + count)).ok()
+               ? 0
+               : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+// The common case, one output: its identity in two halves (ctypes passes
+// each as a C int, masked to 32 bits), so that no buffer is shared between
+// calls. 0, or -1.
+__attribute__((visibility("default"))) int torchscan_pop_module_scope_1(int handle, int scope, int failed, int low,
+                                                                        int high) noexcept {
+  const uint64_t output = (static_cast<uint64_t>(static_cast<uint32_t>(high)) << 32) | static_cast<uint32_t>(low);
+  return torchscan_pop_module_scope(handle, scope, failed, &output, 1);
+}
+
+}  // extern "C"
