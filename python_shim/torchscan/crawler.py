@@ -182,7 +182,7 @@ _NATIVE_SCOPES: list = []  # [(push, pop, pop_1) or None], once loaded
 
 def _native_scopes():
     """The library's C entry points for module scopes (torchscan_push_module_scope,
-    torchscan_pop_module_scope in torchscan_dispatch/bindings.cc) through
+    torchscan_pop_module_scope in torchscan_dispatch/integrations/bindings.cc) through
     ctypes, or None when they cannot be reached (the hooks then use the
     session's methods)."""
     if not _NATIVE_SCOPES:
@@ -273,14 +273,17 @@ def _eval(module: nn.Module, modules: list) -> None:
     """module.eval(). When no module in the tree overrides eval or train,
     that sets every module's flag to False (Module.train recursing through
     children(), which reaches exactly `modules`): the flags are set here
-    without the recursion's calls, and only where they are not False yet."""
+    without the recursion's calls, and only where they are not False yet;
+    a tree already in eval mode is left as it is."""
+    flags = [m for m in modules if m.training is not False]
+    if not flags:  # already in eval mode (a model in use): eval() would change nothing; overrides are not re-run
+        return
     train = nn.Module.train
     if type(module).eval is not nn.Module.eval or any(type(m).train is not train for m in modules):
         module.eval()
         return
-    for m in modules:
-        if m.training is not False:
-            m.training = False
+    for m in flags:
+        m.training = False
 
 
 def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, device, custom_mapping, memory,
@@ -386,13 +389,14 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     # Token dependencies (tokens.py for native attention layers, token_flow.py
     # for modules that run attention otherwise), after the scope is popped;
     # structure mode omits them. Their own tensor work is not the model's.
-    flow = token_flow.TokenFlow() if mode == "full" else None
+    # The analysis asks the library first whether the call ran attention or a
+    # softmax (a C call), and pauses recording only for the calls that did.
+    flow = token_flow.TokenFlow(bool(handle), pause) if mode == "full" else None
 
     def tokens_after(mod, scope, index, hook_args, hook_kwargs, output):
         if is_compiling():  # Dynamo tracing the hooks: no tensors to read
             return
-        with pause:
-            flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output)
+        flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output)
 
     # The fast path. Plain dense tensors (the common inputs and outputs) are
     # snapshotted here (_snapshot) and described when the report is built:
@@ -432,8 +436,8 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
                 session.pop_module_scope(scope, failed, [identity])
             if not failed and not output.is_nested:
                 calls[index][4] = (output.shape, output.dtype, output.device, output.requires_grad)
-                if flow is not None:
-                    tokens_after(mod, scope, index, hook_args, hook_kwargs, output)
+                if flow is not None:  # not compiling (checked above)
+                    flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output)
                 return
         else:
             flat, _ = tree_flatten(output)
@@ -442,7 +446,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
                 session.pop_module_scope(scope, failed, ids)
         calls[index][2] = {"kind": "failed"} if failed else describe(output)
         if flow is not None and not failed:
-            tokens_after(mod, scope, index, hook_args, hook_kwargs, output)
+            flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output)
 
     if push is None:  # no C entry points: the session's methods throughout
         pre_hook, post_hook = traced_pre_hook, traced_post_hook
@@ -536,7 +540,7 @@ _FIELDS = ("receptive_field", "effective_stride", "effective_padding")
 def _layer_rows(session, scope: str, metrics: bool) -> list:
     """(path, call_index, depth, failed, metrics) per layer call, in scope
     order: the session's layer rows (Session::LayerRows, flattened by the
-    binding: FlatLayerRows in torchscan_dispatch/bindings.cc says how), with
+    binding: FlatLayerRows in torchscan_dispatch/integrations/bindings.cc says how), with
     the module view's and the receptive field's MetricResults as the layers'
     JSON (Session::LayersJson) writes them, keys in its (sorted) order.
     metrics False: None instead of the metrics."""

@@ -4,7 +4,7 @@ layers, and Transformer stacks (nn.TransformerEncoder / Decoder /
 Transformer) made of native layers.
 
 After each module call, the engine's token-flow pass
-(torchscan_dispatch/token_flow.cc) follows the operators the call ran,
+(torchscan_dispatch/analyses/token_flow.cc) follows the operators the call ran,
 through tensor identities, from its input tensors' token axes to its
 output: per-position operators (projections contracting features,
 elementwise math with broadcasting, norms and softmax over features, views,
@@ -31,6 +31,7 @@ arguments named like masks are masks, not sources.
 """
 from __future__ import annotations
 
+import ctypes
 import inspect
 import json
 from typing import Any, Optional
@@ -52,12 +53,38 @@ ASSUMPTIONS = [
     "the primary output (the first output tensor) only",
 ]
 STACKS = (nn.TransformerEncoder, nn.TransformerDecoder, nn.Transformer)
+_NOTHING = {"attention": False, "softmax": False, "masks": []}  # read only
 
 
 def _session():
     from torchscan._library import Session
 
     return Session
+
+
+_MASK_CAPACITY = 64  # mask identities one native query returns; more: the JSON query
+_NATIVE_QUERY: list = []  # [torchscan_token_flow_masks or None], once loaded
+
+
+def _native_query():
+    """The library's C entry point torchscan_token_flow_masks (integrations/
+    bindings.cc) through ctypes, or None (the JSON query instead). It answers
+    whether a closed module scope of this thread's innermost scan ran
+    attention or a softmax, and with which masks, for the price of a C call:
+    it runs after every module call, and almost every call ran neither.
+    Arguments: scope, path (bytes) and its length, a uint64 buffer for the
+    masks' identities and its capacity; the result: bit 0 attention, bit 1
+    softmax, the mask count from bit 2, or -1."""
+    if not _NATIVE_QUERY:
+        fn = None
+        try:
+            from torchscan._library import _library_path
+
+            fn = ctypes.PyDLL(_library_path()).torchscan_token_flow_masks
+        except (OSError, AttributeError, ImportError):
+            pass
+        _NATIVE_QUERY.append(fn)
+    return _NATIVE_QUERY[0]
 
 
 def _batch_first(module: nn.Module):
@@ -72,8 +99,9 @@ def _batch_first(module: nn.Module):
 def _named_tensors(module: nn.Module, args: tuple, kwargs: dict) -> list:
     """[(argument name, tensor)] of the call, names from forward's signature."""
     try:
-        bound = inspect.signature(module.forward).bind(*args, **kwargs)
-        params = inspect.signature(module.forward).parameters
+        sig = tokens.signature(module)
+        bound = sig.bind(*args, **kwargs)
+        params = sig.parameters
         items = []
         for name, value in bound.arguments.items():
             kind = params[name].kind
@@ -161,20 +189,58 @@ def _relation(rel: dict) -> dict:
 class TokenFlow:
     """Per crawl: the token dependencies of every module call that ran
     attention, in call order; call after() from the module post-hook, after
-    the call's scope was popped."""
+    the call's scope was popped. native: the library's C entry points are
+    in use (the crawl's fast path); pause: the crawl's AnalysisPause."""
 
-    def __init__(self):
+    def __init__(self, native: bool = False, pause=None):
         self.results: dict = {}  # call index -> (token_dependencies, reason or None)
         self._steps: list = []   # known module calls not yet taken by an enclosing one: (scope, step)
+        self._pause = pause
+        self._query = _native_query() if native else None
+        self._masks = (ctypes.c_uint64 * _MASK_CAPACITY)() if self._query is not None else None
+        self._Session = _session()
+
+    def _found(self, path: str, scope: int) -> dict:
+        """What the call's scope ran: {"attention", "softmax", "masks"}."""
+        if self._query is not None and self._masks is not None:
+            encoded = path.encode()
+            flags = self._query(scope, encoded, len(encoded), self._masks, _MASK_CAPACITY)
+            if flags == 0:  # the common case: neither
+                return _NOTHING
+            count = flags >> 2
+            if flags > 0 and count <= _MASK_CAPACITY:
+                return {"attention": bool(flags & 1), "softmax": bool(flags & 2), "masks": self._masks[:count]}
+        return json.loads(self._Session.token_flow(json.dumps({"query": "masks", "scope": scope, "path": path})))
 
     def after(self, module: nn.Module, path: str, scope: int, index: int, args: tuple, kwargs: dict,
               output) -> None:
+        native = tokens.applies(module)
+        found = None
+        if not native:
+            # Asked before anything else, outside the pause (it runs no tensor
+            # work): a call that ran neither attention nor a softmax, with no
+            # known call inside, has no token relations to derive.
+            try:
+                found = self._found(path, scope)
+            except Exception:  # noqa: BLE001 - asked again inside the analysis, which reports it
+                found = None
+            # (Known calls are kept in scope order: the last is the innermost.)
+            if (found is not None and not found["attention"] and not found.get("softmax")
+                    and not (self._steps and self._steps[-1][0] > scope)):
+                return
+        if self._pause is None:
+            self._analyse(module, path, scope, index, args, kwargs, output, native, found)
+        else:
+            with self._pause:
+                self._analyse(module, path, scope, index, args, kwargs, output, native, found)
+
+    def _analyse(self, module, path, scope, index, args, kwargs, output, native, found) -> None:
         try:
-            if tokens.applies(module):
+            if native:
                 result = tokens.analyse(module, args, kwargs)
                 step = self._native_step(module, scope, args, kwargs, output, result[0])
             else:
-                answer = self._custom(module, path, scope, args, kwargs, output)
+                answer = self._custom(module, path, scope, args, kwargs, output, found)
                 if answer is None:
                     return
                 result, step = answer
@@ -212,16 +278,17 @@ class TokenFlow:
         return {"scope": scope, "output": out._cdata, "output_axis": deps["output"]["sequence_axis"],
                 "output_length": deps["output"]["length"], "inputs": inputs}
 
-    def _custom(self, module, path, scope, args, kwargs, output):
-        Session = _session()
-        found = json.loads(Session.token_flow(json.dumps({"query": "masks", "scope": scope, "path": path})))
+    def _custom(self, module, path, scope, args, kwargs, output, found):
+        Session = self._Session
+        if found is None:
+            found = json.loads(Session.token_flow(json.dumps({"query": "masks", "scope": scope, "path": path})))
         inside = [st for s, st in self._steps if s > scope]
         # No attention inside: token relations do not apply, unless a softmax
         # ran over scores of two token-indexed tensors (attention written
         # with explicit products, as Hugging Face's eager attention): that
         # is said to be unavailable below.
         explicit_only = not found["attention"] and not inside
-        if explicit_only and not found["softmax"]:
+        if explicit_only and not found.get("softmax"):
             return None
         base = {"scope": "module_call", "method": METHOD, "assumptions": list(ASSUMPTIONS)}
         out = self._primary(output)

@@ -35,6 +35,7 @@ so its own tensor operations are never counted.
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Optional, cast
 
 import torch
@@ -65,9 +66,31 @@ def applies(module: nn.Module) -> bool:
     return isinstance(module, TYPES) and type(module).forward in _FORWARDS
 
 
+# forward function -> inspect.signature of the bound method (self dropped):
+# the same for every instance, and costly to derive (decorated forwards, as
+# Hugging Face's, unwrap through several layers).
+_SIGNATURES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def signature(module: nn.Module) -> inspect.Signature:
+    """inspect.signature(module.forward), derived once per forward function."""
+    forward = module.forward
+    func = getattr(forward, "__func__", None)
+    if func is None or getattr(forward, "__self__", None) is not module:  # not a plain bound method
+        return inspect.signature(forward)
+    sig = _SIGNATURES.get(func)
+    if sig is None:
+        sig = inspect.signature(forward)
+        try:
+            _SIGNATURES[func] = sig
+        except TypeError:  # a callable without weak references: not cached
+            pass
+    return sig
+
+
 def _bound(module: nn.Module, args: tuple, kwargs: dict) -> dict:
     try:
-        return dict(inspect.signature(module.forward).bind(*args, **kwargs).arguments)
+        return dict(signature(module).bind(*args, **kwargs).arguments)
     except TypeError as e:
         raise _Unsupported(f"the call's arguments do not match {type(module).__name__}.forward ({e})") from None
 
