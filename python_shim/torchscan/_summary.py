@@ -88,12 +88,30 @@ class SummaryReport(dict):
         super().__init__(report)
         self.max_depth = max_depth
         self.receptive_field = receptive_field
+        self._built = False  # summary() sets it: the report as crawl_module built it
 
     def render(self, max_depth: Any = _SUMMARY, receptive_field: Any = _SUMMARY) -> str:
         """The table (render_report) of this report; by default at summary()'s
         max_depth and receptive_field (max_depth=None: every layer)."""
-        return render_report(self, self.max_depth if max_depth is _SUMMARY else max_depth,
-                             self.receptive_field if receptive_field is _SUMMARY else receptive_field)
+        max_depth = self.max_depth if max_depth is _SUMMARY else max_depth
+        receptive_field = self.receptive_field if receptive_field is _SUMMARY else receptive_field
+        if self._built:
+            # The report summary() built, rendered as it is in memory
+            # (_render.py: the library's table without writing the report
+            # out as JSON and reading it back); whatever fails there, an
+            # edited report included, goes to the library's renderer below.
+            from torchscan.crawler import _check_flag, _check_max_depth
+
+            _check_max_depth(max_depth, "torchscan.render_report")
+            _check_flag(receptive_field, "receptive_field", "torchscan.render_report")
+            try:
+                from torchscan._render import render_analysis
+
+                depth = -1 if max_depth is None else min(operator.index(max_depth), 2**31 - 1)
+                return render_analysis(self, depth, receptive_field)
+            except Exception:  # noqa: BLE001 - the library's renderer says what is wrong
+                pass
+        return render_report(self, max_depth, receptive_field)
 
     def __str__(self) -> str:
         return self.render().rstrip("\n")
@@ -107,6 +125,40 @@ class SummaryReport(dict):
 
     def _repr_pretty_(self, printer, cycle) -> None:  # IPython and Jupyter
         printer.text(repr(self))
+
+    # An edit at the top level makes it a report summary() did not build:
+    # rendered by the library's renderer from then on, which validates it.
+    def __setitem__(self, key, value) -> None:
+        self._built = False
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key) -> None:
+        self._built = False
+        super().__delitem__(key)
+
+    def __ior__(self, other):  # type: ignore[misc]  # dict's own signature
+        self._built = False
+        return super().__ior__(other)
+
+    def update(self, *args, **kwargs) -> None:
+        self._built = False
+        super().update(*args, **kwargs)
+
+    def pop(self, *args):
+        self._built = False
+        return super().pop(*args)
+
+    def popitem(self):
+        self._built = False
+        return super().popitem()
+
+    def clear(self) -> None:
+        self._built = False
+        super().clear()
+
+    def setdefault(self, key, default=None):
+        self._built = False
+        return super().setdefault(key, default)
 
 
 def summary(module: nn.Module, input_shape: Optional[Sequence] = None, *, max_depth: Optional[int] = None,
@@ -123,6 +175,7 @@ def summary(module: nn.Module, input_shape: Optional[Sequence] = None, *, max_de
     if verbose is not None:
         _check_flag(verbose, "verbose", "torchscan.summary")
     report = SummaryReport(crawl_module(module, input_shape, **crawl_options), max_depth, receptive_field)
+    report._built = True
     text = report.render()  # a report the renderer refuses is an error here, not at the prompt
     if verbose or (verbose is None and not hasattr(sys, "ps1")):
         print(text)
