@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: installs the TorchScan wheel built for this machine's torch
 # release from dist/, beside (not into) the machine's own environment, and runs
-# the CUDA tests (tests/python/test_cuda.py, skipped without a GPU) with it. Made for a GPU machine that has torch and a GPU but no
+# the CUDA tests (tests/python/api/test_cuda.py, skipped without a GPU) with it. Made for a GPU machine that has torch and a GPU but no
 # Bazel and no network: build the wheels where Bazel is and bring dist/ along.
 #
 #   bash tools/gpu_check.sh --prepare [PYVER ...]   (where Bazel and PyPI are)
@@ -66,7 +66,7 @@ PYTHONPATH="$TARGET" "$PY" -c "import torchscan; print('[gpu_check] torchscan', 
 report=()
 [ -n "${OUT:-}" ] && mkdir -p "$OUT" && report=(--junitxml "$OUT/gpu_check.xml")
 set +e
-PYTHONPATH="$TARGET:$ROOT" TORCHSCAN_REQUIRE_LIB=1 "$PY" -m pytest tests/python/test_cuda.py \
+PYTHONPATH="$TARGET:$ROOT" TORCHSCAN_REQUIRE_LIB=1 "$PY" -m pytest tests/python/api/test_cuda.py \
   -v -rs -p no:cacheprovider "${report[@]}" 2>&1 | tee ${OUT:+"$OUT/gpu_check.log"}
 rc=${PIPESTATUS[0]}
 exit "$rc"

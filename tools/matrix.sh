@@ -22,9 +22,9 @@ ROOT=$PWD
 . tools/env.sh
 DIR=${TORCHSCAN_MATRIX_DIR:-$HOME/.cache/torchscan-matrix}
 SUPPORTED=(2.11 2.12 2.13 2.14 2.15)
-TESTS=(tests/python/test_readme.py tests/python/test_measure_flops.py tests/python/test_coverage_audit.py
-       tests/python/test_aoti.py tests/python/test_attach.py tests/python/test_attach_wrapper.py
-       tests/python/test_serving.py)
+TESTS=(tests/python/docs/test_readme.py tests/python/api/test_measure_flops.py tests/python/tools/test_coverage_audit.py
+       tests/python/api/test_aoti.py tests/python/serving/test_attach.py tests/python/serving/test_attach_wrapper.py
+       tests/python/serving/test_serving.py)
 # The libraries tools/setup.sh installs and the programs those tests drive.
 TARGETS=(//:torchscan //torchscan_dispatch:libtorchscan_attach.so //torchscan_dispatch:libtorchscan_preload.so
          //tests:example_server //tests:example_server_scanned //tests:aoti_server //tests:dlopen_host

@@ -1,5 +1,5 @@
 // A program built outside the repository against the installed package
-// (tests/python/test_install.py builds it with CMake and with make): it
+// (tests/python/install/test_install.py builds it with CMake and with make): it
 // includes <torchscan/torchscan.h> only, uses its own abseil
 // (other_abseil/), scans a matmul with a module scope and a caller formula,
 // and prints the reports on stdout as JSON lines.

@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from tests.python import test_readme as readme
+from tests.python.docs import test_readme as readme
 from tests.python.conftest import REPO_ROOT
 
 CONSUMERS = REPO_ROOT / "tests" / "consumers"

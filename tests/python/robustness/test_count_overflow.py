@@ -1,5 +1,4 @@
-"""Counts past int64 (TorchScan issue 11, item 4) and caller formulas that
-return nonsense (item 5).
+"""Counts past int64 and caller formulas that return nonsense.
 
 Meta tensors make the huge workloads free to run. Counts must be exact up
 to 2**128 - 1 (Python's json reads big integers exactly) and never wrap.

@@ -19,7 +19,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))), "tools"))
 import coverage_audit  # noqa: E402
 
 # Uncounted operators the sweep reaches, each with the reason it stays so

@@ -5,7 +5,7 @@ Expected values are derived by hand in the comments, with the module view's
 conventions (reference 000, torchscan_flops_v1): a K-term dot is K
 multiplies + K - 1 adds plus one bias add per output, K MACs per output, and
 a Linear's logical DMAs are its input reads + weight and bias reads + output
-writes (tests/python/test_module_view.py::test_linear).
+writes (tests/python/modules/test_module_view.py::test_linear).
 """
 
 import json
@@ -358,7 +358,7 @@ _OPS = {}
 @pytest.fixture(scope="module", autouse=True)
 def token_mix_op():
     """A custom kernel, defined for this module's tests and removed after
-    them: the coverage audit (tests/python/test_coverage_audit.py) classifies
+    them: the coverage audit (tests/python/tools/test_coverage_audit.py) classifies
     every operator registered in the process, and must not see it."""
 
     @torch.library.custom_op("torchscan_handlers_test::token_mix", mutates_args=())

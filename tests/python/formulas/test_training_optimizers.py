@@ -226,7 +226,7 @@ def test_every_foreach_and_fused_optimizer_kernel_has_a_row_or_a_stated_reason()
     import os
     import sys
 
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "tools"))
     import coverage_audit
 
     no_row = {"clone", "copy", "zero",  # copies / fills: zero-cost (the lead's zero-cost list)

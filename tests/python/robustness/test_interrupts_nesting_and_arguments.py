@@ -1,4 +1,4 @@
-"""Misuse and interruption (issue 11, items 9-11): Ctrl-C anywhere in a scan
+"""Misuse and interruption: Ctrl-C anywhere in a scan
 leaves no hooks, TLS bits or training flags behind and propagates unchanged;
 deep module nesting costs work and memory linear in the depth; wrong
 arguments get a message that says what to pass."""

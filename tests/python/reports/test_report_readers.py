@@ -202,7 +202,7 @@ def test_repeated_keys_are_refused_by_every_reader(torchscan, flops, tmp_path):
 
 def cli_message(*args) -> str:
     """The one-line exit message of the command line, run in this process
-    (test_cli_errors.py has the subprocess checks)."""
+    (cli/test_cli_errors.py has the subprocess checks)."""
     import contextlib
     import io
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "zoo_reports.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "tools" / "zoo_reports.py"
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The attach launcher (tools/attach.py + libtorchscan_attach.so) under
 signals that arrive early and under concurrent writers of one report
 (issue 11, items 12 and 13). The server, model and report checks are the
-ones tests/python/test_serving.py uses."""
+ones tests/python/serving/test_serving.py uses."""
 import json
 import os
 import signal

@@ -6,7 +6,7 @@ be idempotent, and Bazel actions must not see the caller's PATH at all."""
 import os
 import subprocess
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _path_after(times: int, path: str) -> str:

@@ -16,7 +16,10 @@ import torch.nn as nn
 
 import torchscan
 from conftest import REPO_ROOT
-from test_serving import attach, check_report, served  # noqa: F401  (served is a fixture)
+
+# The attached-server checks are the serving tests' own (tests/python/serving/).
+sys.path.insert(0, str(REPO_ROOT / "tests" / "python" / "serving"))
+from test_serving import attach, check_report, served  # noqa: E402, F401  (served is a fixture)
 
 
 def _mlp():

@@ -1,4 +1,4 @@
-"""crawl_module's speed work (issue 10 item 19) changes no result: the
+"""crawl_module's fast paths change no result: the
 mobile fixtures are the published architectures, every layer call of them
 gets its row with the output the forward produced, and the cyclic GC that
 crawl_module pauses comes back exactly as it was. Timings are in

@@ -226,7 +226,7 @@ def test_readme_example():
     assert "Bottleneck : MEMORY BOUND" in report.render()
 
 
-FIGURE = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "tools", "figures",
+FIGURE = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "..", "tools", "figures",
                                     "roofline_example.svg")
 
 

@@ -1,15 +1,16 @@
 """The documents' examples are the tested ones: every ```python block of every
 document below is executed; every ```cpp block is either one of the
 functions tests/cpp/session/api_example.cc compiles and runs (Bazel's api_example_test)
-or a complete program, which tests/python/test_install.py builds against the
+or a complete program, which tests/python/install/test_install.py builds against the
 installed package exactly as printed and runs."""
 
+import glob
 import os
 import re
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 # Every document with examples. A document not listed here that has a
 # ```python or ```cpp block fails test_every_document_with_examples_is_listed.
@@ -144,3 +145,13 @@ def test_links_between_documents_resolve():
             elif anchor and (not resolved.endswith(".md") or anchor not in _anchors(resolved)):
                 broken.append(f"{doc}: {target} (no heading #{anchor} in {resolved})")
     assert broken == []
+
+
+def test_test_files_the_documents_name_exist():
+    # A test named as the evidence for a claim must be where the document says.
+    missing = []
+    for doc in DOCUMENTS:
+        with open(os.path.join(ROOT, doc)) as f:
+            named = re.findall(r"tests/python/[\w/*]+\.py", f.read())
+        missing += [f"{doc}: {path}" for path in named if not glob.glob(os.path.join(ROOT, path))]
+    assert missing == []

@@ -192,7 +192,7 @@ def test_native_complex_products_stay_partial(torchscan):
 
 def test_cpu_fused_attention_is_the_complete_fallback_row_in_both_views(torchscan, checks):
     if checks.NATIVE_CPU_SDPA:
-        pytest.skip("torch 2.15 on: FlopCounterMode's native row (test_formula_fixes checks it)")
+        pytest.skip("torch 2.15 on: FlopCounterMode's native row (test_operator_rows checks it)")
     q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
     with torchscan.scan() as s:
         F.scaled_dot_product_attention(q, k, v)

@@ -1,4 +1,6 @@
-"""Issue 10 items 1-6, 13 and 14 on real ATen calls: each expected value is
+"""Operator rows on real ATen calls: scatter and index_put, out= destinations,
+fold/unfold, views and calls that return their input, CPU attention, causal
+masks and caches, recurrent cells, LLM configs on CPU and meta. Each expected value is
 derived by hand in the comment beside it (or taken from FlopCounterMode
 where PyTorch has a formula)."""
 

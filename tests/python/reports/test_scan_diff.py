@@ -40,7 +40,7 @@ def load(path):
 def test_same_model_more_requests_changes_the_totals_not_the_rows(torchscan, reports):
     diff = torchscan.compare_reports(load(reports["three"]), load(reports["six"]))
     assert diff["requests"] == {"before": 3, "after": 6}
-    # Per request 9536 operator FLOPs (test_serving_soak.py derives them): 3 more requests.
+    # Per request 9536 operator FLOPs (serving/test_serving_soak.py derives them): 3 more requests.
     assert diff["totals"]["operator_flops"]["delta"] == 3 * 9536
     assert diff["request_medians"]["operator_flops"] == {"before": 9536, "after": 9536}
     # Per call, every row did the same work on both sides.

@@ -70,7 +70,7 @@ def mutate(doc, rng):
         other_parent, other_key = slots[rng.randrange(len(slots))]
         parent[key] = copy.deepcopy(other_parent[other_key])
     else:
-        parent[key] = _deep(rng.choice((3, 199, 250, 300)))  # deeper: test_cli_errors.py
+        parent[key] = _deep(rng.choice((3, 199, 250, 300)))  # deeper: cli/test_cli_errors.py
 
 
 def _ours(exc, prefixes):
