@@ -1,7 +1,7 @@
 // Compiled graphs: a run of a torch.compile (Inductor) graph or of an
 // AOTInductor package inside a scan is recorded as a
 // `torchscan::compiled_region` call (python_shim/torchscan/_compiled.py,
-// _aoti.py, torchscan_dispatch/aoti_interpose.cc for attached servers).
+// _aoti.py, torchscan_dispatch/integrations/attach/aoti_interpose.cc for attached servers).
 // Its kernels ran outside the dispatcher, so no formula can value it:
 // every view reports it as unknown work with a `compiled_region` diagnostic,
 // while the kernels the graph still called through the dispatcher count.

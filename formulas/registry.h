@@ -74,7 +74,7 @@ enum class ZeroCostReason : uint8_t {
   kCopy,        // copies / converts / gathers values, no arithmetic
   // Moves data between processes with no arithmetic (broadcast, all-gather,
   // all-to-all, send/recv, barriers, waits): its bytes are the communication
-  // section's (torchscan_dispatch/communication.h), never FLOPs.
+  // section's (torchscan_dispatch/analyses/communication.h), never FLOPs.
   kCommunication,
 };
 const char* ZeroCostReasonName(ZeroCostReason r);

@@ -49,7 +49,7 @@ struct LayerTally {
   };
   FieldState field_state = FieldState::kUnseen;
   // Allocator memory of the call, its children included (scans that
-  // attribute memory: torchscan_dispatch/memory_view.h says what each means).
+  // attribute memory: torchscan_dispatch/analyses/memory_view.h says what each means).
   bool memory = false;
   MetricStatus memory_status = MetricStatus::kUnavailable;
   int64_t peak_memory = 0;

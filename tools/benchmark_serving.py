@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Serving benchmarks: the example C++ server (tests/cpp/example_server.cc)
+"""Serving benchmarks: the example C++ server (tests/cpp/integrations/example_server.cc)
 unattached and under tools/attach.py. Every figure comes from this run;
 ratios compare arms measured side by side, and nothing is asserted.
 

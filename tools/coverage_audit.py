@@ -7,7 +7,7 @@
 Classifies every operator overload registered in this process (all namespaces
 that reach the dispatcher: aten, prims, c10d, quantized, ...) by what TorchScan
 does with it; the classification itself runs in C++ against the formula
-registry (torchscan_dispatch/coverage_audit.cc). --zoo also runs the model zoo
+registry (torchscan_dispatch/integrations/coverage_audit.cc). --zoo also runs the model zoo
 under a scan and marks the operators it executed. --check exits 1 when the
 installed torch differs from a saved audit (the drift oracle): operators,
 their classes, what a scan does with them (`at_run`), formula schemas, tags

@@ -49,7 +49,7 @@ bazel build //:torchscan //torchscan_dispatch:libtorchscan_attach.so //torchscan
 INC=$PREFIX/include/torchscan
 rm -rf "$INC"
 mkdir -p "$INC"
-for h in torchscan_dispatch/torchscan.h torchscan_dispatch/status.h formulas/op_call.h formulas/result.h \
+for h in torchscan_dispatch/torchscan.h torchscan_dispatch/types.h torchscan_dispatch/status.h formulas/op_call.h formulas/result.h \
          formulas/count.h; do
   sed -E 's@#include "(torchscan_dispatch|formulas)/([a-z_]+\.h)"@#include "torchscan/\2"@' "$h" > "$INC/$(basename "$h")"
 done

@@ -5,7 +5,7 @@ A rank's report (crawl_module, measure_flops, scan().report()) carries, when
 torch.distributed is initialized, ``rank``, ``world_size``, ``backend`` and
 ``process_groups`` in its context and a ``communication`` section: the bytes
 this rank sent and received in each collective it called, valued by a stated
-algorithm convention (the C++ analysis, torchscan_dispatch/communication.cc).
+algorithm convention (the C++ analysis, torchscan_dispatch/analyses/communication.cc).
 Communication is never FLOPs. ``merge_reports`` / ``python3 -m torchscan
 merge`` combine one report per rank into a job report.
 """

@@ -1,7 +1,7 @@
 """Roofline analysis from the executed data flow.
 
 One scan records every ATen call of the workload; the engine
-(torchscan_dispatch/traffic.cc) turns its kernels into FLOPs (the operator
+(torchscan_dispatch/analyses/traffic.cc) turns its kernels into FLOPs (the operator
 view's values), bytes read and written (from the recorded operands and returns)
 and two fused estimates (calls grouped when their intermediate tensors have no
 consumer outside the group, decided from recorded tensor identities). This

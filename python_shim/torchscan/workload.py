@@ -693,7 +693,7 @@ def measure_workload(workload: Callable[[], Any], *, flops: bool = True, memory:
         _refuse_unstarted_flops(scan._run(workload))
         flop_report = scan.report()
         if memory:
-            # "tensors on meta have no allocator reports ..." (torchscan_dispatch/memory_view.cc)
+            # "tensors on meta have no allocator reports ..." (torchscan_dispatch/analyses/memory_view.cc)
             unreported = frozenset(re.findall(r"tensors on (\w+) have no allocator reports", " ".join(
                 d.get("message", "") for d in scan.memory_report().get("diagnostics", [])
                 if d.get("code") == "memory_device_unsupported")))
