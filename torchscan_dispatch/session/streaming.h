@@ -10,7 +10,7 @@
 // call's own values and each request's, and each module call's receptive
 // field, answered by a data flow whose state carries over from one fold to
 // the next (FieldFlow). So a report of a streaming scan equals that of the
-// same scan with every call held (tests/python/test_streaming.py), while
+// same scan with every call held (tests/python/api/test_streaming.py), while
 // memory grows with module calls and requests, not with operator calls.
 //
 // What needs every call is refused in streaming scans: memory attribution

@@ -1,7 +1,7 @@
 // A C++ server that runs an AOTInductor package (a .pt2 written by
 // torch._inductor.aoti_compile_and_package) with
 // torch::inductor::AOTIModelPackageLoader: an ordinary LibTorch binary with
-// no TorchScan in it, which tests/python/test_aoti.py runs under the attach
+// no TorchScan in it, which tests/python/api/test_aoti.py runs under the attach
 // launcher (tools/attach.py).
 //
 //   aoti_server --package m.pt2 [--requests N] [--workers W] [--input 8,16]

@@ -5,7 +5,7 @@
 //   dlopen_host BACKEND.so [SERVER ARGS...]
 //
 // tools/attach.py --wrapper attaches to it once LibTorch arrives with the
-// backend (torchscan_dispatch/integrations/attach/preload.cc; tests/python/test_attach_wrapper.py).
+// backend (torchscan_dispatch/integrations/attach/preload.cc; tests/python/serving/test_attach_wrapper.py).
 #include <dlfcn.h>
 
 #include <cstdio>

@@ -1,5 +1,5 @@
 // The C++ API examples of torchscan_dispatch/README.md, compiled and run as a
-// test (tests/python/test_readme.py checks that the documents show each marked
+// test (tests/python/docs/test_readme.py checks that the documents show each marked
 // example verbatim, its include written as the installed package spells it:
 // <torchscan/torchscan.h>).
 #include <ATen/ATen.h>

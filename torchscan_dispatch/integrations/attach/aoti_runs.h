@@ -3,7 +3,7 @@
 // and ::boxed_run), by their torch 2.13 mangled names: one list for the
 // attach library's interposers (aoti_interpose.cc) and the preload's jumps
 // to them (preload.cc). attach.lds and preload.lds spell the same names;
-// tests/python/test_aoti.py checks all of them against libtorch_cpu.so.
+// tests/python/api/test_aoti.py checks all of them against libtorch_cpu.so.
 // Plain preprocessor and char data: no LibTorch header.
 #pragma once
 
