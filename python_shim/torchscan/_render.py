@@ -3,7 +3,7 @@ crawl_module built it (summary() and the SummaryReport it returns): the
 library's renderer (reports/render.cc, RenderAnalysis) reads JSON text, and
 writing a report out and parsing and validating it again costs more than
 the table. The output is the library's, character for character
-(tests/python/test_perf_render.py renders every report of its models both
+(tests/python/reports/test_perf_render.py renders every report of its models both
 ways); saved reports, and anything that fails here, go to the library's
 renderer, which also validates them."""
 

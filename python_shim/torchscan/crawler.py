@@ -261,7 +261,7 @@ def _snapshots(args: tuple) -> Optional[list]:
 
 def _tensor_metadata(shape, dtype, device, requires_grad) -> dict:
     """What metadata.describe gives for a dense tensor with this snapshot
-    (test_crawl_speed checks the two agree)."""
+    (test_crawl_fast_paths checks the two agree)."""
     return {"kind": "tensor", "shape": list(shape), "dtype": _dtype_name(dtype), "device": _device_name(device),
             "requires_grad": requires_grad}
 
