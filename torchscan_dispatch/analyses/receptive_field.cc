@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "formulas/op_traits.h"
 
 namespace torchscan {
 namespace {
@@ -147,8 +148,7 @@ class Propagator {
       return a.is_tensor() || (a.kind == ArgKind::kTensorList && !a.tensors().empty());
     });
     const absl::string_view name = info.name;
-    if (!from_tensors || name == "aten::fill_" || name == "aten::zero_" || name == "aten::normal_" ||
-        name == "aten::uniform_") {
+    if (!from_tensors || TraitsOf(info.name).receptive == ReceptiveRule::kSource) {
       for (const ArgMeta& o : rc.outputs()) {
         if (o.is_tensor()) layouts_.erase(o.tensor().identity);
       }
@@ -300,69 +300,65 @@ class Propagator {
     return *weak ? ins : strong;
   }
 
+  // The rule is the operator's row in formulas/op_traits.cc.
   Layout Rule(const OpCall& call, const TensorMeta& out) {
     const absl::string_view name = N(call.name);
-    if (name == "aten::convolution" || name == "aten::_convolution" || name == "aten::conv1d" ||
-        name == "aten::conv2d" || name == "aten::conv3d" || absl::StartsWith(name, "aten::conv_transpose")) {
-      const ArgMeta& w = call.arg(1);
-      return Slide(call, out, Slider::kConv, w.is_tensor() ? w.tensor().ndim - 2 : 0);
-    }
-    if (absl::StartsWith(name, "aten::max_pool")) return Slide(call, out, Slider::kMaxPool, NameAxes(name, 0));
-    if (absl::StartsWith(name, "aten::avg_pool")) return Slide(call, out, Slider::kAvgPool, NameAxes(name, 0));
-    if (absl::StrContains(name, "adaptive_") && absl::StrContains(name, "_pool")) {
-      return Slide(call, out, Slider::kAdaptive, NameAxes(name, 0));
-    }
-    if (absl::StartsWith(name, "aten::upsample_") || absl::StartsWith(name, "aten::_upsample_")) {
-      return Slide(call, out, Slider::kUpsample, NameAxes(name, out.ndim - 2));
-    }
-    if (name == "aten::constant_pad_nd" || absl::StartsWith(name, "aten::reflection_pad") ||
-        absl::StartsWith(name, "aten::replication_pad")) {
-      return Pad(call, out);
-    }
-    if (name == "aten::permute" || name == "aten::transpose" || name == "aten::t" || name == "aten::permute_copy" ||
-        name == "aten::transpose_copy") {
-      return Permute(call, out);
-    }
-    if ((name == "aten::view" && call.overload != "dtype") || name == "aten::_unsafe_view" || name == "aten::reshape" ||
-        name == "aten::_reshape_alias" || name == "aten::view_copy" || name == "aten::squeeze" ||
-        name == "aten::unsqueeze" || name == "aten::squeeze_" || name == "aten::unsqueeze_" ||
-        name == "aten::flatten" || name == "aten::unflatten" || name == "aten::view_as" || name == "aten::reshape_as" ||
-        name == "aten::squeeze_copy" || name == "aten::unsqueeze_copy") {
-      return Reshape(call, out);
-    }
-    if (name == "aten::slice" || name == "aten::slice_copy") return Slice(call, out, 0, true);
-    if (name == "aten::select" || name == "aten::select_copy") return Select(call, out);
-    if (name == "aten::cat" || name == "aten::concat" || name == "aten::concatenate") {
-      const ArgMeta& d = call.arg(1);
-      return Generic(call, out, Wrap(d.kind == ArgKind::kInt ? d.to_int() : 0, out.ndim));
-    }
-    if (name == "aten::copy_") return Generic(call, out, -1, 1);  // the result holds src's positions
-    if (name == "aten::linear") return Contract(call, out, 0, 1, true);
-    if (name == "aten::mm" || name == "aten::bmm" || name == "aten::matmul") return Contract(call, out, 0, 1, false);
-    if (name == "aten::addmm" || name == "aten::baddbmm" || name == "aten::addbmm") {
-      return Contract(call, out, 1, 2, false);
-    }
-    if (name == "aten::scaled_dot_product_attention" || absl::StartsWith(name, "aten::_scaled_dot_product") ||
-        name == "aten::_native_multi_head_attention" || name == "aten::_transformer_encoder_layer_fwd") {
-      return Attention(call, out);
-    }
-    if (name == "aten::layer_norm" || name == "aten::native_layer_norm" || name == "aten::rms_norm" ||
-        name == "aten::_fused_rms_norm") {
-      return Normalize(call, out);
-    }
-    if (name == "aten::softmax" || name == "aten::_softmax" || name == "aten::log_softmax" ||
-        name == "aten::_log_softmax" || name == "aten::cumsum" || name == "aten::cumprod" ||
-        name == "aten::logcumsumexp" || name == "aten::cummax" || name == "aten::cummin" || name == "aten::sort" ||
-        name == "aten::argsort" || name == "aten::flip" || name == "aten::roll" || name == "aten::_circular_pad") {
-      return MixAlong(call, out);
-    }
-    if (name == "aten::mean" || name == "aten::sum" || name == "aten::nansum" || name == "aten::nanmean" ||
-        name == "aten::amax" || name == "aten::amin" || name == "aten::logsumexp" || name == "aten::prod" ||
-        name == "aten::std" || name == "aten::var" || name == "aten::std_mean" || name == "aten::var_mean" ||
-        name == "aten::norm" || name == "aten::linalg_vector_norm" || name == "aten::argmax" ||
-        name == "aten::argmin" || name == "aten::all" || name == "aten::any" ||
-        ((name == "aten::max" || name == "aten::min") && call.overload != "other")) {
-      return Reduce(call, out);
+    switch (TraitsOf(call.name).receptive) {
+      case ReceptiveRule::kConvolution:
+      case ReceptiveRule::kConvNd:
+      case ReceptiveRule::kConvTransposed: {
+        const ArgMeta& w = call.arg(1);
+        return Slide(call, out, Slider::kConv, w.is_tensor() ? w.tensor().ndim - 2 : 0);
+      }
+      case ReceptiveRule::kMaxPool:
+        return Slide(call, out, Slider::kMaxPool, NameAxes(name, 0));
+      case ReceptiveRule::kAvgPool:
+        return Slide(call, out, Slider::kAvgPool, NameAxes(name, 0));
+      case ReceptiveRule::kAdaptivePool:
+        return Slide(call, out, Slider::kAdaptive, NameAxes(name, 0));
+      case ReceptiveRule::kUpsample:
+        return Slide(call, out, Slider::kUpsample, NameAxes(name, out.ndim - 2));
+      case ReceptiveRule::kPad:
+        return Pad(call, out);
+      case ReceptiveRule::kPermute:
+        return Permute(call, out);
+      case ReceptiveRule::kView:
+        if (call.overload == "dtype") return Generic(call, out);  // reinterprets the bytes
+        return Reshape(call, out);
+      case ReceptiveRule::kReshape:
+        return Reshape(call, out);
+      case ReceptiveRule::kSlice:
+        return Slice(call, out, 0, true);
+      case ReceptiveRule::kSelect:
+        return Select(call, out);
+      case ReceptiveRule::kCat: {
+        const ArgMeta& d = call.arg(1);
+        return Generic(call, out, Wrap(d.kind == ArgKind::kInt ? d.to_int() : 0, out.ndim));
+      }
+      case ReceptiveRule::kCopyInto:
+        return Generic(call, out, -1, 1);  // the result holds src's positions
+      case ReceptiveRule::kLinear:
+        return Contract(call, out, 0, 1, true);
+      case ReceptiveRule::kMatmul:
+        return Contract(call, out, 0, 1, false);
+      case ReceptiveRule::kAddmm:
+        return Contract(call, out, 1, 2, false);
+      case ReceptiveRule::kAttention:
+        return Attention(call, out);
+      case ReceptiveRule::kNormalize:
+        return Normalize(call, out);
+      case ReceptiveRule::kMixAlong:
+        return MixAlong(call, out);
+      case ReceptiveRule::kMaxMin:
+        if (call.overload == "other") return Generic(call, out);  // elementwise max(self, other)
+        return Reduce(call, out);
+      case ReceptiveRule::kReduce:
+        return Reduce(call, out);
+      case ReceptiveRule::kGeneric:
+      case ReceptiveRule::kSource:  // fills make sources before any rule
+      case ReceptiveRule::kUnbind:  // pieces: one rule per output (Piece)
+      case ReceptiveRule::kSplit:
+        break;
     }
     return Generic(call, out);
   }
@@ -389,8 +385,9 @@ class Propagator {
     }
     l.dims[c] = Plain(out.size(c));
     const absl::string_view name = N(call.name);
-    const bool conv_op = name == "aten::convolution" || name == "aten::_convolution";
-    const bool transposed_op = absl::StartsWith(name, "aten::conv_transpose");
+    const ReceptiveRule rule = TraitsOf(call.name).receptive;
+    const bool conv_op = rule == ReceptiveRule::kConvolution;
+    const bool transposed_op = rule == ReceptiveRule::kConvTransposed;
     for (int a = 0; a < k; ++a) {
       const int d = nd - k + a;
       int32_t id = l.dims[d].axis();
@@ -687,11 +684,10 @@ class Propagator {
 
   // One output of split / split_with_sizes / unbind / chunk along a dim.
   Layout Piece(const OpCall& call, const TensorMeta& out, int64_t& offset) {
-    const absl::string_view name = N(call.name);
     const ArgMeta& x = call.arg(0);
-    const bool unbind = name == "aten::unbind" || name == "aten::unbind_copy";
-    const bool split = absl::StartsWith(name, "aten::split") || absl::StartsWith(name, "aten::unsafe_split") ||
-                       name == "aten::chunk" || name == "aten::unsafe_chunk" || name == "aten::tensor_split";
+    const ReceptiveRule rule = TraitsOf(call.name).receptive;
+    const bool unbind = rule == ReceptiveRule::kUnbind;
+    const bool split = rule == ReceptiveRule::kSplit;
     if (!x.is_tensor() || (!unbind && !split)) return Generic(call, out);
     const size_t dim_arg = unbind ? 1 : 2;
     const int64_t dim = call.arg(dim_arg).kind == ArgKind::kInt ? call.arg(dim_arg).to_int() : 0;

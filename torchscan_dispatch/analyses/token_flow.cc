@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "formulas/op_traits.h"
 #include "torchscan_dispatch/core/op_catalog.h"
 
 namespace torchscan {
@@ -173,141 +174,9 @@ Flow Lost(std::string why) {
 
 int64_t Wrap(int64_t d, int64_t n) { return d < 0 ? d + n : d; }
 
-// Elementwise operators (in-place variants too, with a trailing '_'): the
-// value at a position reads the inputs at that position (broadcasting).
-const std::unordered_set<std::string>& Pointwise() {
-  static const auto* names = new std::unordered_set<std::string>{"add",
-                                                                 "sub",
-                                                                 "rsub",
-                                                                 "mul",
-                                                                 "div",
-                                                                 "true_divide",
-                                                                 "neg",
-                                                                 "pow",
-                                                                 "rsqrt",
-                                                                 "sqrt",
-                                                                 "exp",
-                                                                 "exp2",
-                                                                 "log",
-                                                                 "log1p",
-                                                                 "log2",
-                                                                 "expm1",
-                                                                 "tanh",
-                                                                 "sigmoid",
-                                                                 "relu",
-                                                                 "gelu",
-                                                                 "silu",
-                                                                 "mish",
-                                                                 "hardtanh",
-                                                                 "leaky_relu",
-                                                                 "elu",
-                                                                 "selu",
-                                                                 "celu",
-                                                                 "softplus",
-                                                                 "hardswish",
-                                                                 "hardsigmoid",
-                                                                 "abs",
-                                                                 "sin",
-                                                                 "cos",
-                                                                 "reciprocal",
-                                                                 "square",
-                                                                 "clamp",
-                                                                 "clamp_min",
-                                                                 "clamp_max",
-                                                                 "minimum",
-                                                                 "maximum",
-                                                                 "where",
-                                                                 "masked_fill",
-                                                                 "erf",
-                                                                 "erfc",
-                                                                 "logical_not",
-                                                                 "logical_and",
-                                                                 "logical_or",
-                                                                 "sign",
-                                                                 "floor",
-                                                                 "ceil",
-                                                                 "round",
-                                                                 "trunc",
-                                                                 "lerp",
-                                                                 "addcmul",
-                                                                 "addcdiv",
-                                                                 "_to_copy",
-                                                                 "to",
-                                                                 "clone",
-                                                                 "contiguous",
-                                                                 "detach",
-                                                                 "alias",
-                                                                 "lift_fresh",
-                                                                 "type_as",
-                                                                 "dropout",
-                                                                 "native_dropout",
-                                                                 "feature_dropout",
-                                                                 "alpha_dropout",
-                                                                 "nan_to_num",
-                                                                 "threshold",
-                                                                 "relu6",
-                                                                 "tan",
-                                                                 "atan",
-                                                                 "sinh",
-                                                                 "cosh",
-                                                                 "eq",
-                                                                 "ne",
-                                                                 "lt",
-                                                                 "le",
-                                                                 "gt",
-                                                                 "ge",
-                                                                 "bitwise_not",
-                                                                 "float_power",
-                                                                 "fmod",
-                                                                 "remainder",
-                                                                 "_conj",
-                                                                 "resolve_conj",
-                                                                 "resolve_neg",
-                                                                 "positive",
-                                                                 "expand",
-                                                                 "expand_as",
-                                                                 "broadcast_to",
-                                                                 "copy"};
-  return *names;
-}
-
-// Operators whose result depends on their tensor inputs' shapes only, or
-// that overwrite their input.
-const std::unordered_set<std::string>& ShapeOnly() {
-  static const auto* names = new std::unordered_set<std::string>{
-      "ones_like", "zeros_like", "empty_like", "full_like",         "rand_like", "randn_like", "new_empty",
-      "new_zeros", "new_ones",   "new_full",   "new_empty_strided", "fill_",     "zero_",      "normal_",
-      "uniform_",  "bernoulli_", "size",       "sym_size",          "stride",    "sym_stride", "numel",
-      "sym_numel", "dim"};
-  return *names;
-}
-
-const std::unordered_set<std::string>& Views() {
-  static const auto* names = new std::unordered_set<std::string>{
-      "view",       "_unsafe_view", "reshape",    "_reshape_alias", "view_copy",
-      "reshape_as", "view_as",      "flatten",    "unflatten",      "squeeze",
-      "squeeze_",   "unsqueeze",    "unsqueeze_", "squeeze_copy",   "unsqueeze_copy"};
-  return *names;
-}
-
-// Operators whose result may share its input's memory.
-const std::unordered_set<std::string>& ViewOps() {
-  static const auto* names = new std::unordered_set<std::string>{
-      "view",    "_unsafe_view",     "reshape",      "_reshape_alias", "reshape_as",   "view_as",
-      "flatten", "unflatten",        "squeeze",      "unsqueeze",      "permute",      "transpose",
-      "t",       "swapaxes",         "movedim",      "slice",          "narrow",       "select",
-      "expand",  "expand_as",        "broadcast_to", "alias",          "detach",       "unbind",
-      "split",   "split_with_sizes", "chunk",        "tensor_split",   "diagonal",     "as_strided",
-      "unfold",  "contiguous",       "to",           "_to_copy",       "view_as_real", "view_as_complex"};
-  return *names;
-}
-
-bool IsAttention(absl::string_view name) {
-  return name == "aten::scaled_dot_product_attention" || absl::StartsWith(name, "aten::_scaled_dot_product") ||
-         name == "aten::_native_multi_head_attention" || name == "aten::_transformer_encoder_layer_fwd" ||
-         name == "aten::_transformer_decoder_only_layer_fwd" || name == "aten::_flash_attention_forward" ||
-         name == "aten::_efficient_attention_forward";
-}
+// What the pass knows of an operator is its row in formulas/op_traits.cc.
+bool Has(absl::string_view name, TokenTrait t) { return TraitsOf({name.data(), name.size()}).Has(t); }
+bool IsAttention(absl::string_view name) { return Has(name, TokenTrait::kAttention); }
 
 // Argument positions (mask, dropout_p, is_causal) of the SDPA operators the
 // pass follows; mask -1: not one of them.
@@ -509,8 +378,7 @@ class Pass {
     const absl::string_view name = N(call.name);
     const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
     // In-place calls that change a tensor's metadata, not its values, leave its views alone.
-    const bool metadata = base == "detach_" || base == "requires_grad_" || base == "squeeze_" || base == "unsqueeze_" ||
-                          base == "transpose_" || base == "t_" || base == "as_strided_";
+    const bool metadata = Has(name, TokenTrait::kMetadataInPlace);
     const bool in_place = ((base.size() > 1 && base.back() == '_') || info.overload == "out") && !metadata;
     if (in_place) {
       EachTensor(call.outputs, [&](const TensorMeta& t) {
@@ -527,7 +395,7 @@ class Pass {
       });
       return;
     }
-    if (!ViewOps().count(std::string(base))) return;
+    if (!Has(name, TokenTrait::kMayAlias)) return;
     const ArgMeta& x = call.arg(0);
     if (!x.is_tensor()) return;
     const uintptr_t r = Root(x.tensor().identity);
@@ -814,7 +682,8 @@ class Pass {
     const bool in_place = !base.empty() && base.back() == '_' && base != "_";
     const absl::string_view plain = in_place ? base.substr(0, base.size() - 1) : base;
     if (plain == "copy") return Elementwise(call, out, 1);  // copy_(self, src): the result is src
-    if (Pointwise().count(std::string(plain))) return Elementwise(call, out);
+    // The pointwise row is the functional operator's (in place: name without its '_').
+    if (Has(in_place ? name.substr(0, name.size() - 1) : name, TokenTrait::kPointwise)) return Elementwise(call, out);
     if (base == "linear") return Contract(call, out, 0, 1, true);
     if (base == "mm" || base == "bmm" || base == "matmul") return Contract(call, out, 0, 1, false);
     if (base == "addmm" || base == "baddbmm") return Contract(call, out, 1, 2, false);
@@ -834,7 +703,7 @@ class Pass {
     if (fp == nullptr) return std::nullopt;  // a tracked tensor elsewhere: no rule for it
     const Flow& f = *fp;
     if (!f.lost.empty()) return f;
-    if (Views().count(std::string(base))) return Reshape(call, f, in, out);
+    if (Has(name, TokenTrait::kReshape)) return Reshape(call, f, in, out);
     if (base == "permute" || base == "transpose" || base == "transpose_" || base == "t" || base == "swapaxes" ||
         base == "permute_copy" || base == "transpose_copy") {
       Flow r = f;
@@ -1032,7 +901,7 @@ class Pass {
     EachTensor(call.args, [&](const TensorMeta& t) { tracked = Get(t) != nullptr || tracked; });
     const absl::string_view name = N(call.name);
     const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
-    if (!tracked || ShapeOnly().count(std::string(base))) {
+    if (!tracked || Has(name, TokenTrait::kShapeOnly)) {
       Forget(i + 1, next, "", i);
       EachTensor(call.outputs, [&](const TensorMeta& t) { Clear(t.identity); });
       return next;
@@ -1169,7 +1038,7 @@ TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope) {
   for (int64_t i = sc.begin_event - recorder.folded(); i < sc.end_event - recorder.folded(); ++i) {
     const Event& e = events[i];
     const OpInfo& info = Catalog().Get(e.op());
-    if (info.name == "aten::softmax" || info.name == "aten::_softmax") q.softmax = true;
+    if (Has(info.name, TokenTrait::kSoftmax)) q.softmax = true;
     if (!IsAttention(info.name)) continue;
     q.attention = true;
     const SdpaArgs at = SdpaOf(info.name);

@@ -5,51 +5,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "formulas/op_traits.h"
 
 namespace torchscan {
 namespace {
-
-// Products, convolutions and attention that are not native (FlopCounterMode)
-// rows: every native row is one of these families already.
-constexpr std::string_view kFallbackMatmuls[] = {"aten::dot",
-                                                 "aten::vdot",
-                                                 "aten::mv",
-                                                 "aten::addmv",
-                                                 "aten::addbmm",
-                                                 "aten::addr",
-                                                 "aten::_int_mm",
-                                                 "aten::_grouped_mm",
-                                                 "aten::_addmm_activation",
-                                                 "aten::mkldnn_convolution",
-                                                 "aten::mkldnn_rnn_layer",
-                                                 "aten::_scaled_dot_product_flash_attention_for_cpu",
-                                                 "aten::_native_multi_head_attention",
-                                                 "aten::_transformer_encoder_layer_fwd",
-                                                 "aten::matmul",
-                                                 "aten::linear"};
-
-// Rows that compute over a whole axis, whatever their output's size.
-constexpr std::string_view kReductionRows[] = {"aten::cumsum",
-                                               "aten::cumprod",
-                                               "aten::_softmax",
-                                               "aten::_safe_softmax",
-                                               "aten::_log_softmax",
-                                               "aten::native_layer_norm",
-                                               "aten::native_group_norm",
-                                               "aten::rms_norm",
-                                               "aten::logsumexp",
-                                               "aten::_weight_norm",
-                                               "aten::_weight_norm_interface"};
-
-// Pointwise-flagged rows that scatter or select data-dependently: not fused.
-constexpr std::string_view kIndexRows[] = {"aten::nonzero",        "aten::scatter",   "aten::scatter_add",
-                                           "aten::scatter_reduce", "aten::index_put", "aten::_index_put_impl",
-                                           "aten::masked_scatter", "aten::isin",      "aten::col2im"};
-
-template <size_t N>
-bool In(const std::string_view (&list)[N], std::string_view name) {
-  return std::find(std::begin(list), std::end(list), name) != std::end(list);
-}
 
 bool InPlace(std::string_view name) { return FunctionalName(name) != name; }
 
@@ -74,10 +33,9 @@ int64_t MaxElements(const OpCall& call) {
 }
 
 // Batch norm in inference is a per-channel scale and shift: pointwise.
-bool BatchNormInference(const OpCall& call) {
-  const std::string_view name = call.name;
-  if (name == "aten::_native_batch_norm_legit_no_training") return true;
-  if (name == "aten::native_batch_norm" || name == "aten::_native_batch_norm_legit") {
+bool BatchNormInference(const OpCall& call, TrafficClass c) {
+  if (c == TrafficClass::kBatchNormInference) return true;
+  if (c == TrafficClass::kBatchNorm) {
     const ArgMeta& training = call.arg(5);
     return training.kind == ArgKind::kBool && !training.to_bool();
   }
@@ -85,19 +43,15 @@ bool BatchNormInference(const OpCall& call) {
 }
 
 KernelClass Classify(const OpInfo& info, const OpCall& call, CallKind kind, bool caller_formula) {
-  const std::string_view name = FunctionalName(info.name);
+  const TrafficClass traits = TraitsOf(FunctionalName(info.name)).traffic;
+  const bool matmul = traits == TrafficClass::kMatmul;
   if (kind == CallKind::kZeroCost) return KernelClass::kMove;
   if (kind == CallKind::kOpaque) return KernelClass::kUnknown;
-  if (info.builtin == nullptr || caller_formula) {
-    return In(kFallbackMatmuls, name) ? KernelClass::kMatmul : KernelClass::kOther;
-  }
-  if (info.builtin->source == FormulaSource::kNative || In(kFallbackMatmuls, name)) return KernelClass::kMatmul;
-  if (BatchNormInference(call)) return KernelClass::kPointwise;
-  if (In(kReductionRows, name) || name.substr(0, 23) == "aten::native_batch_norm" ||
-      name.substr(0, 30) == "aten::_native_batch_norm_legit") {
-    return KernelClass::kReduction;
-  }
-  if (info.builtin->pointwise && !In(kIndexRows, name)) {
+  if (info.builtin == nullptr || caller_formula) return matmul ? KernelClass::kMatmul : KernelClass::kOther;
+  if (info.builtin->source == FormulaSource::kNative || matmul) return KernelClass::kMatmul;
+  if (BatchNormInference(call, traits)) return KernelClass::kPointwise;
+  if (traits == TrafficClass::kReduction || traits == TrafficClass::kBatchNorm) return KernelClass::kReduction;
+  if (info.builtin->pointwise && traits != TrafficClass::kIndex) {
     int64_t out = 0;
     ForEachTensor(call.outputs, [&](size_t, const TensorMeta& t) { out = std::max(out, t.numel()); });
     return out < MaxElements(call) ? KernelClass::kReduction : KernelClass::kPointwise;
@@ -362,8 +316,7 @@ TrafficResult ComputeTraffic(const BlockLog<Event>& events, const OperatorPlan& 
         in_place && (info.zero_cost == ZeroCostReason::kFill || info.zero_cost == ZeroCostReason::kCopy);
     // A lookup reads the rows it gathers, not its whole table: as many
     // elements of the table as it writes.
-    const std::string_view fname = FunctionalName(info.name);
-    const bool lookup = (fname == "aten::embedding" || fname == "aten::index_select" || fname == "aten::gather") &&
+    const bool lookup = TraitsOf(FunctionalName(info.name)).traffic == TrafficClass::kLookup &&
                         call.output(0).is_tensor() && call.arg(0).is_tensor();
     ForEachTensor(call.args, [&](size_t index, const TensorMeta& t) {
       if (writes_self_only && index == 0) return;
