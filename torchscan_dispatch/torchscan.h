@@ -28,7 +28,6 @@
 
 namespace torchscan {
 
-
 class Session {
  public:
   explicit Session(ScanOptions options = {});

@@ -21,7 +21,6 @@
 
 namespace torchscan {
 
-
 // A caller formula: one call's metadata in, FLOPs out (operator view).
 using CallerFormula = std::function<FormulaResult(const OpCall&)>;
 

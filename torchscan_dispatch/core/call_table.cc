@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cstring>
 
-
 namespace torchscan {
 std::atomic<CustomClassRecorder>& CustomClassRecorderSlot() {
   static std::atomic<CustomClassRecorder> slot{nullptr};

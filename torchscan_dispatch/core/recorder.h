@@ -118,7 +118,6 @@ class ResolvedCall {
   size_t nargs_;
 };
 
-
 // Records the calls of one scan on one thread. Nested scans chain through
 // `outer`; every recorder in the chain sees each call.
 class Recorder {

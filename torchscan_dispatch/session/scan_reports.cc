@@ -2,6 +2,8 @@
 // traffic, memory, trace, and the scan report that holds them all.
 #include "torchscan_dispatch/session/state.h"
 
+#include "reports/scan_report.h"
+
 namespace torchscan {
 
 namespace {
@@ -168,10 +170,6 @@ LayerRow RowOf(reports::LayerTally& l) {
   }
   return row;
 }
-
-// Where ScanReportJson splices the layers' text in (a control character no
-// report string holds unescaped, so the escaped form is unique).
-constexpr char kLayersPlaceholder[] = "\x01torchscan layers\x01";
 
 bool Unfiltered(const ReportFilter& f) { return f.threads.empty() && f.requests.empty(); }
 
@@ -346,46 +344,41 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
     Planned& p = !snapshot && Unfiltered(filter) ? s.Calls() : (fresh.set = s.Gather(filter, &cuts), fresh);
     const bool op_view = s.options.operator_view && !s.options.structure;
     const bool module_view = s.options.module_view && !s.options.structure;
-    nlohmann::json j;
-    j["kind"] = "torchscan_scan_report";
-    j["schema_version"] = reports::kSchemaVersion;
-    j["context"] = {{"torch_version", TORCHSCAN_BUILT_TORCH_VERSION},
-                    {"torchscan_version", reports::kTorchscanVersion},
-                    {"threads", s.options.threads == Threads::kAll ? "all" : "current"},
-                    {"analysis_mode", s.options.structure ? "structure" : "full"},
-                    {"snapshot", snapshot},
-                    {"in_flight_calls", p.set->in_flight},
-                    {"streaming", s.options.streaming},
-                    // "aggregated": layer rows across requests in "aggregate" (aggregate.h).
-                    {"layer_rows", s.Aggregated() ? "aggregated" : "per_call"},
-                    {"unattributed_calls", s.unattributed}};
+    reports::ScanReportParts j;
+    j.scope = s.options.scope;
+    j.metrics = {op_view, module_view, module_view, module_view};
+    j.context = {{"torch_version", TORCHSCAN_BUILT_TORCH_VERSION},
+                 {"threads", s.options.threads == Threads::kAll ? "all" : "current"},
+                 {"analysis_mode", s.options.structure ? "structure" : "full"},
+                 {"snapshot", snapshot},
+                 {"in_flight_calls", p.set->in_flight},
+                 {"streaming", s.options.streaming},
+                 // "aggregated": layer rows across requests in "aggregate" (aggregate.h).
+                 {"layer_rows", s.Aggregated() ? "aggregated" : "per_call"},
+                 {"unattributed_calls", s.unattributed}};
     // Distributed jobs (communication.h): this rank's place and its collectives' bytes.
-    if (const nlohmann::json d = DistributedContextJson(); !d.is_null()) j["context"].update(d);
+    if (const nlohmann::json d = DistributedContextJson(); !d.is_null()) j.context.update(d);
     {
       CommunicationSums comm = p.set->folded() ? p.set->folded()->communication : CommunicationSums();
       AccumulateCommunication(p.set->events(), s.catalog, p.set->first_index, comm);
-      j["communication"] = FinishCommunication(std::move(comm), s.options.scope);
+      j.communication = FinishCommunication(std::move(comm), s.options.scope);
     }
-    j["operator_flops"] = op_view ? FlopJson(s, p) : nlohmann::json();
-    if (s.options.memory && p.set->memory != nullptr) j["memory"] = *MemoryPart(s, p);
-    j["module_report"] = module_view ? ModuleJson(s, p) : nlohmann::json();
-    // The layers are spliced in as text at the end: with a row per module
-    // call they are most of the report, and as a JSON tree most of its memory and time.
+    j.operator_flops = op_view ? FlopJson(s, p) : nlohmann::json();
+    if (s.options.memory && p.set->memory != nullptr) j.memory = *MemoryPart(s, p);
+    j.module_report = module_view ? ModuleJson(s, p) : nlohmann::json();
     std::vector<reports::LayerTally> layers = LayerTallies(s, p);
-    j["layers"] = kLayersPlaceholder;
     // Per thread and per request: each one's own calls, valued alone.
     // `whole`: the part is every call of the report, whose views are valued above.
     auto total_of = [&](Planned& part, bool whole) {
       nlohmann::json t = nlohmann::json::object();
-      if (op_view) t["operator_flops"] = whole ? j["operator_flops"]["total"] : FlopJson(s, part)["total"];
+      if (op_view) t["operator_flops"] = whole ? j.operator_flops["total"] : FlopJson(s, part)["total"];
       if (module_view) {
         // Keep the report alive while iterating: items() of a temporary's member dangles.
-        const nlohmann::json module = whole ? j["module_report"] : ModuleJson(s, part);
+        const nlohmann::json module = whole ? j.module_report : ModuleJson(s, part);
         for (const auto& [name, metric] : module["totals"].items()) t[name] = metric;
       }
       return t;
     };
-    j["threads"] = nlohmann::json::array();
     std::vector<std::pair<int64_t, std::string>> threads;
     if (s.options.threads == Threads::kCurrent) {
       threads.emplace_back(1, "");
@@ -409,10 +402,10 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
       }
       const EventSet& set = whole ? *p.set : *part.set;
       const int64_t folded_calls = set.folded() ? set.folded()->calls : 0;
-      j["threads"].push_back({{"thread", number},
-                              {"name", name},
-                              {"calls", static_cast<int64_t>(set.events().size()) + folded_calls},
-                              {"totals", total_of(part, whole)}});
+      j.threads.push_back({{"thread", number},
+                           {"name", name},
+                           {"calls", static_cast<int64_t>(set.events().size()) + folded_calls},
+                           {"totals", total_of(part, whole)}});
     }
     // Per request, in one pass: the calls re-scoped by request, tallied like layers.
     std::vector<reports::LayerTally> request_rows;
@@ -445,17 +438,6 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
         if (q >= 0) ++calls[q];
       }
     }
-    auto request_json = [&](const std::string& id, int64_t calls, const reports::LayerTally& row) {
-      nlohmann::json totals = nlohmann::json::object();
-      for (int m = 0; m < 4; ++m) {
-        if (!(m == 0 ? op_view : module_view)) continue;
-        totals[reports::kLayerMetricNames[m]] =
-            reports::MetricJson({row.complete[m] ? MetricStatus::kComplete : MetricStatus::kPartial, row.known[m],
-                                 reports::kLayerMetricUnits[m], s.options.scope, reports::kLayerMetricMethods[m]});
-      }
-      return nlohmann::json{{"request", id}, {"calls", calls}, {"totals", totals}};
-    };
-    j["requests"] = nlohmann::json::array();
     if (s.Aggregated()) {
       // The folds' aggregate, and the calls still held aggregated alike;
       // "layers" and "requests": the last requests kept whole.
@@ -472,26 +454,19 @@ StatusOr<std::string> Session::ScanReportJson(const ReportFilter& filter) {
       held.request_calls = request_calls;
       held.times = p.set->times;
       aggregate.Add(held);
-      j["aggregate"] =
-          aggregate.Json(s.options.scope, {op_view, module_view, module_view, module_view}, held.times != nullptr);
+      j.aggregate = aggregate.Json(s.options.scope, j.metrics, held.times != nullptr);
       for (const LayerAggregate::KeptRequest& k : aggregate.kept()) {
-        j["requests"].push_back(request_json(k.id, k.calls, k.totals));
+        j.requests.push_back(reports::RequestJson(k.id, k.calls, k.totals, j));
       }
       layers = aggregate.KeptLayers();
     } else {
       for (size_t q = 0; q < request_rows.size(); ++q) {
-        j["requests"].push_back(request_json(p.set->requests[q], request_calls[q], request_rows[q]));
+        j.requests.push_back(reports::RequestJson(p.set->requests[q], request_calls[q], request_rows[q], j));
       }
     }
-    // Thread names and request ids are caller bytes: never fail on bad UTF-8.
-    const std::string text = reports::DumpJson(j);  // replaces bad UTF-8; counts past 2^64 - 1 exact
-    const std::string placeholder = nlohmann::json(kLayersPlaceholder).dump();
-    const size_t at = text.find(placeholder);
-    if (at == std::string::npos) return absl::InternalError("torchscan: the scan report lost its layers");
-    std::string out = text.substr(0, at);
-    reports::AppendLayersJson(layers, s.options.scope, {op_view, module_view, module_view, module_view}, out);
-    out.append(text, at + placeholder.size());
-    return out;
+    j.layers = std::move(layers);
+    // Thread names and request ids are caller bytes: never fail on bad UTF-8 (DumpJson).
+    return reports::ScanReportText(j);
   }());
 }
 
