@@ -53,7 +53,7 @@ def installed_spelling(source: str) -> str:
 
 
 def _api_examples():
-    with open(os.path.join(ROOT, "tests", "cpp", "api_example.cc")) as f:
+    with open(os.path.join(ROOT, "tests", "cpp", "session", "api_example.cc")) as f:
         source = f.read()
     out = {}
     for name in CPP_EXAMPLES:
