@@ -328,4 +328,30 @@ __attribute__((visibility("default"))) int torchscan_pop_module_scope_1(int hand
   return torchscan_pop_module_scope(handle, scope, failed, &output, 1);
 }
 
+// What a closed module scope of this thread's innermost scan ran, for the
+// token analysis (torchscan/token_flow.py), which asks after every module
+// call: bit 0 attention, bit 1 a softmax, and from bit 2 the number of
+// attention masks, whose identities (TensorImpl addresses) fill `masks` up
+// to `capacity`. 0 when the scope is not that scan's (another `path`) or not
+// closed; -1 when it fails. The "masks" query of TokenFlowJson, without its
+// JSON.
+__attribute__((visibility("default"))) int torchscan_token_flow_masks(int scope, const char* path, int length,
+                                                                      uint64_t* masks, int capacity) noexcept {
+  try {
+    const torchscan::Recorder* recorder = torchscan::ThreadTopRecorder();
+    if (recorder == nullptr || length < 0 || scope < 0 || scope >= static_cast<int>(recorder->scopes().size()) ||
+        recorder->scopes()[scope].path != std::string_view(path, static_cast<size_t>(length))) {
+      return 0;
+    }
+    const torchscan::TokenMaskQuery q = torchscan::FindAttentionMasks(*recorder, scope);
+    if (q.masks.size() > static_cast<size_t>(std::numeric_limits<int>::max() >> 2)) return -1;
+    for (size_t i = 0; i < q.masks.size() && i < static_cast<size_t>(std::max(capacity, 0)); ++i) {
+      masks[i] = static_cast<uint64_t>(q.masks[i]);
+    }
+    return (q.attention ? 1 : 0) | (q.softmax ? 2 : 0) | (static_cast<int>(q.masks.size()) << 2);
+  } catch (...) {
+    return -1;
+  }
+}
+
 }  // extern "C"
