@@ -37,8 +37,8 @@ NATIVE_CPU_SDPA = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu in 
 # decompositions) changed between releases, a hand derivation follows it.
 TORCH_RELEASE = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
 
-# One intra-op thread (TORCHSCAN_TEST_THREADS=N for more), in this process and
-# the servers and jobs it starts. On a small machine shared with other work a
+# One intra-op thread in this process (TORCHSCAN_TEST_THREADS=N for more; the
+# servers and jobs it starts keep their own). On a small machine shared with other work a
 # second OpenMP thread spin-waits for a core: a ResNet-50 training step took
 # 1.8 s with one thread and 31 s with two (2 cores, load average 6). Counts do
 # not depend on it; the tests of num_threads set their own, and the coverage
@@ -46,7 +46,6 @@ TORCH_RELEASE = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")
 DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice for this machine
 TEST_THREADS = int(os.environ.get("TORCHSCAN_TEST_THREADS", "1"))
 torch.set_num_threads(TEST_THREADS)
-os.environ.setdefault("OMP_NUM_THREADS", str(TEST_THREADS))
 
 METRIC_STATUSES = {"complete", "partial", "unavailable"}
 SCALAR_TYPES = (str, int, float, bool, type(None))
