@@ -1,0 +1,355 @@
+// The token-flow pass's walk over the calls: seeds, the flow of each
+// tensor, views and in-place writes, decompositions followed through their
+// children, and a caller's steps (token_flow_pass.h).
+#include <algorithm>
+#include <numeric>
+#include <unordered_set>
+
+#include "torchscan_dispatch/analyses/token_flow_pass.h"
+
+namespace torchscan::token_flow_internal {
+
+TokenFlowResult Pass::Run() {
+  TokenFlowResult res;
+  const auto& scopes = recorder_.scopes();
+  const Recorder::Scope& scope = scopes[req_.scope];
+  // Scope bounds count the scan's calls; events_ holds those not folded (ClosedScope).
+  const int64_t base = recorder_.folded();
+  const int64_t begin = scope.begin_event - base, end = scope.end_event - base;
+  // Steps by their first call; the outermost first where several start together.
+  struct Range {
+    int64_t begin, end;
+    const TokenStep* step;
+  };
+  std::vector<Range> steps;
+  for (const TokenStep& s : req_.steps) {
+    if (s.scope <= req_.scope || s.scope >= static_cast<int32_t>(scopes.size())) continue;
+    const auto& sc = scopes[s.scope];
+    if (sc.end_event < 0 || sc.begin_event - base < begin || sc.end_event - base > end) continue;
+    steps.push_back({sc.begin_event - base, sc.end_event - base, &s});
+  }
+  std::sort(steps.begin(), steps.end(),
+            [](const Range& a, const Range& b) { return a.begin != b.begin ? a.begin < b.begin : a.end > b.end; });
+  size_t k = 0;
+  int64_t i = begin;
+  while (true) {
+    // Module calls that made no calls (they return an input or a constant) happen here too.
+    bool jumped = false;
+    while (k < steps.size() && steps[k].begin <= i) {
+      const Range& r = steps[k++];
+      if (r.begin < i) continue;  // inside a step already taken
+      Step(*r.step);
+      if (r.end > i) {
+        i = r.end;
+        jumped = true;
+        break;
+      }
+    }
+    if (jumped) continue;
+    if (i >= end) break;
+    i = Visit(i, end);
+  }
+  const Flow* out = Output();
+  if (out == nullptr) {
+    res.reason = written_.count(req_.output) ? "the output holds no positions of the inputs"
+                                             : "the output was not produced by a recorded call of the module";
+    return res;
+  }
+  if (!out->lost.empty()) {
+    res.reason = out->lost;
+    return res;
+  }
+  res.output_axis = out->dim;
+  res.output_length = out->length;
+  for (const TokenInput& in : req_.inputs) {
+    auto it = out->deps.find(in.source);
+    if (it == out->deps.end()) {
+      res.sources[in.source] = TokenRelation{"none"};
+      continue;
+    }
+    auto named = NameRelation(*it->second, in.length);
+    if (!named) {
+      res.reason =
+          "the output's dependency on an input is none of the relations the schema names (none, "
+          "same_position, prefix, all), e.g. a sliding window, or key padding next to a residual path";
+      res.sources.clear();
+      return res;
+    }
+    res.sources[in.source] = *named;
+  }
+  res.complete = true;
+  return res;
+}
+
+// A seed made a flow once its shape is known.
+Flow Pass::Seed(const TokenInput& in, int32_t ndim, int64_t length_at_axis, bool nested) {
+  if (nested || in.axis < 0 || in.axis >= ndim || length_at_axis != in.length) {
+    return Lost("an input has no token axis at the expected dim");
+  }
+  Flow f;
+  f.dim = in.axis;
+  f.length = in.length;
+  f.deps[in.source] = Share(TokenRows::Same(in.length));
+  return f;
+}
+
+// The flow of a tensor argument; nullptr: it holds no input positions.
+const Flow* Pass::Get(const TensorMeta& t) {
+  // 0-d tensors hold no token axis; Python scalars wrapped as tensors are
+  // made without a recorded call and may reuse a freed tracked address.
+  if (t.ndim == 0) return nullptr;
+  auto it = flows_.find(t.identity);
+  if (it != flows_.end()) {
+    Flow& f = it->second;
+    if (f.lost.empty() && (t.nested || f.dim >= t.ndim || t.size(f.dim) != f.length)) {
+      f = Lost("a tensor changed shape outside the recorded calls");
+    }
+    return &f;
+  }
+  if (written_.count(t.identity)) return nullptr;
+  auto s = seeds_.find(t.identity);
+  if (s == seeds_.end()) return nullptr;
+  const bool fits = !t.nested && s->second.axis >= 0 && s->second.axis < t.ndim;
+  return &(flows_[t.identity] = Seed(s->second, t.ndim, fits ? t.size(s->second.axis) : -1, t.nested));
+}
+
+// By identity, for steps and the output (whose shapes the caller gave).
+const Flow* Pass::GetId(uintptr_t id, int32_t axis, int64_t length) {
+  auto it = flows_.find(id);
+  if (it != flows_.end()) return &it->second;
+  if (written_.count(id)) return nullptr;
+  auto s = seeds_.find(id);
+  if (s == seeds_.end()) return nullptr;
+  return &(flows_[id] = Seed(s->second, axis + 1, s->second.axis == axis ? length : -1, false));
+}
+
+const Flow* Pass::Output() {
+  auto it = flows_.find(req_.output);
+  if (it != flows_.end()) return &it->second;
+  if (written_.count(req_.output)) return nullptr;
+  auto s = seeds_.find(req_.output);  // the module returned an input
+  if (s == seeds_.end()) return nullptr;
+  const auto& sz = req_.output_sizes;
+  const int32_t axis = s->second.axis;
+  const bool fits = axis >= 0 && axis < static_cast<int32_t>(sz.size());
+  return &(flows_[req_.output] = Seed(s->second, static_cast<int32_t>(sz.size()), fits ? sz[axis] : -1, false));
+}
+
+// Views share their base's memory: a call that writes one in place
+// changes the others, which the pass does not follow value by value, so
+// they are not followed from here on (their base included).
+void Pass::Aliases(int64_t i) {
+  const Event& e = events_[i];
+  if (e.raised()) return;
+  const OpInfo& info = Catalog().Get(e.op());
+  const ResolvedCall rc(e);  // identities followed from call to call
+  const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
+  const absl::string_view name = N(call.name);
+  const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
+  // In-place calls that change a tensor's metadata, not its values, leave its views alone.
+  const bool metadata = Has(name, TokenTrait::kMetadataInPlace);
+  const bool in_place = ((base.size() > 1 && base.back() == '_') || info.overload == "out") && !metadata;
+  if (in_place) {
+    EachTensor(call.outputs, [&](const TensorMeta& t) {
+      const uintptr_t r = Root(t.identity);
+      auto g = group_.find(r);
+      if (g == group_.end()) return;
+      const std::string why = absl::StrCat(name,
+                                           " wrote in place into a view of this tensor (or its base); "
+                                           "not followed");
+      for (uintptr_t id : g->second) {
+        if (id != t.identity) Set(id, Lost(why));
+      }
+      if (r != t.identity) Set(r, Lost(why));
+    });
+    return;
+  }
+  if (!Has(name, TokenTrait::kMayAlias)) return;
+  const ArgMeta& x = call.arg(0);
+  if (!x.is_tensor()) return;
+  const uintptr_t r = Root(x.tensor().identity);
+  EachTensor(call.outputs, [&](const TensorMeta& t) {
+    if (t.identity == x.tensor().identity) return;
+    root_[t.identity] = r;
+    group_[r].push_back(t.identity);
+  });
+}
+
+// Tensors made inside calls [from, to) that the pass does not visit (a
+// call handled by its rule, a step): their identities may be reused
+// addresses of tensors it tracked. A call returning its own input (an
+// alias: contiguous, to) made nothing new.
+// The calling event's own outputs (`parent`, -1: none) are its rule's.
+void Pass::Forget(int64_t from, int64_t to, const std::string& lost, int64_t parent) {
+  std::unordered_set<uintptr_t> keep;
+  if (parent >= 0)
+    EachTensor(ResolvedCall(events_[parent]).outputs(), [&](const TensorMeta& t) { keep.insert(t.identity); });
+  for (int64_t j = from; j < to; ++j) {
+    const Event& e = events_[j];
+    std::unordered_set<uintptr_t> ins = keep;
+    const ResolvedCall rc(e);
+    EachTensor(rc.args(), [&](const TensorMeta& t) { ins.insert(t.identity); });
+    EachTensor(rc.outputs(), [&](const TensorMeta& t) {
+      if (ins.count(t.identity)) return;
+      if (lost.empty()) {
+        Clear(t.identity);
+      } else {
+        Set(t.identity, Lost(lost));
+      }
+    });
+  }
+}
+
+bool Pass::Unite(Flow& into, int32_t source, const std::shared_ptr<const TokenRows>& rows) {
+  auto it = into.deps.find(source);
+  if (it == into.deps.end()) {
+    into.deps[source] = rows;
+    return true;
+  }
+  if (it->second == rows) return true;
+  auto u = UniteRows(*it->second, *rows);
+  if (!u) return false;
+  if (u->lo != it->second->lo || u->hi != it->second->hi) it->second = Share(std::move(*u));
+  return true;
+}
+
+// Rows of `f` for an output token dim of `length` positions: equal, or a
+// single position broadcast to all of them.
+std::optional<std::map<int32_t, std::shared_ptr<const TokenRows>>> Pass::Fit(const Flow& f, int64_t length) {
+  if (f.length == length) return f.deps;
+  if (f.length != 1) return std::nullopt;
+  std::map<int32_t, std::shared_ptr<const TokenRows>> out;
+  for (const auto& [source, rows] : f.deps) {
+    out[source] = Share({std::vector<int64_t>(length, rows->lo[0]), std::vector<int64_t>(length, rows->hi[0])});
+  }
+  return out;
+}
+
+// Adds `f`, whose token dim lands on output dim `dim` of `out`, to `r`.
+std::optional<std::string> Pass::Add(Flow& r, bool& any, const Flow& f, int64_t dim, const TensorMeta& out,
+                                     absl::string_view name) {
+  if (!f.lost.empty()) return f.lost;
+  if (dim < 0 || dim >= out.ndim) return absl::StrCat(name, ": the token axis leaves the result; not followed");
+  if (any && r.dim != dim) {
+    products_of_tokens = true;
+    return absl::StrCat(name,
+                        " combines tensors whose token positions lie on different dims (two token axes, as "
+                        "in attention scores computed with explicit products): not analysed; "
+                        "scaled_dot_product_attention is");
+  }
+  auto rows = Fit(f, out.size(dim));
+  if (!rows) return absl::StrCat(name, " changes the length of the token axis; not followed");
+  if (!any) {
+    r.dim = static_cast<int32_t>(dim);
+    r.length = out.size(dim);
+    any = true;
+  }
+  for (const auto& [source, d] : *rows) {
+    if (!Unite(r, source, d)) return absl::StrCat(name, ": a dependency that is not one interval of positions");
+  }
+  return std::nullopt;
+}
+
+int64_t Pass::VisitCall(int64_t i, int64_t end) {
+  const Event& e = events_[i];
+  const int64_t next = SubtreeEnd(i, end);
+  if (e.raised()) return next;
+  const OpInfo& info = Catalog().Get(e.op());
+  const ResolvedCall rc(e);  // identities followed from call to call
+  const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
+  bool tracked = false;
+  EachTensor(call.args, [&](const TensorMeta& t) { tracked = Get(t) != nullptr || tracked; });
+  const absl::string_view name = N(call.name);
+  const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
+  if (!tracked || Has(name, TokenTrait::kShapeOnly)) {
+    Forget(i + 1, next, "", i);
+    EachTensor(call.outputs, [&](const TensorMeta& t) { Clear(t.identity); });
+    return next;
+  }
+  bool done = false;
+  std::optional<Flow> f;
+  if (base == "cat" || base == "concat" || base == "concatenate" || base == "stack") {
+    if (call.outputs.size() == 1 && call.outputs[0].is_tensor()) f = Join(call, call.outputs[0].tensor(), base);
+  } else {
+    f = Rule(call, base, done);
+  }
+  if (f || done) Forget(i + 1, next, "", i);
+  if (done) return next;
+  if (f) {
+    const TensorMeta& out = call.outputs[0].tensor();
+    if (f->lost.empty() && (f->dim < 0 || f->dim >= out.ndim || out.size(f->dim) != f->length)) {
+      f = Lost(absl::StrCat(name, ": internal mismatch of the token axis; not followed"));
+    }
+    for (size_t k = 1; k < call.outputs.size(); ++k) {
+      if (!call.outputs[k].is_tensor() || !call.outputs[k].tensor().defined) continue;
+      const TensorMeta& o = call.outputs[k].tensor();
+      // A norm's statistics (mean, rstd) keep the positions; other extras are not followed.
+      const bool keeps = f->lost.empty() && o.ndim == out.ndim && o.size(f->dim) == f->length;
+      Set(o.identity, keeps ? *f : Lost(absl::StrCat(name, ": a secondary output is not followed")));
+    }
+    Set(out.identity, std::move(*f));
+    return next;
+  }
+  // No rule: follow its children when they are the whole of its work (it
+  // ran its CompositeImplicitAutograd decomposition) and wrote all its
+  // outputs; a kernel's own work between its calls (sort copies, then
+  // sorts in place) is unseen. Otherwise this is where the analysis stops.
+  // See Note [A rule or the children].
+  if (next > i + 1 && !IsAttention(name) && Catalog().RanDecomposition(e.op(), e.keys())) {
+    const int64_t mark = generation_;
+    for (int64_t j = i + 1; j < next;) j = Visit(j, next);
+    bool produced = true;
+    EachTensor(call.outputs, [&](const TensorMeta& t) {
+      auto it = written_.find(t.identity);
+      produced = produced && it != written_.end() && it->second > mark;
+    });
+    if (produced) return next;
+  }
+  const std::string why = absl::StrCat(name, info.overload.empty() ? "" : ".", info.overload,
+                                       " is not understood by the token-flow analysis (it may mix or reorder token "
+                                       "positions)");
+  EachTensor(call.outputs, [&](const TensorMeta& t) { Set(t.identity, Lost(why)); });
+  return next;
+}
+
+// A module call with a known relation: its output reads, through each
+// input, that input's dependencies composed with the call's relation.
+void Pass::Step(const TokenStep& s) {
+  const std::string& path = recorder_.scopes()[s.scope].path;
+  const std::string who = path.empty() ? "(root)" : path;
+  const auto& sc = recorder_.scopes()[s.scope];
+  Forget(sc.begin_event - recorder_.folded(), sc.end_event - recorder_.folded(),
+         absl::StrCat("a tensor made inside ", who, " other than its primary output"));
+  if (!s.reason.empty()) {
+    Set(s.output, Lost(absl::StrCat(who, ": ", s.reason)));
+    return;
+  }
+  Flow out;
+  out.dim = s.output_axis;
+  out.length = s.output_length;
+  for (const TokenStep::Input& in : s.inputs) {
+    const Flow* f = GetId(in.identity, in.axis, in.length);
+    if (f == nullptr) continue;  // a constant
+    if (!f->lost.empty()) {
+      Set(s.output, *f);
+      return;
+    }
+    if (f->dim != in.axis || f->length != in.length) {
+      Set(s.output, Lost(absl::StrCat(who, ": the token axis of its input is dim ", in.axis,
+                                      ", where the data flow has positions on dim ", f->dim)));
+      return;
+    }
+    const TokenRows rel = RowsOf(in.relation, s.output_length, in.length);
+    for (const auto& [source, rows] : f->deps) {
+      std::string why = "a dependency that is not one interval of positions";
+      auto c = ComposeRows(rel, *rows, &why);
+      if (!c || !Unite(out, source, Share(std::move(*c)))) {
+        Set(s.output, Lost(absl::StrCat(who, ": ", why)));
+        return;
+      }
+    }
+  }
+  Set(s.output, std::move(out));
+}
+
+}  // namespace torchscan::token_flow_internal

@@ -1,0 +1,180 @@
+// The token-flow pass's internals, shared by its files: what a tensor's
+// positions depend on (Flow), the helpers every rule uses, and the pass
+// (Pass). token_flow_pass.cc walks the calls (seeds, aliases, decompositions,
+// steps); token_flow_rules.cc holds the rule for each operator family.
+// Nothing here is part of the analysis's API (token_flow.h).
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "formulas/op_traits.h"
+#include "torchscan_dispatch/analyses/token_flow.h"
+#include "torchscan_dispatch/core/op_catalog.h"
+
+namespace torchscan::token_flow_internal {
+
+inline absl::string_view N(std::string_view s) { return {s.data(), s.size()}; }
+
+// What a tensor's positions depend on. A tensor with no flow holds no
+// positions of the inputs (parameters, buffers, constants, shapes only).
+struct Flow {
+  std::string lost;  // non-empty: not followed, why (naming the operator)
+  int32_t dim = 0;   // the dim holding token positions
+  int64_t length = 0;
+  // By source; shared: most calls pass their input's rows on unchanged.
+  std::map<int32_t, std::shared_ptr<const TokenRows>> deps;
+};
+
+inline std::shared_ptr<const TokenRows> Share(TokenRows r) { return std::make_shared<const TokenRows>(std::move(r)); }
+
+inline Flow Lost(std::string why) {
+  Flow f;
+  f.lost = std::move(why);
+  return f;
+}
+
+inline int64_t Wrap(int64_t d, int64_t n) { return d < 0 ? d + n : d; }
+
+// What the pass knows of an operator is its row in formulas/op_traits.cc.
+inline bool Has(absl::string_view name, TokenTrait t) { return TraitsOf({name.data(), name.size()}).Has(t); }
+inline bool IsAttention(absl::string_view name) { return Has(name, TokenTrait::kAttention); }
+
+// Argument positions (mask, dropout_p, is_causal) of the SDPA operators the
+// pass follows; mask -1: not one of them.
+struct SdpaArgs {
+  int mask = -1, dropout = -1, causal = -1;
+};
+inline SdpaArgs SdpaOf(absl::string_view name) {
+  if (name == "aten::scaled_dot_product_attention" || name == "aten::_scaled_dot_product_attention_math") {
+    return {3, 4, 5};
+  }
+  if (name == "aten::_scaled_dot_product_flash_attention_for_cpu") return {5, 3, 4};
+  return {};
+}
+
+inline OpCatalog& Catalog() {
+  thread_local OpCatalog catalog;
+  return catalog;
+}
+
+// Over an OpCall's args or outputs (whatever span type op_call.h uses), from `first`.
+template <class Args, class F>
+void EachTensor(const Args& args, F&& f, size_t first = 0) {
+  for (size_t i = first; i < args.size(); ++i) {
+    const ArgMeta& a = args[i];
+    if (a.is_tensor() && a.tensor().defined) f(a.tensor());
+    if (a.kind == ArgKind::kTensorList) {
+      for (const TensorMeta& t : a.tensors()) {
+        if (t.defined) f(t);
+      }
+    }
+  }
+}
+
+inline std::vector<int64_t> DimsOf(const ArgMeta& a, int64_t ndim) {
+  std::vector<int64_t> dims;
+  if (a.kind == ArgKind::kInt) dims.push_back(Wrap(a.to_int(), ndim));
+  if (a.kind == ArgKind::kIntList) {
+    for (int64_t d : a.ints()) dims.push_back(Wrap(d, ndim));
+  }
+  return dims;
+}
+
+// Note [A rule or the children]
+// Each call with tracked inputs gets its operator family's rule
+// (token_flow_rules.cc). A rule that returns nullopt leaves the call to the
+// walk (token_flow_pass.cc): when the call ran its CompositeImplicitAutograd
+// decomposition and its children wrote all its outputs, the children are
+// followed one by one; otherwise the token axis is lost there, naming the
+// operator. So an operator needs a rule only when it runs a kernel of its
+// own; which family it is in is its row in formulas/op_traits.cc.
+class Pass {
+ public:
+  Pass(const Recorder& r, const TokenFlowRequest& q) : recorder_(r), events_(r.events()), req_(q) {
+    for (const TokenInput& in : req_.inputs) seeds_[in.identity] = in;
+  }
+
+  TokenFlowResult Run();
+
+ private:
+  // The walk over the calls (token_flow_pass.cc).
+  Flow Seed(const TokenInput& in, int32_t ndim, int64_t length_at_axis, bool nested);
+  const Flow* Get(const TensorMeta& t);
+  const Flow* GetId(uintptr_t id, int32_t axis, int64_t length);
+  const Flow* Output();
+
+  void Set(uintptr_t id, Flow f) {
+    written_[id] = ++generation_;
+    flows_[id] = std::move(f);
+  }
+  void Clear(uintptr_t id) {
+    written_[id] = ++generation_;
+    flows_.erase(id);
+  }
+
+  uintptr_t Root(uintptr_t id) const {
+    auto it = root_.find(id);
+    return it == root_.end() ? id : it->second;
+  }
+
+  void Aliases(int64_t i);
+  void Forget(int64_t from, int64_t to, const std::string& lost, int64_t parent = -1);
+
+  // The end of event i's subtree: its descendants follow it, with parents >= i.
+  int64_t SubtreeEnd(int64_t i, int64_t end) const {
+    int64_t j = i + 1;
+    while (j < end && events_[j].parent >= i) ++j;
+    return j;
+  }
+
+  static bool Unite(Flow& into, int32_t source, const std::shared_ptr<const TokenRows>& rows);
+  static std::optional<std::map<int32_t, std::shared_ptr<const TokenRows>>> Fit(const Flow& f, int64_t length);
+  std::optional<std::string> Add(Flow& r, bool& any, const Flow& f, int64_t dim, const TensorMeta& out,
+                                 absl::string_view name);
+
+  // The rules, by operator family (token_flow_rules.cc).
+  Flow Elementwise(const OpCall& call, const TensorMeta& out, size_t first_arg = 0);
+  Flow Contract(const OpCall& call, const TensorMeta& out, size_t ia, size_t ib, bool linear);
+  Flow Reshape(const OpCall& call, const Flow& f, const TensorMeta& in, const TensorMeta& out);
+  static Flow Rows(const Flow& f, int64_t start, int64_t step, int64_t length);
+  Flow Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& at);
+  std::optional<Flow> Rule(const OpCall& call, absl::string_view base, bool& done);
+  std::optional<Flow> Pieces(const OpCall& call, absl::string_view base, bool& done);
+  Flow Join(const OpCall& call, const TensorMeta& out, absl::string_view base);
+  Flow Along(const OpCall& call, const TensorMeta& out, int64_t dim);
+
+  // Visits event i and what it needs of its subtree; returns the next event.
+  int64_t Visit(int64_t i, int64_t end) {
+    const int64_t next = VisitCall(i, end);
+    Aliases(i);
+    return next;
+  }
+
+  int64_t VisitCall(int64_t i, int64_t end);
+  void Step(const TokenStep& s);
+  const Recorder& recorder_;
+  const BlockLog<Event>& events_;
+
+ public:
+  bool products_of_tokens = false;  // two token-indexed tensors met in one product (explicit attention)
+
+ private:
+  const TokenFlowRequest& req_;
+  std::unordered_map<uintptr_t, Flow> flows_;
+  std::unordered_map<uintptr_t, TokenInput> seeds_;
+  std::unordered_map<uintptr_t, int64_t> written_;  // made by a call (no longer a seed): when
+  int64_t generation_ = 0;
+  std::unordered_map<uintptr_t, uintptr_t> root_;                // a view -> the tensor it views
+  std::unordered_map<uintptr_t, std::vector<uintptr_t>> group_;  // a base -> its views
+};
+
+}  // namespace torchscan::token_flow_internal

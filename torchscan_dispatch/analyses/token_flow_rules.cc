@@ -1,0 +1,409 @@
+// The token-flow pass's rules, one per operator family: elementwise calls,
+// products, reshapes, row selections, attention, pieces and joins, and
+// calls that mix positions along a dim (token_flow_pass.h). Which rule an
+// operator takes is its row in formulas/op_traits.cc, or its name here.
+#include <algorithm>
+#include <numeric>
+#include <unordered_set>
+
+#include "torchscan_dispatch/analyses/token_flow_pass.h"
+
+namespace torchscan::token_flow_internal {
+
+// Elementwise with broadcasting: inputs align from their last dims.
+Flow Pass::Elementwise(const OpCall& call, const TensorMeta& out, size_t first_arg) {
+  Flow r;
+  bool any = false;
+  std::optional<std::string> err;
+  EachTensor(
+      call.args,
+      [&](const TensorMeta& t) {
+        if (err) return;
+        const Flow* f = Get(t);
+        if (f == nullptr) return;
+        err = Add(r, any, *f, f->dim + (out.ndim - t.ndim), out, N(call.name));
+      },
+      first_arg);
+  if (err) return Lost(*err);
+  return r;
+}
+
+// Products: linear(x, W, b), mm/bmm/matmul(a, b), addmm/baddbmm(bias, a, b).
+Flow Pass::Contract(const OpCall& call, const TensorMeta& out, size_t ia, size_t ib, bool linear) {
+  const ArgMeta &a = call.arg(ia), &b = call.arg(ib);
+  if (!a.is_tensor() || !b.is_tensor()) return Lost(absl::StrCat(N(call.name), ": unexpected arguments"));
+  const TensorMeta &ta = a.tensor(), &tb = b.tensor();
+  const int64_t na = ta.ndim, nb = tb.ndim, no = out.ndim;
+  Flow r;
+  bool any = false;
+  const std::string sums =
+      absl::StrCat(N(call.name), " sums over the token axis (a product over positions): not analysed");
+  if (const Flow* f = Get(ta)) {
+    if (!f->lost.empty()) return *f;
+    if (na == 1 || f->dim == na - 1) return Lost(sums);
+    const int64_t dim = linear ? f->dim : f->dim + no - na + (nb == 1 ? 1 : 0);
+    if (auto err = Add(r, any, *f, dim, out, N(call.name))) return Lost(*err);
+  }
+  if (const Flow* f = Get(tb)) {
+    if (!f->lost.empty()) return *f;
+    if (linear) return Lost(absl::StrCat(N(call.name), ": weights computed from the inputs are not analysed"));
+    if (nb == 1 || f->dim == nb - 2) return Lost(sums);
+    const int64_t batch_end = na >= 2 ? no - 2 : no - 1;  // the output's last batch dim + 1
+    const int64_t dim = f->dim == nb - 1 ? no - 1 : f->dim + batch_end - (nb - 2);
+    if (auto err = Add(r, any, *f, dim, out, N(call.name))) return Lost(*err);
+  }
+  // The bias: addmm's / baddbmm's first argument, linear's third.
+  const ArgMeta& bias = linear ? call.arg(2) : (ia == 1 ? call.arg(0) : ArgMeta::None());
+  if (bias.is_tensor() && bias.tensor().defined) {
+    if (const Flow* f = Get(bias.tensor())) {
+      if (linear) return Lost(absl::StrCat(N(call.name), ": a bias computed from the inputs is not analysed"));
+      if (auto err = Add(r, any, *f, f->dim + no - bias.tensor().ndim, out, N(call.name))) return Lost(*err);
+    }
+  }
+  return r;
+}
+
+// Views between shapes of the same elements: the token dim must stay one
+// dim (the same elements before and after it).
+Flow Pass::Reshape(const OpCall& call, const Flow& f, const TensorMeta& in, const TensorMeta& out) {
+  int64_t before = 1;
+  for (int32_t d = 0; d < f.dim; ++d) before *= in.size(d);
+  int64_t prod = 1;
+  for (int32_t e = 0; e < out.ndim; ++e) {
+    if (prod == before && out.size(e) == f.length) {
+      Flow r = f;
+      r.dim = e;
+      return r;
+    }
+    prod *= out.size(e);
+  }
+  return Lost(absl::StrCat(N(call.name), " merges or splits the token axis with another dim; not followed"));
+}
+
+// Positions start + r*step of the token axis.
+Flow Pass::Rows(const Flow& f, int64_t start, int64_t step, int64_t length) {
+  Flow r = f;
+  r.length = length;
+  for (auto& [source, rows] : r.deps) {
+    TokenRows picked = TokenRows::None(length);
+    for (int64_t k = 0; k < length; ++k) {
+      const int64_t j = start + k * step;
+      if (j >= 0 && j < rows->rows()) {
+        picked.lo[k] = rows->lo[j];
+        picked.hi[k] = rows->hi[j];
+      }
+    }
+    rows = Share(std::move(picked));
+  }
+  return r;
+}
+
+Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& at) {
+  const absl::string_view name = N(call.name);
+  const ArgMeta &q = call.arg(0), &k = call.arg(1), &v = call.arg(2);
+  if (!q.is_tensor() || !k.is_tensor() || !v.is_tensor() || q.tensor().ndim < 2 || k.tensor().ndim < 2) {
+    return Lost(absl::StrCat(name, ": unexpected arguments"));
+  }
+  const TensorMeta &tq = q.tensor(), &tk = k.tensor(), &tv = v.tensor();
+  const Flow *fq = Get(tq), *fk = Get(tk), *fv = Get(tv);
+  for (const Flow* f : {fq, fk, fv}) {
+    if (f == nullptr) continue;
+    if (!f->lost.empty()) return *f;
+  }
+  const Flow* fs[3] = {fq, fk, fv};
+  const TensorMeta* ts[3] = {&tq, &tk, &tv};
+  for (int n = 0; n < 3; ++n) {
+    if (fs[n] != nullptr && fs[n]->dim != ts[n]->ndim - 2) {
+      return Lost(absl::StrCat(name, ": the token positions of its ",
+                               n == 0   ? "query"
+                               : n == 1 ? "key"
+                                        : "value",
+                               " are not on dim -2 (the dim it attends over)"));
+    }
+  }
+  const int64_t L = tq.size(-2), S = tk.size(-2);
+  const ArgMeta& p = call.arg(at.dropout);
+  if (p.kind == ArgKind::kDouble && p.to_double() > 0) {
+    return Lost(absl::StrCat(name, ": dropout_p > 0 drops attention weights at random; not analysed"));
+  }
+  TokenRows vis{std::vector<int64_t>(L, 0), std::vector<int64_t>(L, S - 1)};
+  const ArgMeta& causal = call.arg(at.causal);
+  if (causal.kind == ArgKind::kBool && causal.to_bool()) {
+    // SDPA's causal mask is tril(ones(L, S)): key j visible to query i when j <= i.
+    for (int64_t i = 0; i < L; ++i) vis.hi[i] = std::min(i, S - 1);
+  }
+  const ArgMeta& mask = call.arg(at.mask);
+  if (mask.is_tensor() && mask.tensor().defined) {
+    auto it = req_.masks.find(mask.tensor().identity);
+    if (it == req_.masks.end()) {
+      return Lost(absl::StrCat(name,
+                               ": its attn_mask is neither an argument nor a buffer of the module call (it "
+                               "was computed inside it); mask values, which decide the relation, are not "
+                               "recorded"));
+    }
+    const TokenMask& m = it->second;
+    if (!m.reason.empty()) return Lost(absl::StrCat(name, ": attn_mask ", m.reason));
+    if ((m.rows != 1 && m.rows != L) || (m.cols != 1 && m.cols != S)) {
+      return Lost(absl::StrCat(name, ": attn_mask's last dims (", m.rows, ", ", m.cols, ") do not broadcast to (", L,
+                               ", ", S, ")"));
+    }
+    for (int64_t i = 0; i < L; ++i) {
+      const int64_t r = m.rows == 1 ? 0 : i;
+      const bool none = m.hi[r] < m.lo[r];
+      const int64_t lo = none ? 0 : m.cols == 1 ? 0 : m.lo[r], hi = none ? -1 : m.cols == 1 ? S - 1 : m.hi[r];
+      vis.lo[i] = std::max(vis.lo[i], lo);
+      vis.hi[i] = std::min(vis.hi[i], hi);
+    }
+  }
+  TokenRows several = vis;  // rows whose softmax is over two or more scores
+  for (int64_t i = 0; i < L; ++i) {
+    if (vis.empty(i)) {
+      return Lost(absl::StrCat(name, ": query position ", i, " sees no key (its output is NaN)"));
+    }
+    if (vis.hi[i] == vis.lo[i]) several.hi[i] = several.lo[i] - 1;
+  }
+  Flow r;
+  r.dim = out.ndim - 2;
+  r.length = L;
+  std::string why;
+  // Output i reads the values of its visible keys, and through the softmax
+  // (over two or more scores) the keys themselves and query i.
+  auto through = [&](const Flow* f, const TokenRows& rel) -> bool {
+    if (f == nullptr) return true;
+    for (const auto& [source, rows] : f->deps) {
+      auto c = ComposeRows(rel, *rows, &why);
+      if (!c) return false;
+      if (!Unite(r, source, Share(std::move(*c)))) {
+        why = "a dependency that is not one interval of positions";
+        return false;
+      }
+    }
+    return true;
+  };
+  TokenRows own = several;  // query i itself, where the softmax reads it
+  for (int64_t i = 0; i < L; ++i) {
+    if (!several.empty(i)) own.lo[i] = own.hi[i] = i;
+  }
+  if (!through(fv, vis) || !through(fk, several) || !through(fq, own)) {
+    return Lost(absl::StrCat(name, ": ", why));
+  }
+  return r;
+}
+
+// The rule for a call with tracked inputs; nullopt: none (the caller
+// follows its children, if they made its outputs). Rules that make
+// several outputs set them and return `done`.
+// See Note [A rule or the children].
+std::optional<Flow> Pass::Rule(const OpCall& call, absl::string_view base, bool& done) {
+  const absl::string_view name = N(call.name);
+  if (call.outputs.empty()) return std::nullopt;
+  const ArgMeta& o0 = call.outputs[0];
+  if (o0.kind == ArgKind::kTensorList) return Pieces(call, base, done);
+  if (!o0.is_tensor() || !o0.tensor().defined) return std::nullopt;
+  const TensorMeta& out = o0.tensor();
+  const ArgMeta& x = call.arg(0);
+  const bool in_place = !base.empty() && base.back() == '_' && base != "_";
+  const absl::string_view plain = in_place ? base.substr(0, base.size() - 1) : base;
+  if (plain == "copy") return Elementwise(call, out, 1);  // copy_(self, src): the result is src
+  // The pointwise row is the functional operator's (in place: name without its '_').
+  if (Has(in_place ? name.substr(0, name.size() - 1) : name, TokenTrait::kPointwise)) return Elementwise(call, out);
+  if (base == "linear") return Contract(call, out, 0, 1, true);
+  if (base == "mm" || base == "bmm" || base == "matmul") return Contract(call, out, 0, 1, false);
+  if (base == "addmm" || base == "baddbmm") return Contract(call, out, 1, 2, false);
+  const SdpaArgs at = SdpaOf(name);
+  if (at.mask >= 0) return Attention(call, out, at);
+  if (IsAttention(name)) {
+    return Lost(absl::StrCat(name, " is a fused attention kernel the token-flow pass does not analyse here"));
+  }
+  if (base == "embedding" && call.arg(1).is_tensor() && x.is_tensor() && Get(x.tensor()) == nullptr) {
+    // A lookup per index: output position i reads index i.
+    const Flow* ids = Get(call.arg(1).tensor());
+    if (ids != nullptr) return *ids;
+  }
+  if (!x.is_tensor()) return std::nullopt;
+  const TensorMeta& in = x.tensor();
+  const Flow* fp = Get(in);
+  if (fp == nullptr) return std::nullopt;  // a tracked tensor elsewhere: no rule for it
+  const Flow& f = *fp;
+  if (!f.lost.empty()) return f;
+  if (Has(name, TokenTrait::kReshape)) return Reshape(call, f, in, out);
+  if (base == "permute" || base == "transpose" || base == "transpose_" || base == "t" || base == "swapaxes" ||
+      base == "permute_copy" || base == "transpose_copy") {
+    Flow r = f;
+    if (base == "permute" || base == "permute_copy") {
+      const auto dims = DimsOf(call.arg(1), in.ndim);
+      auto it = std::find(dims.begin(), dims.end(), f.dim);
+      if (it == dims.end()) return Lost(absl::StrCat(name, ": unexpected dims"));
+      r.dim = static_cast<int32_t>(it - dims.begin());
+    } else {
+      int64_t a = 0, b = 1;
+      if (base != "t") {
+        a = Wrap(call.arg(1).to_int(), in.ndim);
+        b = Wrap(call.arg(2).to_int(), in.ndim);
+      }
+      if (in.ndim < 2) return f;
+      if (f.dim == a)
+        r.dim = static_cast<int32_t>(b);
+      else if (f.dim == b)
+        r.dim = static_cast<int32_t>(a);
+    }
+    return r;
+  }
+  if (base == "slice" || base == "narrow" || base == "slice_copy") {
+    const int64_t d = Wrap(call.arg(1).kind == ArgKind::kInt ? call.arg(1).to_int() : 0, in.ndim);
+    if (d != f.dim) return f;
+    if (call.arg(2).kind != ArgKind::kInt && !(base != "narrow" && call.arg(2).is_none())) {
+      return Lost(absl::StrCat(name, ": a start given as a tensor; not followed"));
+    }
+    int64_t start = call.arg(2).kind == ArgKind::kInt ? call.arg(2).to_int() : 0;
+    if (start < 0) start += in.size(d);
+    start = std::clamp<int64_t>(start, 0, in.size(d));
+    const int64_t step = base != "narrow" && call.arg(4).kind == ArgKind::kInt ? call.arg(4).to_int() : 1;
+    return Rows(f, start, std::max<int64_t>(step, 1), out.size(d));
+  }
+  if (base == "select") {
+    const int64_t d = Wrap(call.arg(1).to_int(), in.ndim);
+    if (d == f.dim) return Lost(absl::StrCat(name, " picks one token position; not followed"));
+    Flow r = f;
+    if (d < f.dim) --r.dim;
+    return r;
+  }
+  if (base == "repeat") {
+    const auto reps = call.arg(1).ints();
+    const int64_t off = static_cast<int64_t>(reps.size()) - in.ndim;
+    if (off < 0 || reps[f.dim + off] != 1) return Lost(absl::StrCat(name, " repeats the token axis; not followed"));
+    Flow r = f;
+    r.dim = static_cast<int32_t>(f.dim + off);
+    return r;
+  }
+  if (base == "repeat_interleave") {
+    const ArgMeta& d = call.arg(2);
+    if (d.kind != ArgKind::kInt || Wrap(d.to_int(), in.ndim) == f.dim || out.ndim != in.ndim) {
+      return Lost(absl::StrCat(name, " repeats along the token axis (or the flattened tensor); not followed"));
+    }
+    return f;
+  }
+  if (base == "cat" || base == "concat" || base == "concatenate" || base == "stack") {
+    return std::nullopt;  // tensor lists: VisitCall joins them
+  }
+  if (base == "softmax" || base == "_softmax" || base == "log_softmax" || base == "_log_softmax" || base == "glu") {
+    const auto dims = DimsOf(call.arg(1), in.ndim);
+    const int64_t d = dims.empty() ? in.ndim - 1 : dims[0];
+    if (d == f.dim) return Lost(absl::StrCat(name, " normalises over the token axis; not followed"));
+    return Elementwise(call, out);
+  }
+  if (base == "layer_norm" || base == "native_layer_norm" || base == "rms_norm" || base == "_fused_rms_norm") {
+    const int64_t n = call.arg(1).kind == ArgKind::kIntList ? static_cast<int64_t>(call.arg(1).ints().size()) : 1;
+    if (f.dim >= in.ndim - n) return Lost(absl::StrCat(name, " normalises over the token axis; not followed"));
+    return Elementwise(call, out);
+  }
+  if (base == "sum" || base == "mean" || base == "amax" || base == "amin" || base == "var" || base == "std" ||
+      base == "linalg_vector_norm" || base == "norm" || base == "nansum" || base == "nanmean" || base == "prod") {
+    const size_t dim_arg = (base == "linalg_vector_norm" || base == "norm") ? 2 : 1;
+    const auto dims = DimsOf(call.arg(dim_arg), in.ndim);
+    if (dims.empty() || std::count(dims.begin(), dims.end(), f.dim)) {
+      return Lost(absl::StrCat(name, " reduces over the token axis; not followed"));
+    }
+    Flow r = f;
+    if (out.ndim != in.ndim) {
+      for (int64_t d : dims) r.dim -= d < f.dim ? 1 : 0;
+    }
+    return r;
+  }
+  if (base == "embedding") {
+    // embedding(weight, indices): (..., ) -> (..., E); weights computed
+    // from the inputs are not followed.
+    return Lost(absl::StrCat(name, ": embedding weights computed from the inputs; not followed"));
+  }
+  return std::nullopt;
+}
+
+// Calls with tensor-list inputs or outputs: cat / stack, split / chunk / unbind.
+std::optional<Flow> Pass::Pieces(const OpCall& call, absl::string_view base, bool& done) {
+  const absl::string_view name = N(call.name);
+  const ArgMeta& x = call.arg(0);
+  if (!x.is_tensor()) return std::nullopt;
+  const Flow* fp = Get(x.tensor());
+  if (fp == nullptr) return std::nullopt;
+  const bool unbind = base == "unbind" || base == "unbind_copy";
+  const bool split = absl::StartsWith(base, "split") || absl::StartsWith(base, "unsafe_split") || base == "chunk" ||
+                     base == "unsafe_chunk" || base == "tensor_split";
+  if (!unbind && !split) return std::nullopt;
+  const TensorMeta& in = x.tensor();
+  const size_t dim_arg = unbind ? 1 : 2;
+  const int64_t d = Wrap(call.arg(dim_arg).kind == ArgKind::kInt ? call.arg(dim_arg).to_int() : 0, in.ndim);
+  Flow r = *fp;
+  if (r.lost.empty() && d == r.dim) r = Lost(absl::StrCat(name, " splits the token axis; not followed"));
+  if (r.lost.empty() && unbind && d < r.dim) --r.dim;
+  for (const TensorMeta& t : call.outputs[0].tensors()) {
+    if (t.defined) Set(t.identity, r);
+  }
+  done = true;
+  return std::nullopt;
+}
+
+Flow Pass::Join(const OpCall& call, const TensorMeta& out, absl::string_view base) {
+  const ArgMeta& list = call.arg(0);
+  const int64_t d = call.arg(1).kind == ArgKind::kInt ? call.arg(1).to_int() : 0;
+  const bool stack = base == "stack";
+  const int64_t dim = Wrap(d, stack ? out.ndim : out.ndim);
+  Flow r;
+  bool any = false;
+  if (!stack) {
+    bool along = false;
+    for (const TensorMeta& t : list.tensors()) {
+      const Flow* f = t.defined ? Get(t) : nullptr;
+      along = along || (f != nullptr && f->lost.empty() && f->dim == dim);
+    }
+    if (along) return Along(call, out, dim);
+  }
+  for (const TensorMeta& t : list.tensors()) {
+    if (!t.defined) continue;
+    const Flow* f = Get(t);
+    if (f == nullptr) continue;
+    if (!f->lost.empty()) return *f;
+    int64_t od = f->dim;
+    if (stack) {
+      od += f->dim >= dim ? 1 : 0;
+    } else {
+      od = f->dim + (out.ndim - t.ndim);
+    }
+    if (auto err = Add(r, any, *f, od, out, N(call.name))) return Lost(*err);
+  }
+  return r;
+}
+
+// cat along the token axis (a key/value cache's earlier positions, then
+// this call's): output positions are the inputs' in order; positions of
+// an untracked tensor (held from earlier calls) read none of the inputs.
+Flow Pass::Along(const OpCall& call, const TensorMeta& out, int64_t dim) {
+  Flow r;
+  r.dim = static_cast<int32_t>(dim);
+  r.length = out.size(dim);
+  std::map<int32_t, TokenRows> rows;
+  int64_t offset = 0;
+  for (const TensorMeta& t : call.arg(0).tensors()) {
+    if (!t.defined || t.numel() == 0) continue;  // cat skips empty tensors
+    if (t.ndim != out.ndim) return Lost(absl::StrCat(N(call.name), ": unexpected shapes; not followed"));
+    const Flow* f = Get(t);
+    if (f != nullptr) {
+      if (!f->lost.empty()) return *f;
+      if (f->dim != dim) {
+        return Lost(absl::StrCat(N(call.name), " joins token positions with another dim's; not followed"));
+      }
+      for (const auto& [source, d] : f->deps) {
+        auto& into = rows.try_emplace(source, TokenRows::None(r.length)).first->second;
+        for (int64_t k = 0; k < d->rows() && offset + k < r.length; ++k) {
+          into.lo[offset + k] = d->lo[k];
+          into.hi[offset + k] = d->hi[k];
+        }
+      }
+    }
+    offset += t.size(dim);
+  }
+  if (offset != r.length) return Lost(absl::StrCat(N(call.name), ": unexpected shapes; not followed"));
+  for (auto& [source, d] : rows) r.deps[source] = Share(std::move(d));
+  return r;
+}
+
+}  // namespace torchscan::token_flow_internal
