@@ -67,7 +67,8 @@ def executed_by_zoo() -> Dict[str, List[str]]:
 
     executed = {}
     for name, run in workloads().items():
-        with torchscan.scan() as s:
+        # Every call, those inside calls that own their subtree included (Note [Owned children]).
+        with torchscan.flops.FlopScan(_record_owned_children=True) as s:
             run()
         executed[name] = list(s._session.recorded_operators())
     return executed

@@ -80,7 +80,7 @@ class FlopScan:
 
     def __init__(self, custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False,
                  scope: str = "workload", memory: bool = False, trace: bool = False, streaming: bool = False,
-                 _fold_every: int = 4096, threads: str = "current"):
+                 _fold_every: int = 4096, threads: str = "current", _record_owned_children: Optional[bool] = None):
         if not isinstance(modules, bool):
             raise TypeError(f"torchscan: modules must be True or False, got {type(modules).__name__}")
         if not isinstance(memory, bool):
@@ -106,10 +106,17 @@ class FlopScan:
             if not callable(fn):
                 raise TypeError(f"torchscan: custom_mapping[{key}] must be callable, got {type(fn).__name__}")
             self._formulas[_op_name(key)] = fn
+        # Note [Owned children]: a call whose formula and module cost cover its
+        # whole subtree (aten::linear over t and addmm) runs its kernel's calls
+        # below the mode key, so they cost nothing to scan and every report is
+        # the same. The trace and the memory view show those inner calls, and
+        # a caller's formula may decline a call (its children then count), so
+        # those scans record them; the coverage audit asks for every call.
+        record = bool(trace or memory or self._formulas) if _record_owned_children is None else _record_owned_children
         if threads == "all":
-            self._session = Session.all_threads(scope, trace, streaming, int(_fold_every))
+            self._session = Session.all_threads(scope, trace, streaming, int(_fold_every), record)
         else:
-            self._session = Session(scope, memory, trace, streaming, int(_fold_every))
+            self._session = Session(scope, memory, trace, streaming, int(_fold_every), record)
         for name in self._formulas:
             self._session.defer_formula(name)
         self._report: Optional[dict] = None

@@ -29,10 +29,10 @@ thread_local int tls_paused __attribute__((tls_model("initial-exec"))) = 0;
 // Runs the call below the mode key; when no recorder wants them, the calls
 // its kernel makes skip the fallback (they would add nothing to a report).
 void Redispatch(const c10::OperatorHandle& op, c10::DispatchKeySet after, torch::jit::Stack* stack,
-                bool skip_children) {
+                absl::Span<const c10::IValue> args, bool skip_children) {
   // A torch.func call's physical work is in its children (see PlanView).
   if (skip_children && !after.has(c10::DispatchKey::FuncTorchBatched) &&
-      !after.has(c10::DispatchKey::FuncTorchGradWrapper) && OwnsSubtreeInBothViews(op)) {
+      !after.has(c10::DispatchKey::FuncTorchGradWrapper) && OwnsSubtreeInBothViews(op, after, args)) {
     c10::impl::ExcludeDispatchKeyGuard no_children(kModeKey);
     op.redispatchBoxed(after, stack);
     return;
@@ -80,7 +80,7 @@ void RecordEverywhere(Recorder* top, const c10::OperatorHandle& op, c10::Dispatc
     log->Unlock();
   };
   try {
-    Redispatch(op, after, stack, skip_children);
+    Redispatch(op, after, stack, args, skip_children);
   } catch (...) {
     finish([](Recorder& r, int32_t i) { r.Abort(i); });
     throw;
@@ -106,7 +106,7 @@ void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
   }
   const int32_t index = top->Begin(op, after, args);
   try {
-    Redispatch(op, after, stack, !top->record_owned_children);
+    Redispatch(op, after, stack, args, !top->record_owned_children);
   } catch (...) {
     top->Abort(index);
     throw;

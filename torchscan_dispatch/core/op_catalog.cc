@@ -1,5 +1,8 @@
 #include "torchscan_dispatch/core/op_catalog.h"
 
+#include <ATen/core/List.h>
+#include <ATen/core/Tensor.h>
+
 #include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
@@ -110,17 +113,59 @@ bool AddsNoFlopsOfItsOwn(const c10::OperatorHandle& op, c10::DispatchKeySet keys
   return tls_catalog->Get(op).zero_cost != ZeroCostReason::kNone || tls_catalog->RanDecomposition(op, keys);
 }
 
-bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op) {
+namespace {
+
+// A tensor without autograd metadata neither requires grad nor carries a
+// forward-mode tangent: no autograd kernel computes anything for it.
+bool HasAutogradMeta(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().defined() && v.toTensor().unsafeGetTensorImpl()->autograd_meta() != nullptr;
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec()) {
+      if (t.defined() && t.unsafeGetTensorImpl()->autograd_meta() != nullptr) return true;
+    }
+    return false;
+  }
+  if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (HasAutogradMeta(e)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                            absl::Span<const c10::IValue> args) {
   if (tls_owners == nullptr) tls_owners = new std::unordered_map<c10::OperatorHandle, bool>();  // one per thread
   auto it = tls_owners->find(op);
-  if (it != tls_owners->end()) return it->second;
-  const std::string name = op.operator_name().name;
-  const bool zero = op.hasSchema() && ClassifyZeroCost(op.schema()) != ZeroCostReason::kNone;
-  const bool rows = !OutsideFormulaRows(op.operator_name());
-  const bool owns = (zero || (rows && FindOperatorFormula(name) != nullptr)) &&
-                    (zero || (rows && FindModuleFormula(name) != nullptr));
-  tls_owners->emplace(op, owns);
-  return owns;
+  if (it == tls_owners->end()) {
+    const std::string name = op.operator_name().name;
+    const bool zero = op.hasSchema() && ClassifyZeroCost(op.schema()) != ZeroCostReason::kNone;
+    const bool rows = !OutsideFormulaRows(op.operator_name());
+    const bool owns = (zero || (rows && FindOperatorFormula(name) != nullptr)) &&
+                      (zero || (rows && FindModuleFormula(name) != nullptr));
+    it = tls_owners->emplace(op, owns).first;
+  }
+  if (!it->second) return false;
+  // Note [Owned children]: the calls an autograd kernel makes itself (the
+  // clone an in-place operator saves for backward, a tangent's products) are
+  // work the call's formula does not cover; the views value them
+  // (MadeByAutogradKernel in analyses/operator_view.cc), so they are
+  // recorded. It makes them only for tensors with autograd metadata; the
+  // kernels below it make their calls with autograd switched off, and those
+  // the formula covers.
+  if (!keys.has_any(c10::autograd_dispatch_keyset)) return true;
+  bool autograd_inputs = false;
+  for (const c10::IValue& v : args) {
+    if (HasAutogradMeta(v)) {
+      autograd_inputs = true;
+      break;
+    }
+  }
+  if (!autograd_inputs) return true;
+  if (tls_catalog == nullptr) tls_catalog = new OpCatalog();  // one per thread that needs it
+  return !tls_catalog->RanAutogradKernel(op, keys);
 }
 
 }  // namespace torchscan

@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include <unordered_map>
 
 #include "formulas/module_costs.h"
@@ -60,10 +61,12 @@ class OpCatalog {
       winners_;
 };
 
-// True when a call of `op` owns its whole subtree in both views (a formula
-// or a zero-cost rule in each): its children add nothing to any report.
-// Cached per thread; safe on the hot path.
-bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op);
+// True when a call of `op` dispatched with `keys` on `args` owns its whole
+// subtree in both views (a formula or a zero-cost rule in each, and no
+// autograd kernel that may make calls of its own): its children add nothing
+// to any report. Cached per thread; safe on the hot path.
+bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                            absl::Span<const c10::IValue> args);
 // True when a call of `op` with `keys` adds no FLOPs or MACs of its own in
 // either view: it has a zero-cost rule (copy, view, allocation, fill, ...)
 // or it runs its decomposition (whose calls are seen one by one). For calls

@@ -75,10 +75,12 @@ struct ScriptSession : torch::CustomClassHolder {
   // Python pushes its own module scopes (hooks), so TorchScript scopes stay
   // off: a scripted submodule is one layer call, as its hooks see it (named
   // fields: a positional `false` here once landed on join_on_first_call).
-  ScriptSession(std::string scope, bool memory, bool timestamps, bool streaming, int64_t fold_every)
+  ScriptSession(std::string scope, bool memory, bool timestamps, bool streaming, int64_t fold_every,
+                bool record_owned_children)
       : session(ScanOptions{.scope = std::move(scope),
                             .threads = Threads::kCurrent,
                             .torchscript_scopes = false,
+                            .record_owned_children = record_owned_children,
                             .memory = memory,
                             .timestamps = timestamps,
                             .streaming = streaming,
@@ -175,7 +177,7 @@ TORCH_LIBRARY(torchscan, m) {
   m.def("compiled_region(str backend) -> ()");
   m.impl("compiled_region", c10::DispatchKey::CompositeExplicitAutograd, [](std::string) {});
   m.class_<ScriptSession>("Session")
-      .def(torch::init<std::string, bool, bool, bool, int64_t>())
+      .def(torch::init<std::string, bool, bool, bool, int64_t, bool>())
       .def("defer_formula", [](const Self& s, std::string op) { Raise(s->session.DeferOperatorFormula(op)); })
       .def("start", [](const Self& s) { Raise(s->session.Start()); })
       .def("stop", [](const Self& s) { Raise(s->session.Stop()); })
@@ -215,11 +217,13 @@ TORCH_LIBRARY(torchscan, m) {
       // (a custom class has one __init__), so Session(scope, memory, trace)
       // keeps its meaning.
       .def_static("all_threads",
-                  [](std::string scope, bool timestamps, bool streaming, int64_t fold_every) {
+                  [](std::string scope, bool timestamps, bool streaming, int64_t fold_every,
+                     bool record_owned_children) {
                     return c10::make_intrusive<ScriptSession>(
                         ScanOptions{.scope = std::move(scope),
                                     .threads = Threads::kAll,
                                     .torchscript_scopes = false,
+                                    .record_owned_children = record_owned_children,
                                     .timestamps = timestamps,
                                     .streaming = streaming,
                                     .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0)),
