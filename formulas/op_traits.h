@@ -35,6 +35,27 @@ enum class TokenTrait : uint16_t {
 };
 constexpr uint16_t Token(TokenTrait t) { return static_cast<uint16_t>(t); }
 
+// The token-flow pass's rule for a call with tracked inputs, beyond the
+// pointwise and reshape traits (one per operator).
+enum class TokenRule : uint8_t {
+  kNone,              // no rule of its own: its decomposition's calls are followed, or the axis is lost
+  kLinear,            // linear(x, weight): contracts x's last dim
+  kMatmul,            // mm / bmm / matmul
+  kAddmm,             // addmm / baddbmm (the products are arguments 1 and 2)
+  kEmbedding,         // embedding(weight, indices): a lookup per index
+  kPermute,           // permute / transpose / t / swapaxes
+  kSlice,             // slice / narrow
+  kSelect,            // select
+  kRepeat,            // repeat
+  kRepeatInterleave,  // repeat_interleave
+  kJoin,              // cat / stack of a tensor list
+  kNormAlong,         // softmax / log_softmax / glu along one dim
+  kNormalize,         // layer / RMS norm over the trailing dims
+  kReduce,            // reduces over dims
+  kUnbind,            // one output per index of a dim
+  kSplit,             // pieces of a dim (split, chunk, tensor_split)
+};
+
 // The receptive-field pass's rule for a call (one per operator).
 enum class ReceptiveRule : uint8_t {
   kGeneric,         // every output position may read every input position of the dims it keeps
@@ -70,6 +91,7 @@ struct OpTraits {
   TrafficClass traffic = TrafficClass::kByFormula;
   uint16_t token = 0;  // TokenTrait bits
   ReceptiveRule receptive = ReceptiveRule::kGeneric;
+  TokenRule token_rule = TokenRule::kNone;
 
   bool Has(TokenTrait t) const { return (token & Token(t)) != 0; }
 };
@@ -81,6 +103,7 @@ struct OpTraitsRow {
   TrafficClass traffic;
   uint16_t token;
   ReceptiveRule receptive;
+  TokenRule token_rule;
 };
 
 // The traits of "ns::name" exactly as given (callers pick the spelling: an

@@ -268,7 +268,7 @@ int64_t Pass::VisitCall(int64_t i, int64_t end) {
   }
   bool done = false;
   std::optional<Flow> f;
-  if (base == "cat" || base == "concat" || base == "concatenate" || base == "stack") {
+  if (TraitsOf(call.name).token_rule == TokenRule::kJoin) {
     if (call.outputs.size() == 1 && call.outputs[0].is_tensor()) f = Join(call, call.outputs[0].tensor(), base);
   } else {
     f = Rule(call, base, done);

@@ -196,6 +196,7 @@ Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& 
 // See Note [A rule or the children].
 std::optional<Flow> Pass::Rule(const OpCall& call, absl::string_view base, bool& done) {
   const absl::string_view name = N(call.name);
+  const TokenRule rule = TraitsOf(call.name).token_rule;
   if (call.outputs.empty()) return std::nullopt;
   const ArgMeta& o0 = call.outputs[0];
   if (o0.kind == ArgKind::kTensorList) return Pieces(call, base, done);
@@ -207,15 +208,15 @@ std::optional<Flow> Pass::Rule(const OpCall& call, absl::string_view base, bool&
   if (plain == "copy") return Elementwise(call, out, 1);  // copy_(self, src): the result is src
   // The pointwise row is the functional operator's (in place: name without its '_').
   if (Has(in_place ? name.substr(0, name.size() - 1) : name, TokenTrait::kPointwise)) return Elementwise(call, out);
-  if (base == "linear") return Contract(call, out, 0, 1, true);
-  if (base == "mm" || base == "bmm" || base == "matmul") return Contract(call, out, 0, 1, false);
-  if (base == "addmm" || base == "baddbmm") return Contract(call, out, 1, 2, false);
+  if (rule == TokenRule::kLinear) return Contract(call, out, 0, 1, true);
+  if (rule == TokenRule::kMatmul) return Contract(call, out, 0, 1, false);
+  if (rule == TokenRule::kAddmm) return Contract(call, out, 1, 2, false);
   const SdpaArgs at = SdpaOf(name);
   if (at.mask >= 0) return Attention(call, out, at);
   if (IsAttention(name)) {
     return Lost(absl::StrCat(name, " is a fused attention kernel the token-flow pass does not analyse here"));
   }
-  if (base == "embedding" && call.arg(1).is_tensor() && x.is_tensor() && Get(x.tensor()) == nullptr) {
+  if (rule == TokenRule::kEmbedding && call.arg(1).is_tensor() && x.is_tensor() && Get(x.tensor()) == nullptr) {
     // A lookup per index: output position i reads index i.
     const Flow* ids = Get(call.arg(1).tensor());
     if (ids != nullptr) return *ids;
@@ -227,8 +228,7 @@ std::optional<Flow> Pass::Rule(const OpCall& call, absl::string_view base, bool&
   const Flow& f = *fp;
   if (!f.lost.empty()) return f;
   if (Has(name, TokenTrait::kReshape)) return Reshape(call, f, in, out);
-  if (base == "permute" || base == "transpose" || base == "transpose_" || base == "t" || base == "swapaxes" ||
-      base == "permute_copy" || base == "transpose_copy") {
+  if (rule == TokenRule::kPermute) {
     Flow r = f;
     if (base == "permute" || base == "permute_copy") {
       const auto dims = DimsOf(call.arg(1), in.ndim);
@@ -249,7 +249,7 @@ std::optional<Flow> Pass::Rule(const OpCall& call, absl::string_view base, bool&
     }
     return r;
   }
-  if (base == "slice" || base == "narrow" || base == "slice_copy") {
+  if (rule == TokenRule::kSlice) {
     const int64_t d = Wrap(call.arg(1).kind == ArgKind::kInt ? call.arg(1).to_int() : 0, in.ndim);
     if (d != f.dim) return f;
     if (call.arg(2).kind != ArgKind::kInt && !(base != "narrow" && call.arg(2).is_none())) {
@@ -261,14 +261,14 @@ std::optional<Flow> Pass::Rule(const OpCall& call, absl::string_view base, bool&
     const int64_t step = base != "narrow" && call.arg(4).kind == ArgKind::kInt ? call.arg(4).to_int() : 1;
     return Rows(f, start, std::max<int64_t>(step, 1), out.size(d));
   }
-  if (base == "select") {
+  if (rule == TokenRule::kSelect) {
     const int64_t d = Wrap(call.arg(1).to_int(), in.ndim);
     if (d == f.dim) return Lost(absl::StrCat(name, " picks one token position; not followed"));
     Flow r = f;
     if (d < f.dim) --r.dim;
     return r;
   }
-  if (base == "repeat") {
+  if (rule == TokenRule::kRepeat) {
     const auto reps = call.arg(1).ints();
     const int64_t off = static_cast<int64_t>(reps.size()) - in.ndim;
     if (off < 0 || reps[f.dim + off] != 1) return Lost(absl::StrCat(name, " repeats the token axis; not followed"));
@@ -276,29 +276,28 @@ std::optional<Flow> Pass::Rule(const OpCall& call, absl::string_view base, bool&
     r.dim = static_cast<int32_t>(f.dim + off);
     return r;
   }
-  if (base == "repeat_interleave") {
+  if (rule == TokenRule::kRepeatInterleave) {
     const ArgMeta& d = call.arg(2);
     if (d.kind != ArgKind::kInt || Wrap(d.to_int(), in.ndim) == f.dim || out.ndim != in.ndim) {
       return Lost(absl::StrCat(name, " repeats along the token axis (or the flattened tensor); not followed"));
     }
     return f;
   }
-  if (base == "cat" || base == "concat" || base == "concatenate" || base == "stack") {
+  if (rule == TokenRule::kJoin) {
     return std::nullopt;  // tensor lists: VisitCall joins them
   }
-  if (base == "softmax" || base == "_softmax" || base == "log_softmax" || base == "_log_softmax" || base == "glu") {
+  if (rule == TokenRule::kNormAlong) {
     const auto dims = DimsOf(call.arg(1), in.ndim);
     const int64_t d = dims.empty() ? in.ndim - 1 : dims[0];
     if (d == f.dim) return Lost(absl::StrCat(name, " normalises over the token axis; not followed"));
     return Elementwise(call, out);
   }
-  if (base == "layer_norm" || base == "native_layer_norm" || base == "rms_norm" || base == "_fused_rms_norm") {
+  if (rule == TokenRule::kNormalize) {
     const int64_t n = call.arg(1).kind == ArgKind::kIntList ? static_cast<int64_t>(call.arg(1).ints().size()) : 1;
     if (f.dim >= in.ndim - n) return Lost(absl::StrCat(name, " normalises over the token axis; not followed"));
     return Elementwise(call, out);
   }
-  if (base == "sum" || base == "mean" || base == "amax" || base == "amin" || base == "var" || base == "std" ||
-      base == "linalg_vector_norm" || base == "norm" || base == "nansum" || base == "nanmean" || base == "prod") {
+  if (rule == TokenRule::kReduce) {
     const size_t dim_arg = (base == "linalg_vector_norm" || base == "norm") ? 2 : 1;
     const auto dims = DimsOf(call.arg(dim_arg), in.ndim);
     if (dims.empty() || std::count(dims.begin(), dims.end(), f.dim)) {
@@ -310,7 +309,7 @@ std::optional<Flow> Pass::Rule(const OpCall& call, absl::string_view base, bool&
     }
     return r;
   }
-  if (base == "embedding") {
+  if (rule == TokenRule::kEmbedding) {
     // embedding(weight, indices): (..., ) -> (..., E); weights computed
     // from the inputs are not followed.
     return Lost(absl::StrCat(name, ": embedding weights computed from the inputs; not followed"));
@@ -325,9 +324,9 @@ std::optional<Flow> Pass::Pieces(const OpCall& call, absl::string_view base, boo
   if (!x.is_tensor()) return std::nullopt;
   const Flow* fp = Get(x.tensor());
   if (fp == nullptr) return std::nullopt;
-  const bool unbind = base == "unbind" || base == "unbind_copy";
-  const bool split = absl::StartsWith(base, "split") || absl::StartsWith(base, "unsafe_split") || base == "chunk" ||
-                     base == "unsafe_chunk" || base == "tensor_split";
+  const TokenRule rule = TraitsOf(call.name).token_rule;
+  const bool unbind = rule == TokenRule::kUnbind;
+  const bool split = rule == TokenRule::kSplit;
   if (!unbind && !split) return std::nullopt;
   const TensorMeta& in = x.tensor();
   const size_t dim_arg = unbind ? 1 : 2;

@@ -68,6 +68,17 @@ TEST(OpTraits, FamiliesFillTheColumnsARowLeavesAtDefault) {
   EXPECT_EQ(TraitsOf("quantized::adaptive_avg_pool2d").receptive, ReceptiveRule::kAdaptivePool);
 }
 
+TEST(OpTraits, TokenRules) {
+  // transpose_ swaps two dims in place, narrow takes a range of one, stack
+  // joins a list along a new dim, split_with_sizes cuts one into pieces.
+  EXPECT_EQ(TraitsOf("aten::transpose_").token_rule, TokenRule::kPermute);
+  EXPECT_EQ(TraitsOf("aten::narrow").token_rule, TokenRule::kSlice);
+  EXPECT_EQ(TraitsOf("aten::stack").token_rule, TokenRule::kJoin);
+  EXPECT_EQ(TraitsOf("aten::split_with_sizes").token_rule, TokenRule::kSplit);
+  // An elementwise operator needs no rule of its own: the pointwise trait.
+  EXPECT_EQ(TraitsOf("aten::add").token_rule, TokenRule::kNone);
+}
+
 TEST(OpTraits, ARowAndAFamilyCombine) {
   // split has a row (its pieces may alias the input) and is in the split
   // family (each piece is a range of one dim).
