@@ -4,8 +4,11 @@ import importlib.metadata
 import os
 import re
 import warnings
+from typing import cast
 
 import torch
+
+from torchscan._native import NativeSession
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -130,7 +133,7 @@ def other_distribution_warning():
             "TorchScan (`pip install --force-reinstall` of its wheel, or `bash tools/setup.sh` in a checkout)")
 
 
-def load():
+def load() -> "type[NativeSession]":
     message = other_distribution_warning()
     if message:
         warnings.warn(message, stacklevel=3)
@@ -153,7 +156,7 @@ def load():
         session_cls.install()
     except RuntimeError as e:
         raise ImportError(str(e).split("\n")[0]) from None
-    return session_cls
+    return cast("type[NativeSession]", session_cls)
 
 
 Session = load()

@@ -351,7 +351,8 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
         push, pop, pop_1 = native
         encoded = {m: (b, len(b)) for m, b in ((m, n.encode()) for m, n in names.items())}
     else:
-        push = pop = pop_1 = handle = encoded = None
+        push = pop = pop_1 = encoded = None
+        handle = 0
     is_compiling = torch.compiler.is_compiling
     # This crawl's own state, read by its hooks: they act only on this thread
     # (a forward of the same modules in another thread is not this crawl's)

@@ -216,20 +216,20 @@ TORCH_LIBRARY(torchscan, m) {
       // active joins on its first call. A factory, not a second constructor
       // (a custom class has one __init__), so Session(scope, memory, trace)
       // keeps its meaning.
-      .def_static("all_threads",
-                  [](std::string scope, bool timestamps, bool streaming, int64_t fold_every,
-                     bool record_owned_children) {
-                    return c10::make_intrusive<ScriptSession>(
-                        ScanOptions{.scope = std::move(scope),
-                                    .threads = Threads::kAll,
-                                    .torchscript_scopes = false,
-                                    .record_owned_children = record_owned_children,
-                                    .timestamps = timestamps,
-                                    .streaming = streaming,
-                                    .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0)),
-                                    // Python scans report one row per module call, as crawl_module does.
-                                    .layer_rows = LayerRowMode::kPerCall});
-                  })
+      .def_static(
+          "all_threads",
+          [](std::string scope, bool timestamps, bool streaming, int64_t fold_every, bool record_owned_children) {
+            return c10::make_intrusive<ScriptSession>(
+                ScanOptions{.scope = std::move(scope),
+                            .threads = Threads::kAll,
+                            .torchscript_scopes = false,
+                            .record_owned_children = record_owned_children,
+                            .timestamps = timestamps,
+                            .streaming = streaming,
+                            .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0)),
+                            // Python scans report one row per module call, as crawl_module does.
+                            .layer_rows = LayerRowMode::kPerCall});
+          })
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
       .def_static("coverage_audit", []() { return CoverageAuditJson(); })
       .def_static("formula_table", []() { return FormulaTableJson(); })

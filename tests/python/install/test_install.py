@@ -94,7 +94,9 @@ def test_library_has_a_soname_no_runpath_and_exports_only_the_api(prefix):
     assert not [s for s in exported if "absl" in s or "nlohmann" in s]
     public = ("torchscan::Session::", "torchscan::ScanGuard::", "torchscan::ModuleScope::",
               "torchscan::RequestScope::", "torchscan::JoinAllThreadsScan()", "torchscan::ModeKeyIncluded()",
-              "torchscan::MetricStatusName(", "torchscan::ParseCount(", "torchscan_p")
+              "torchscan::MetricStatusName(", "torchscan::ParseCount(", "torchscan_p",
+              # The shim's C entry points (ctypes): module scopes and the token-flow gate.
+              "torchscan_token_flow_masks")
     assert [s for s in exported if not s.startswith(public)] == []
     assert any(s.startswith("torchscan::Session::Start()") for s in exported)
 
