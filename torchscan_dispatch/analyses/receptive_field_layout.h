@@ -1,5 +1,5 @@
 // The receptive-field pass's internals, shared by its files: layouts (what
-// each dim of a tensor holds), the helpers every rule uses, and the
+// each dim of a tensor holds), the functions every rule uses, and the
 // propagator. receptive_field.cc walks the calls and picks each call's rule
 // (its row in formulas/op_traits.cc); receptive_field_windows.cc holds the
 // sliding windows (convolution, pooling, upsampling, padding) and

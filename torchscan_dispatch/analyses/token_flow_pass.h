@@ -1,5 +1,5 @@
 // The token-flow pass's internals, shared by its files: what a tensor's
-// positions depend on (Flow), the helpers every rule uses, and the pass
+// positions depend on (Flow), the functions every rule uses, and the pass
 // (Pass). token_flow_pass.cc walks the calls (seeds, aliases, decompositions,
 // steps); token_flow_rules.cc holds the rule for each operator family.
 // Nothing here is part of the analysis's API (token_flow.h).
