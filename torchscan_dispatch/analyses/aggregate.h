@@ -40,7 +40,6 @@ namespace torchscan {
 // A receptive-field answer written onto a layer row (nullopt: not seen).
 void SetLayerField(reports::LayerTally& row, const std::optional<Field>& field);
 
-
 // Finished module calls and requests of one set of calls, to be aggregated.
 struct AggregateBatch {
   const BlockLog<Event>* events = nullptr;
