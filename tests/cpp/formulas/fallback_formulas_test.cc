@@ -22,11 +22,7 @@ using testing::CallBuilder;
 
 using testing::Evaluate;
 
-Count Flops(std::string_view op, const CallBuilder& b) {
-  const FormulaResult r = Evaluate(op, b);
-  EXPECT_EQ(r.status, MetricStatus::kComplete) << op << ": " << r.message;
-  return r.value;
-}
+using testing::Flops;
 
 // (2,3) float input and output: N = 6.
 CallBuilder Unary(const char* op, c10::ScalarType t = c10::kFloat) {

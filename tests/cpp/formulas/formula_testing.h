@@ -101,4 +101,12 @@ inline FormulaResult Evaluate(std::string_view op, const OpCall& call) {
 }
 inline FormulaResult Evaluate(std::string_view op, const CallBuilder& b) { return Evaluate(op, b.Call()); }
 
+// The count of a row that must be complete on this call (a test failure
+// naming the operator and the row's message otherwise).
+inline Count Flops(std::string_view op, const CallBuilder& b) {
+  const FormulaResult r = Evaluate(op, b);
+  EXPECT_EQ(r.status, MetricStatus::kComplete) << op << ": " << r.message;
+  return r.value;
+}
+
 }  // namespace torchscan::testing

@@ -16,11 +16,7 @@ using testing::CallBuilder;
 
 using testing::Evaluate;
 
-Count Flops(std::string_view op, const CallBuilder& b) {
-  const FormulaResult r = Evaluate(op, b);
-  EXPECT_EQ(r.status, MetricStatus::kComplete) << op << ": " << r.message;
-  return r.value;
-}
+using testing::Flops;
 
 // (grad, self) of shape (2,3) with a (2,3) result: N = 6.
 CallBuilder GradSelf(const char* op, c10::ScalarType t = c10::kFloat) {

@@ -17,11 +17,7 @@ using testing::CallBuilder;
 
 using testing::Evaluate;
 
-Count Flops(std::string_view op, const CallBuilder& b) {
-  const FormulaResult r = Evaluate(op, b);
-  EXPECT_EQ(r.status, MetricStatus::kComplete) << op << ": " << r.message;
-  return r.value;
-}
+using testing::Flops;
 
 TEST(LayerBackwardRows, EveryKernelHasARow) {
   for (const char* op : {"aten::max_pool2d_with_indices_backward",

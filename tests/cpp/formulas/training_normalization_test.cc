@@ -15,11 +15,7 @@ using testing::CallBuilder;
 
 using testing::Evaluate;
 
-Count Flops(std::string_view op, const CallBuilder& b) {
-  const FormulaResult r = Evaluate(op, b);
-  EXPECT_EQ(r.status, MetricStatus::kComplete) << op << ": " << r.message;
-  return r.value;
-}
+using testing::Flops;
 
 // native_layer_norm_backward on a (2, 3) input normalized over [3]: N = 6,
 // D = 3, R = 2.
