@@ -15,7 +15,8 @@ void Propagator::Visit(const Event& e, const OpInfo& info) {
     return a.is_tensor() || (a.kind == ArgKind::kTensorList && !a.tensors().empty());
   });
   const absl::string_view name = info.name;
-  if (!from_tensors || TraitsOf(info.name).receptive == ReceptiveRule::kSource) {
+  const ReceptiveRule rule = TraitsOf(info.name).receptive;
+  if (!from_tensors || rule == ReceptiveRule::kSource) {
     for (const ArgMeta& o : rc.outputs()) {
       if (o.is_tensor()) layouts_.erase(o.tensor().identity);
     }
@@ -37,7 +38,8 @@ void Propagator::Visit(const Event& e, const OpInfo& info) {
     layouts_.erase(out.identity);
     return;
   }
-  Layout l = Rule(call, out);
+  if (rule == ReceptiveRule::kGeneric && rc.outputs().size() == 1 && FlatGeneric(call, out)) return;
+  Layout l = Rule(call, out, rule);
   if (l.lost.empty() && static_cast<int32_t>(l.dims.size()) != out.ndim) {
     l = Lost(absl::StrCat(name, ": internal layout mismatch; not followed"));
   }
@@ -143,6 +145,58 @@ std::vector<const TensorMeta*> Propagator::TensorArgs(const OpCall& call, size_t
   return ins;
 }
 
+// Generic's result where every input it reads holds plain dims only (no
+// spatial part, no tokens, nothing lost): the output's dims are all plain.
+// Most calls of a model without spatial inputs are such; this stores that
+// result in the output's slot, reusing its memory, instead of copying each
+// input's layout. False (nothing changed): Generic must decide.
+bool Propagator::FlatGeneric(const OpCall& call, const TensorMeta& out) {
+  auto plain = [&](const TensorMeta& t) {
+    auto it = layouts_.find(t.identity);
+    if (it == layouts_.end()) return t.ndim <= 2;  // Get's seed: no spatial axes below 3 dims
+    const Layout& l = it->second;
+    if (!l.lost.empty() || static_cast<int32_t>(l.dims.size()) != t.ndim) return false;
+    for (int32_t d = 0; d < t.ndim; ++d) {
+      const Dim& D = l.dims[d];
+      if (D.size != t.size(d) || D.state != Dim::State::kClean || D.parts.size() != 1 || D.parts[0].axis >= 0 ||
+          D.parts[0].size != D.size) {
+        return false;
+      }
+    }
+    return true;
+  };
+  // As Sources over TensorArgs: the strong inputs when there are any, else all.
+  bool any_strong = false, strong_plain = true, all_plain = true;
+  auto visit = [&](const TensorMeta& t) {
+    if (!t.defined || t.nested) return;
+    const bool is_plain = plain(t);
+    all_plain = all_plain && is_plain;
+    if (Strong(t)) {
+      any_strong = true;
+      strong_plain = strong_plain && is_plain;
+    }
+  };
+  for (const ArgMeta& a : call.args) {
+    if (a.is_tensor()) visit(a.tensor());
+    if (a.kind == ArgKind::kTensorList) {
+      for (const TensorMeta& t : a.tensors()) visit(t);
+    }
+  }
+  if (!(any_strong ? strong_plain : all_plain)) return false;
+  Layout& slot = layouts_[out.identity];
+  slot.weak = !any_strong;
+  slot.lost.clear();
+  slot.axes.clear();
+  slot.dims.resize(out.ndim);
+  for (int32_t d = 0; d < out.ndim; ++d) {
+    Dim& D = slot.dims[d];
+    D.parts.assign(1, Part{out.size(d), -1});
+    D.size = out.size(d);
+    D.state = Dim::State::kClean;
+  }
+  return true;
+}
+
 // Untracked inputs (parameters, position embeddings, constants) add no
 // positions where a tracked input exists; only when nothing is tracked do
 // the seeds speak (the model's inputs).
@@ -157,9 +211,9 @@ std::vector<const TensorMeta*> Propagator::Sources(std::vector<const TensorMeta*
 }
 
 // The rule is the operator's row in formulas/op_traits.cc.
-Layout Propagator::Rule(const OpCall& call, const TensorMeta& out) {
+Layout Propagator::Rule(const OpCall& call, const TensorMeta& out, ReceptiveRule rule) {
   const absl::string_view name = N(call.name);
-  switch (TraitsOf(call.name).receptive) {
+  switch (rule) {
     case ReceptiveRule::kConvolution:
     case ReceptiveRule::kConvNd:
     case ReceptiveRule::kConvTransposed: {

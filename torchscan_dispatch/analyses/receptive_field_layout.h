@@ -173,7 +173,8 @@ class Propagator {
   Layout Get(const TensorMeta& t) const;
   std::vector<const TensorMeta*> TensorArgs(const OpCall& call, size_t first = 0, size_t last = SIZE_MAX) const;
   std::vector<const TensorMeta*> Sources(std::vector<const TensorMeta*> ins, bool* weak) const;
-  Layout Rule(const OpCall& call, const TensorMeta& out);
+  Layout Rule(const OpCall& call, const TensorMeta& out, ReceptiveRule rule);
+  bool FlatGeneric(const OpCall& call, const TensorMeta& out);
   // Sliding windows (receptive_field_windows.cc).
   Layout Slide(const OpCall& call, const TensorMeta& out, Slider kind, int k);
   static void Transposed(Window& w, int64_t k, int64_t s, int64_t p, int64_t d);
