@@ -551,6 +551,29 @@ def _layer_rows(session, scope: str, metrics: bool) -> list:
     end = len(ints)
     while i < end:
         call_index, depth, failed, s1, c1, s2, c2, s3, c3, f0, f1, f2, not_applicable, n, whole = ints[i:i + 15]
+        if n == 2 and whole and metrics and not (f0 or f1 or f2) and c1 >= 0 and c2 >= 0 and c3 >= 0:
+            # The common case (two spatial axes, every field complete, whole
+            # numbers, counts below 2^63): its dims and numbers in one slice.
+            d0, d1, v0, a0, b0, v1, a1, b1, v2, a2, b2 = ints[i + 15:i + 26]
+            i += 26
+            rows.append((texts[t], call_index, depth, bool(failed), {
+                "module_flops": {"known_value": None if s1 == 2 else c1, "method": "module_formulas", "scope": scope,
+                                 "status": _STATUS[s1], "unit": "FLOPs", "value": c1 if s1 == 0 else None},
+                "macs": {"known_value": None if s2 == 2 else c2, "method": "module_formulas", "scope": scope,
+                         "status": _STATUS[s2], "unit": "MACs", "value": c2 if s2 == 0 else None},
+                "dmas": {"known_value": None if s3 == 2 else c3, "method": "module_formulas", "scope": scope,
+                         "status": _STATUS[s3], "unit": "accesses", "value": c3 if s3 == 0 else None},
+                "receptive_field": {
+                    "axes": [{"dim": d0, "value": a0}, {"dim": d1, "value": b0}], "known_value": v0,
+                    "method": "data_flow", "scope": scope, "status": "complete", "unit": "positions", "value": v0},
+                "effective_stride": {
+                    "axes": [{"dim": d0, "value": a1}, {"dim": d1, "value": b1}], "known_value": v1,
+                    "method": "data_flow", "scope": scope, "status": "complete", "unit": "positions", "value": v1},
+                "effective_padding": {
+                    "axes": [{"dim": d0, "value": a2}, {"dim": d1, "value": b2}], "known_value": v2,
+                    "method": "data_flow", "scope": scope, "status": "complete", "unit": "positions", "value": v2}}))
+            t += 1
+            continue
         i += 15
         path = texts[t]
         t += 1
