@@ -91,8 +91,11 @@ def test_streaming_reports_equal_full_reports_on_the_zoo(name):
         for part in ("flops", "module", "scan"):
             assert st[part] == full[part], (name, fold_every, part, _first_difference(st[part], full[part]))
         assert st["calls"] == full["calls"]
-        # Each repeat is a root module call: at most the last one's calls are held.
-        assert st["held"] < full["calls"]
+        # Each repeat is a root module call: once more than fold_every calls
+        # were recorded, a fold has dropped some (a small workload may record
+        # fewer: the calls inside those that own their subtree are not).
+        if full["calls"] > fold_every:
+            assert st["held"] < full["calls"]
 
 
 def _hostile_workloads():
