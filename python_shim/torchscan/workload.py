@@ -536,7 +536,12 @@ def _cpu_peak(workload, where, devices=frozenset()) -> tuple:
     live = peak = allocated = freed = 0
     allocations = 0
     for _, nbytes in events:
-        live += nbytes
+        # The bytes alive of the blocks allocated during the call are never
+        # negative. A free that would make them so is of an older block: the
+        # CPU allocator's reporter keeps the sizes of blocks it saw while some
+        # profiler ran, and a later block at a reused address is freed under
+        # that stale size. Held at 0, the figure never exceeds the truth.
+        live = max(live + nbytes, 0)
         if nbytes > 0:
             allocated += nbytes
             allocations += 1
@@ -545,7 +550,7 @@ def _cpu_peak(workload, where, devices=frozenset()) -> tuple:
         peak = max(peak, live)
     return {"device": "cpu", "method": "torch.profiler.profile(profile_memory=True):memory_events",
             "meaning": _CPU_MEANING, "peak_bytes": peak, "allocated_bytes": allocated, "freed_bytes": freed,
-            "net_bytes": allocated - freed, "allocation_events": allocations, "memory_events": len(events)}, []
+            "net_bytes": live, "allocation_events": allocations, "memory_events": len(events)}, []
 
 
 def _cuda_peak(workload, where, dev, devices=frozenset()) -> tuple:

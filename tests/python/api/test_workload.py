@@ -216,6 +216,20 @@ def test_peak_memory_sequence_and_baseline(ts):
     assert 2 * MIB <= r["peak_memory"]["value"] <= 2 * MIB + 64 * 1024
 
 
+def test_a_free_of_an_older_block_never_lowers_the_figure(ts, monkeypatch):
+    import torchscan.workload as workload_module
+
+    # The allocator's reporter may free a block allocated before the call
+    # under a stale size (an address it saw while an earlier profiler ran):
+    # -8 MiB, then the call's own +2 MiB and -1 MiB. The call's blocks peak at
+    # 2 MiB and 1 MiB is alive at the end, whatever the older free said.
+    events = [(1, -8 * MIB), (2, 2 * MIB), (3, -MIB)]
+    monkeypatch.setattr(workload_module, "_profiler_memory_events", lambda prof, device: events)
+    r = ts.measure_peak_memory(lambda: None)
+    assert r["peak_memory"]["value"] == 2 * MIB
+    assert r["memory"]["net_bytes"] == MIB
+
+
 def test_peak_memory_of_an_mlp_matches_hand_and_allocator_figures(ts, tmp_path):
     from torch.profiler import ProfilerActivity, profile
 
