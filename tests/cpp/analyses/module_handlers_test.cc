@@ -1,4 +1,4 @@
-// Custom module handlers from C++ (Session::SetModuleHandler, issue 15):
+// Custom module handlers from C++ (Session::SetModuleHandler):
 // module-view estimates for module scopes, subtree ownership, totals counted
 // once, diagnostics. Expected values are derived by hand (module view: a
 // K-term dot is K multiplies + K - 1 adds; K MACs per output).

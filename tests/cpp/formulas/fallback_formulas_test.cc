@@ -321,7 +321,7 @@ namespace {
 
 using testing::CallBuilder;
 
-// ---- Issue 10 items 1-6 and 14: corrected and new rows.
+// ---- Rows once wrong or missing: corrected and new rows.
 
 TEST(Scatter, OneCombinePerIndexElementNotPerSourceValue) {
   // scatter_add(zeros(3,5), 0, index (1,5), src (3,5)): only src[0, :] is read,

@@ -1,5 +1,5 @@
 // The report readers (render, diff, the loader) on malformed input: the
-// regressions of issue 11 item 2 first, then a seeded, deterministic fuzz run
+// known crashes first, then a seeded, deterministic fuzz run
 // (kFuzzCases mutated and truncated reports, each fed to every reader).
 //
 // What "no crash" means here: no exception escapes a reader, every refusal
@@ -231,7 +231,7 @@ std::string RenderError(const json& r) {
   return out.ok() ? "(rendered)" : std::string(out.status().message());
 }
 
-// Issue 11 item 2: `metrics: {}` on a layer crashed `render` (rc 139, in MetricText).
+// Once a crash: `metrics: {}` on a layer crashed `render` (rc 139, in MetricText).
 TEST(ReportReaders, EmptyLayerMetricsIsAnErrorNotASegfault) {
   json r = GetSeeds().analysis;
   r["layers"][1]["metrics"] = json::object();

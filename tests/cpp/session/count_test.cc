@@ -1,5 +1,5 @@
-// Counts past int64_t (TorchScan issue 11, item 4) and caller formulas that
-// return nonsense (item 5): exact up to 2^128 - 1, refused beyond, never wrapped.
+// Counts past int64_t and caller formulas that
+// return nonsense: exact up to 2^128 - 1, refused beyond, never wrapped.
 #include <gtest/gtest.h>
 #include <ATen/ATen.h>
 

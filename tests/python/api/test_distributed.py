@@ -1,4 +1,4 @@
-"""Distributed jobs (issue 13): rank context, the communication section, the
+"""Distributed jobs: rank context, the communication section, the
 job report (`python3 -m torchscan merge`), and a real 2-rank job (DDP and
 FSDP2 steps under torch.distributed.run with gloo on loopback).
 

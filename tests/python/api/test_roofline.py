@@ -1,4 +1,4 @@
-"""Roofline from the recorded data flow (issue 16): hand-derived bytes, fusion, SoL."""
+"""Roofline from the recorded data flow: hand-derived bytes, fusion, SoL."""
 
 import json
 import subprocess

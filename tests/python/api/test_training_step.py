@@ -1,4 +1,4 @@
-"""Issue 12: a whole training step -- forward, loss, backward, clip_grad_norm_,
+"""A whole training step -- forward, loss, backward, clip_grad_norm_,
 optimizer step -- counted complete in the operator view, the same whatever
 form (for-loop, foreach, fused) the optimizer runs in.
 

@@ -30,7 +30,7 @@ def fcm(fn):
     return dict(mode.get_flop_counts()["Global"])
 
 
-# ---- item 1: scatter counts one reduction per index element
+# ---- scatter counts one reduction per index element
 
 
 def test_scatter_counts_per_index_element_not_per_source_value(torchscan):
@@ -48,7 +48,7 @@ def test_scatter_counts_per_index_element_not_per_source_value(torchscan):
         "aten.scatter": 5}
 
 
-# ---- item 2: index_put_ accumulate counts indexed positions, with broadcasting
+# ---- index_put_ accumulate counts indexed positions, with broadcasting
 
 
 def test_index_put_module_view_moves_the_indexed_positions_not_the_whole_tensor(torchscan):
@@ -78,7 +78,7 @@ def test_index_put_accumulate_counts_broadcast_positions(torchscan):
     assert report["by_operator"] == {"aten.index_put_": 18}
 
 
-# ---- item 3: out= destinations are not operands
+# ---- out= destinations are not operands
 
 
 def test_out_destinations_are_never_read_as_operands(torchscan):
@@ -107,7 +107,7 @@ def test_out_destination_is_written_not_read_in_the_module_view(torchscan):
     assert module_view(torchscan, lambda: torch.add(y, z, out=o)) == (20, 0, 60)
 
 
-# ---- item 4: col2im sums overlapping windows
+# ---- col2im sums overlapping windows
 
 
 def test_fold_and_unfold_backward_sum_overlapping_windows(torchscan):
@@ -122,7 +122,7 @@ def test_fold_and_unfold_backward_sum_overlapping_windows(torchscan):
     assert report["by_operator"]["aten.col2im"] == 40
 
 
-# ---- item 5: resolve_neg negates when the input carries the negative bit
+# ---- resolve_neg negates when the input carries the negative bit
 
 
 def test_resolve_neg_counts_negations_only_when_it_materializes(torchscan):
@@ -137,7 +137,7 @@ def test_resolve_neg_counts_negations_only_when_it_materializes(torchscan):
     assert module_view(torchscan, lambda: x.resolve_neg()) == (0, 0, 0)
 
 
-# ---- item 6: zero-cost rules against alias information and what came back
+# ---- zero-cost rules against alias information and what came back
 
 
 def test_unsafe_view_after_matmul_is_a_view(torchscan):
@@ -164,7 +164,7 @@ def test_calls_that_return_their_input_move_nothing(torchscan):
     assert module_view(torchscan, lambda: x.t().reshape(20)) == (0, 0, 40)
 
 
-# ---- item 13: the CPU SDPA kernel is the complete fallback row
+# ---- the CPU SDPA kernel is the complete fallback row
 
 
 def test_cpu_sdpa_is_complete_in_both_views_and_its_backward_is_counted(torchscan, checks):
@@ -209,7 +209,7 @@ def test_cpu_sdpa_is_complete_in_both_views_and_its_backward_is_counted(torchsca
     assert module["by_operator"][bwd] == {"module_flops": 1258, "macs": 600, "dmas": 262}
 
 
-# ---- item 14: operators real models hit
+# ---- operators real models hit
 
 
 def test_causal_masks_membership_and_one_hot(torchscan):

@@ -1,4 +1,4 @@
-"""Issue 10 item 20: one build per machine. tools/env.sh is sourced by
+"""One build per machine. tools/env.sh is sourced by
 tools/test.sh and again by tools/setup.sh (and by demo.sh); it used to append
 to PATH each time, and a different PATH made Bazel rebuild everything. It must
 be idempotent, and Bazel actions must not see the caller's PATH at all."""

@@ -89,7 +89,7 @@ def test_gc_paused_during_the_crawl_and_restored(enabled_before, fail):
         gc.enable() if was else gc.disable()
 
 
-# ---- the layer rows reach Python without JSON text (issue 10 item 19): the
+# ---- the layer rows reach Python without JSON text: the
 # rows crawl_module builds from Session::LayerRows equal, key order and
 # number types included, what the layers' JSON (Session::LayersJson) says.
 

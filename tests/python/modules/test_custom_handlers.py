@@ -1,4 +1,4 @@
-"""Per-analysis custom module handlers (issue 15; report schema "Custom
+"""Per-analysis custom module handlers (report schema "Custom
 handler rows"): crawl_module(custom_modules={type or predicate: handler}).
 
 Expected values are derived by hand in the comments, with the module view's

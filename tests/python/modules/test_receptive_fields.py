@@ -1,4 +1,4 @@
-"""Receptive fields per spatial axis (issue 10, items 7-10).
+"""Receptive fields per spatial axis.
 
 Conventions (README, receptive fields): along one spatial axis, output
 position o of a layer sees input positions
@@ -36,7 +36,7 @@ def assert_unavailable(metrics, method, reason_part):
         assert reason_part in m["reason"], m["reason"]
 
 
-# ---- item 9: every spatial axis, the scalar only when they agree
+# ---- every spatial axis, the scalar only when they agree
 
 
 def test_asymmetric_kernel_reports_each_axis(torchscan):
@@ -66,7 +66,7 @@ def test_inception_style_factorised_branch(torchscan):
     assert scalar(row(report, "1")) == (7, 1, 3)
 
 
-# ---- item 8: transposed convolution
+# ---- transposed convolution
 
 
 def test_transposed_convolution_padding(torchscan):
@@ -116,7 +116,7 @@ def test_transposed_convolution_matches_autograd(torchscan):
     assert rf == max(spans) == 2
 
 
-# ---- item 10: axes followed through permute / linear / reshape
+# ---- axes followed through permute / linear / reshape
 
 
 class ChannelsLastBlock(nn.Module):
@@ -176,7 +176,7 @@ def test_convnext_block(torchscan):
         assert scalar(row(report, path)) == (28, 4, 12), path
 
 
-# ---- item 7: token tensors
+# ---- token tensors
 
 
 class ViTStyle(nn.Module):

@@ -60,7 +60,7 @@ def flops(torchscan, checks):
     return small, large
 
 
-# ------------------------------------------------------------- issue 11 item 2
+# ------------------------------------------------------------- known crashes
 
 
 def test_render_of_empty_layer_metrics_is_an_error_not_a_segfault(torchscan, analysis, tmp_path):

@@ -57,7 +57,7 @@ class _Interrupting(nn.Module):
         raise self.interrupt
 
 
-# ------------------------------------------------------------ item 9: Ctrl-C
+# ------------------------------------------------------------ Ctrl-C
 
 
 def test_ctrl_c_in_the_workload_propagates_and_leaves_nothing(torchscan):
@@ -158,7 +158,7 @@ def test_ctrl_c_while_removing_the_module_hooks_still_stops_the_scan(torchscan):
     assert _global_hooks() == before
 
 
-# ------------------------------------------------------------ item 10: depth
+# ------------------------------------------------------------ depth
 
 
 class _Nested(nn.Module):
@@ -275,7 +275,7 @@ def test_measure_flops_modules_memory_is_linear_in_depth(torchscan):
     assert large < 8 * max(small, 4096), (small, large)
 
 
-# ------------------------------------------------------------ item 11: arguments
+# ------------------------------------------------------------ arguments
 
 
 @pytest.mark.parametrize("shape, error, message", [

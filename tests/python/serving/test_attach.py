@@ -1,6 +1,6 @@
 """The attach launcher (tools/attach.py + libtorchscan_attach.so) under
-signals that arrive early and under concurrent writers of one report
-(issue 11, items 12 and 13). The server, model and report checks are the
+signals that arrive early and under concurrent writers of one report.
+The server, model and report checks are the
 ones tests/python/serving/test_serving.py uses."""
 import json
 import os

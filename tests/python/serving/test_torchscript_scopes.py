@@ -1,6 +1,6 @@
 """TorchScript module scopes in a C++ server scanned through the C++ API
 (tests/cpp/integrations/example_server.cc, example_server_scanned build): per-layer rows
-equal crawl_module's on the eager model (issue 10 item 18)."""
+equal crawl_module's on the eager model."""
 import json
 import subprocess
 

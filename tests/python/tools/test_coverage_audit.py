@@ -189,7 +189,7 @@ def _rnn(gates):
 
 
 def _samples():
-    """(overload, call) for the operators issue 10 items 15-16 name, plus one
+    """(overload, call) for the operators whose class the audit once got wrong, plus one
     of each other class; each call runs that overload directly."""
     aten = torch.ops.aten
     x, q = torch.randn(2, 3, 4), torch.randn(1, 2, 3, 4)
@@ -236,7 +236,7 @@ def _samples():
 
 
 def test_the_audit_class_is_what_a_scan_reports(torchscan, audit):
-    """Issue 10 items 15-16: the audit derives its class as the run does; a
+    """The audit derives its class as the run does; a
     scan of each sample reports what the audit's `at_run` says."""
     ops = audit["operators"]
     # The class and at_run of every overload agree with each other.
@@ -279,7 +279,7 @@ def test_the_audit_class_is_what_a_scan_reports(torchscan, audit):
 
 
 def test_where_with_one_argument_decomposes_to_nonzero_and_is_complete(torchscan, audit):
-    """Issue 10 item 15: aten::where(condition) was valued by the pointwise
+    """aten::where(condition) was valued by the pointwise
     where row, whose formula cannot read its list of index tensors."""
     cond = torch.tensor([[1.0, 0.0, 3.0], [0.0, 2.0, 0.0]])
     report = torchscan.measure_flops(lambda: torch.where(cond))
