@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "formulas/op_traits.h"
+#include "formulas/result.h"
 
 namespace torchscan {
 namespace {
@@ -412,18 +413,6 @@ nlohmann::json CountJson(const Count& c) {
   return c.Digits();
 }
 
-const char* StatusName(MetricStatus s) {
-  switch (s) {
-    case MetricStatus::kComplete:
-      return "complete";
-    case MetricStatus::kPartial:
-      return "partial";
-    case MetricStatus::kUnavailable:
-      return "unavailable";
-  }
-  return "unavailable";
-}
-
 }  // namespace
 
 nlohmann::json TrafficJson(const BlockLog<Event>& events, const std::vector<Recorder::Scope>& scopes,
@@ -444,7 +433,7 @@ nlohmann::json TrafficJson(const BlockLog<Event>& events, const std::vector<Reco
                   {"class", KernelClassName(k.kind)},
                   {"scope", e.scope},
                   {"flops", CountJson(k.flops)},
-                  {"flops_status", StatusName(k.flops_status)},
+                  {"flops_status", MetricStatusName(k.flops_status)},
                   {"read", BytesJson(k.read)},
                   {"written", BytesJson(k.written)},
                   {"group", k.group},
