@@ -31,6 +31,27 @@ _STATUS = ("complete", "partial", "unavailable")  # MetricStatus order
 _FIELDS = ("receptive_field", "effective_stride", "effective_padding")
 
 
+def _counts(scope: str, s1: int, c1: int, s2: int, c2: int, s3: int, c3: int) -> dict:
+    """The module view's three MetricResults of a row (status codes in MetricStatus order)."""
+    return {
+        "module_flops": {"known_value": None if s1 == 2 else c1, "method": "module_formulas", "scope": scope,
+                         "status": _STATUS[s1], "unit": "FLOPs", "value": c1 if s1 == 0 else None},
+        "macs": {"known_value": None if s2 == 2 else c2, "method": "module_formulas", "scope": scope,
+                 "status": _STATUS[s2], "unit": "MACs", "value": c2 if s2 == 0 else None},
+        "dmas": {"known_value": None if s3 == 2 else c3, "method": "module_formulas", "scope": scope,
+                 "status": _STATUS[s3], "unit": "accesses", "value": c3 if s3 == 0 else None},
+    }
+
+
+def _plane_fields(values: dict, scope: str, flat) -> None:
+    """Adds the three complete fields of a row with two spatial axes to
+    `values`; `flat` is (dim0, dim1, then value, axis0, axis1 per field)."""
+    d0, d1, v0, a0, b0, v1, a1, b1, v2, a2, b2 = flat
+    for name, v, a, b in zip(_FIELDS, (v0, v1, v2), (a0, a1, a2), (b0, b1, b2)):
+        values[name] = {"axes": [{"dim": d0, "value": a}, {"dim": d1, "value": b}], "known_value": v,
+                        "method": "data_flow", "scope": scope, "status": "complete", "unit": "positions", "value": v}
+
+
 def _layer_rows(session, scope: str, metrics: bool) -> list:
     """(path, call_index, depth, failed, metrics) per layer call, in scope
     order: the session's layer rows (Session::LayerRows, flattened by the
@@ -47,24 +68,10 @@ def _layer_rows(session, scope: str, metrics: bool) -> list:
         if n == 2 and whole and metrics and not (f0 or f1 or f2) and c1 >= 0 and c2 >= 0 and c3 >= 0:
             # The common case (two spatial axes, every field complete, whole
             # numbers, counts below 2^63): its dims and numbers in one slice.
-            d0, d1, v0, a0, b0, v1, a1, b1, v2, a2, b2 = ints[i + 15:i + 26]
+            values = _counts(scope, s1, c1, s2, c2, s3, c3)
+            _plane_fields(values, scope, ints[i + 15:i + 26])
             i += 26
-            rows.append((texts[t], call_index, depth, bool(failed), {
-                "module_flops": {"known_value": None if s1 == 2 else c1, "method": "module_formulas", "scope": scope,
-                                 "status": _STATUS[s1], "unit": "FLOPs", "value": c1 if s1 == 0 else None},
-                "macs": {"known_value": None if s2 == 2 else c2, "method": "module_formulas", "scope": scope,
-                         "status": _STATUS[s2], "unit": "MACs", "value": c2 if s2 == 0 else None},
-                "dmas": {"known_value": None if s3 == 2 else c3, "method": "module_formulas", "scope": scope,
-                         "status": _STATUS[s3], "unit": "accesses", "value": c3 if s3 == 0 else None},
-                "receptive_field": {
-                    "axes": [{"dim": d0, "value": a0}, {"dim": d1, "value": b0}], "known_value": v0,
-                    "method": "data_flow", "scope": scope, "status": "complete", "unit": "positions", "value": v0},
-                "effective_stride": {
-                    "axes": [{"dim": d0, "value": a1}, {"dim": d1, "value": b1}], "known_value": v1,
-                    "method": "data_flow", "scope": scope, "status": "complete", "unit": "positions", "value": v1},
-                "effective_padding": {
-                    "axes": [{"dim": d0, "value": a2}, {"dim": d1, "value": b2}], "known_value": v2,
-                    "method": "data_flow", "scope": scope, "status": "complete", "unit": "positions", "value": v2}}))
+            rows.append((texts[t], call_index, depth, bool(failed), values))
             t += 1
             continue
         i += 15
@@ -90,26 +97,9 @@ def _layer_rows(session, scope: str, metrics: bool) -> list:
             t += (f0 == 2) + (f1 == 2) + (f2 == 2)  # the reasons
             rows.append((path, call_index, depth, bool(failed), None))
             continue
-        values = {
-            "module_flops": {"known_value": None if s1 == 2 else c1, "method": "module_formulas", "scope": scope,
-                             "status": _STATUS[s1], "unit": "FLOPs", "value": c1 if s1 == 0 else None},
-            "macs": {"known_value": None if s2 == 2 else c2, "method": "module_formulas", "scope": scope,
-                     "status": _STATUS[s2], "unit": "MACs", "value": c2 if s2 == 0 else None},
-            "dmas": {"known_value": None if s3 == 2 else c3, "method": "module_formulas", "scope": scope,
-                     "status": _STATUS[s3], "unit": "accesses", "value": c3 if s3 == 0 else None},
-        }
-        if n == 2 and not (f0 or f1 or f2):  # the common case: two spatial axes, complete
-            d0, d1 = dims
-            v0, a0, b0, v1, a1, b1, v2, a2, b2 = numbers
-            values["receptive_field"] = {
-                "axes": [{"dim": d0, "value": a0}, {"dim": d1, "value": b0}], "known_value": v0,
-                "method": "data_flow", "scope": scope, "status": "complete", "unit": "positions", "value": v0}
-            values["effective_stride"] = {
-                "axes": [{"dim": d0, "value": a1}, {"dim": d1, "value": b1}], "known_value": v1,
-                "method": "data_flow", "scope": scope, "status": "complete", "unit": "positions", "value": v1}
-            values["effective_padding"] = {
-                "axes": [{"dim": d0, "value": a2}, {"dim": d1, "value": b2}], "known_value": v2,
-                "method": "data_flow", "scope": scope, "status": "complete", "unit": "positions", "value": v2}
+        values = _counts(scope, s1, c1, s2, c2, s3, c3)
+        if n == 2 and not (f0 or f1 or f2):  # two spatial axes, complete (counts past 2^63 or real numbers)
+            _plane_fields(values, scope, list(dims) + list(numbers))
             rows.append((path, call_index, depth, bool(failed), values))
             continue
         q = 0
