@@ -67,7 +67,7 @@ def executed_by_zoo() -> Dict[str, List[str]]:
 
     executed = {}
     for name, run in workloads().items():
-        # Every call, those inside calls that own their subtree included (Note [Owned children]).
+        # Every call, those inside calls that own their subtree included (Note [Owned children], core/op_catalog.cc).
         with torchscan.flops.FlopScan(_record_owned_children=True) as s:
             run()
         executed[name] = list(s._session.recorded_operators())

@@ -106,12 +106,9 @@ class FlopScan:
             if not callable(fn):
                 raise TypeError(f"torchscan: custom_mapping[{key}] must be callable, got {type(fn).__name__}")
             self._formulas[_op_name(key)] = fn
-        # Note [Owned children]: a call whose formula and module cost cover its
-        # whole subtree (aten::linear over t and addmm) runs its kernel's calls
-        # below the mode key, so they cost nothing to scan and every report is
-        # the same. The trace and the memory view show those inner calls, and
-        # a caller's formula may decline a call (its children then count), so
-        # those scans record them; the coverage audit asks for every call.
+        # See Note [Owned children] (torchscan_dispatch/core/op_catalog.cc): the
+        # calls inside a call that owns its subtree are recorded only for a
+        # trace, memory or caller formulas; the coverage audit asks for all.
         record = bool(trace or memory or self._formulas) if _record_owned_children is None else _record_owned_children
         if threads == "all":
             self._session = Session.all_threads(scope, trace, streaming, int(_fold_every), record)

@@ -135,6 +135,21 @@ bool HasAutogradMeta(const c10::IValue& v) {
 
 }  // namespace
 
+// Note [Owned children]
+// A call whose formula and module cost cover its whole subtree in both views
+// (aten::conv2d over aten::convolution, a view over as_strided) may run its
+// kernel's calls below the mode key: they would add nothing to any report,
+// and not recording them makes the scan cheaper (ScanOptions::
+// record_owned_children = false). Views that show those inner calls (the
+// trace, the memory view) and caller formulas, which may decline a call so
+// that its children count, need them recorded; the Python shim records them
+// for such scans (torchscan/flops.py). One exception is inside the
+// mechanism: the calls an autograd kernel makes itself (the clone an in-place
+// operator saves for backward, a tangent's products) are work the formula
+// does not cover, and the views value them (MadeByAutogradKernel in
+// analyses/operator_view.cc). An autograd kernel computes only for tensors
+// with autograd metadata; the kernels below it make their calls with
+// autograd switched off, and those the formula covers.
 bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                             absl::Span<const c10::IValue> args) {
   if (tls_owners == nullptr) tls_owners = new std::unordered_map<c10::OperatorHandle, bool>();  // one per thread
@@ -148,22 +163,9 @@ bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op, c10::DispatchKeySet k
     it = tls_owners->emplace(op, owns).first;
   }
   if (!it->second) return false;
-  // Note [Owned children]: the calls an autograd kernel makes itself (the
-  // clone an in-place operator saves for backward, a tangent's products) are
-  // work the call's formula does not cover; the views value them
-  // (MadeByAutogradKernel in analyses/operator_view.cc), so they are
-  // recorded. It makes them only for tensors with autograd metadata; the
-  // kernels below it make their calls with autograd switched off, and those
-  // the formula covers.
+  // See Note [Owned children]: an autograd kernel may make calls of its own.
   if (!keys.has_any(c10::autograd_dispatch_keyset)) return true;
-  bool autograd_inputs = false;
-  for (const c10::IValue& v : args) {
-    if (HasAutogradMeta(v)) {
-      autograd_inputs = true;
-      break;
-    }
-  }
-  if (!autograd_inputs) return true;
+  if (std::none_of(args.begin(), args.end(), HasAutogradMeta)) return true;
   if (tls_catalog == nullptr) tls_catalog = new OpCatalog();  // one per thread that needs it
   return !tls_catalog->RanAutogradKernel(op, keys);
 }

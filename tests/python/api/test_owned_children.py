@@ -1,5 +1,5 @@
 """Scans skip the inside of calls that own their subtree (Note [Owned
-children] in torchscan/flops.py): every report of every zoo workload, in
+children] in torchscan_dispatch/core/op_catalog.cc): every report of every zoo workload, in
 every way the Python API produces one, is the same as when every call is
 recorded. Only the number of calls recorded differs, and it must: the test
 also checks that the lean scans recorded fewer calls, so it cannot pass with
