@@ -10,13 +10,13 @@ import math
 from collections.abc import Mapping as _MappingABC
 from typing import List, Mapping, Optional
 
-from torchscan import _readers
+from torchscan import _metric, _readers
 
 __all__ = ["compare_benchmarks", "render_benchmark", "is_benchmark_report", "is_benchmark_comparison",
            "validate_benchmark_report", "validate_benchmark_comparison"]
 
 SCHEMA_VERSION = 1
-_STATUSES = ("complete", "partial", "unavailable")
+_STATUSES = _metric.STATUSES
 
 
 # ---------------------------------------------------------------- block statistics
@@ -45,38 +45,10 @@ def _fail(where: str, side: str, message: str):
     raise ValueError(f"{where}: {side}{message}")
 
 
-# Units whose values are counts: exact integers up to 2^128 - 1 (torchscan._readers).
-_COUNT_UNITS = ("FLOPs", "bytes", "MACs", "accesses")
-
-
 def _check_metric(m, path: str, where: str, side: str) -> None:
-    if not isinstance(m, _MappingABC):
-        _fail(where, side, f"{path} must be a MetricResult object, got {type(m).__name__}")
-    status = m.get("status")
-    if status not in _STATUSES:
-        _fail(where, side, f"{path}.status is {status!r}; expected one of {', '.join(_STATUSES)}")
-    for key in ("unit", "scope", "method"):
-        if not isinstance(m.get(key), str):
-            _fail(where, side, f"{path}.{key} must be a string, got {m.get(key)!r}")
-    for key in ("value", "known_value"):
-        v = m.get(key)
-        if v is None:
-            continue
-        if m["unit"] in _COUNT_UNITS:
-            if _readers.count_problem(v):
-                _fail(where, side, f"{path}.{key} {_readers.count_problem(v)}")
-        elif not _readers.is_number(v):
-            _fail(where, side, f"{path}.{key} must be a finite number or null, got {v!r}")
-    if status == "complete" and m.get("value") != m.get("known_value"):
-        _fail(where, side, f"{path} is complete, so its known_value must equal its value")
-    if status == "complete" and m.get("value") is None:
-        _fail(where, side, f"{path} is complete but its value is null")
-    if status != "complete" and m.get("value") is not None:
-        _fail(where, side, f"{path} is {status} but has a value; only complete results carry one")
-    if status == "partial" and m.get("known_value") is None:
-        _fail(where, side, f"{path} is partial but has no known_value (its lower bound)")
-    if status == "unavailable" and m.get("known_value") is not None:
-        _fail(where, side, f"{path} is unavailable but has a known_value")
+    problem = _metric.problem(m, path)
+    if problem:
+        _fail(where, side, problem)
 
 
 def _check_schema_version(report, where: str, side: str) -> None:
@@ -320,7 +292,7 @@ def validate_benchmark_comparison(comparison, where: str) -> None:
         if delta is not None:
             if len(metrics) != 2 or any(m["status"] != "complete" for m in metrics):
                 _fail(where, side, f"{path} has a delta but is not complete on both sides")
-            if metrics[0]["unit"] in _COUNT_UNITS:
+            if metrics[0]["unit"] in _metric.COUNT_UNITS:
                 if not (isinstance(delta, int) and not isinstance(delta, bool)) or abs(delta) > _readers.MAX_COUNT:
                     _fail(where, side, f"{path}.delta must be an integer from -(2^128 - 1) to 2^128 - 1, got "
                                        f"{delta!r}")
