@@ -17,6 +17,7 @@ import torch.nn as nn
 from torch.utils._pytree import tree_flatten
 
 from torchscan import _aoti
+from torchscan import _metric as _metric_result
 from torchscan import distributed as _distributed
 from torchscan import handlers as _handlers
 from torchscan import token_flow, tokens
@@ -33,9 +34,7 @@ _COMPUTE = ("module_flops", "macs", "dmas")
 
 
 def _metric(status, value=None, unit="FLOPs", scope="forward", method="not_requested"):
-    known = value if status != "unavailable" else None
-    return {"status": status, "value": value if status == "complete" else None, "known_value": known,
-            "unit": unit, "scope": scope, "method": method}
+    return _metric_result.metric(status, value, unit=unit, scope=scope, method=method)
 
 
 def _check_flag(value, name: str, where: str) -> None:
