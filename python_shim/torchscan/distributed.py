@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from torchscan import _metric as _metric_result
 from torchscan._readers import MAX_COUNT, check_depth, count_problem, is_number, other_kind
 
 __all__ = ["distributed_context", "merge_reports", "render_job_report"]
 
 _JOB_KIND = "torchscan_job_report"
-_STATUSES = ("complete", "partial", "unavailable")
 
 
 def _initialized():
@@ -80,19 +80,12 @@ class _Malformed(ValueError):
 
 
 def _metric(value: Any, where: str) -> dict:
-    if not isinstance(value, Mapping):
-        raise _Malformed(f"{where} is not a MetricResult (got {type(value).__name__})")
-    status = value.get("status")
-    if status not in _STATUSES:
-        raise _Malformed(f"{where}.status must be one of {', '.join(_STATUSES)}, got {status!r}")
-    known = value.get("known_value")
-    if status == "unavailable":
-        return {"status": status, "known_value": None}
-    if count_problem(known):
-        raise _Malformed(f"{where}.known_value {count_problem(known)} when {status}")
-    if status == "complete" and value.get("value") != known:
-        raise _Malformed(f"{where} is complete but its value {value.get('value')!r} differs from known_value {known}")
-    return {"status": status, "known_value": known}
+    """The status and known_value of a rank's MetricResult (merge reads only
+    those); _Malformed when it is not one."""
+    problem = _metric_result.problem(value, where, described=False, counts=True)
+    if problem:
+        raise _Malformed(problem)
+    return {"status": value["status"], "known_value": value.get("known_value")}
 
 
 def _report_kind(report: Mapping) -> str:
@@ -173,10 +166,8 @@ def _rank_entry(report: Any) -> dict:
 
 
 def _metric_json(status: str, known: Optional[int], unit: str, method: str) -> dict:
-    if status == "unavailable":
-        known = None
-    return {"status": status, "value": known if status == "complete" else None, "known_value": known,
-            "unit": unit, "scope": "job", "method": method}
+    return _metric_result.metric(status, None if status == "unavailable" else known, unit=unit, scope="job",
+                                 method=method)
 
 
 def _combine(values: List[dict], how: str) -> Tuple[str, Optional[int]]:

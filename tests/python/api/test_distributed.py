@@ -116,7 +116,7 @@ def test_merge_keeps_incomplete_work_honest(torchscan):
     ("no_rank", "r1.json has no context.rank"),
     ("bad_rank", "r1.json context.rank 5 is not a rank of a job of world_size 2"),
     ("bool_rank", "r1.json context.rank must be an integer, got True"),
-    ("bad_metric", "r1.json total.status must be one of complete, partial, unavailable"),
+    ("bad_metric", "r1.json total.status is 'roughly'; expected one of complete, partial, unavailable"),
     ("negative_bytes", "communication.totals.bytes_sent.known_value must be a non-negative integer"),
     ("not_object", "r1.json is not a JSON object (got list)"),
     ("not_report", "r1.json is not a TorchScan report"),
