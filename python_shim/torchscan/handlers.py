@@ -51,6 +51,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch.nn as nn
 
+from torchscan import _metric
 from torchscan._modules import AnalysisPause, ForwardHooks, forward_raised, safe_text
 
 __all__ = ["ModuleHandler", "SUPPORTED_METRICS"]
@@ -58,9 +59,7 @@ __all__ = ["ModuleHandler", "SUPPORTED_METRICS"]
 SUPPORTED_METRICS = ("module_flops", "macs", "dmas")
 _UNITS = {"module_flops": "FLOPs", "macs": "MACs", "dmas": "accesses"}
 _SCOPES = ("module_call", "subtree")
-_STATUSES = ("complete", "partial", "unavailable")
 _RESULT_KEYS = ("status", "value", "known_value", "scope", "method")
-_LIMIT = 2**128  # counts TorchScan holds exactly: 0 <= n < 2**128
 
 # Native modules whose built-in (module view) estimate covers work of child
 # modules that their forward never calls: MultiheadAttention reads
@@ -178,7 +177,7 @@ def _count(v) -> int:
         n = int(f)
     if n < 0:
         raise ValueError(f"{n} is negative")
-    if n >= _LIMIT:
+    if n > _metric.MAX_COUNT:
         raise ValueError(f"{n} exceeds 2**128 - 1, the largest count TorchScan holds exactly")
     return n
 
@@ -192,9 +191,7 @@ class _Entry:
         self.status, self.known, self.scope, self.method = status, known, scope, method
 
     def metric(self, name: str) -> dict:
-        return {"status": self.status, "value": self.known if self.status == "complete" else None,
-                "known_value": self.known if self.status != "unavailable" else None, "unit": _UNITS[name],
-                "scope": self.scope, "method": self.method}
+        return _metric.metric(self.status, self.known, unit=_UNITS[name], scope=self.scope, method=self.method)
 
 
 def _structured(name, value, spec, notes) -> _Entry:
@@ -213,29 +210,22 @@ def _structured(name, value, spec, notes) -> _Entry:
                 raise ValueError(f"method must be a non-empty string, got {value['method']!r}")
             method = f"{spec.method}:{safe_text(value['method'])}"
         status = value.get("status", "complete")
-        if status not in _STATUSES:
-            raise ValueError(f"status must be 'complete', 'partial' or 'unavailable', got {status!r}")
+        if status not in _metric.STATUSES:
+            raise ValueError(_metric.status_problem(status, None, None, "result"))
         v, known = value.get("value"), value.get("known_value")
-        if status == "complete":
-            if v is None and known is None:
-                raise ValueError("a complete result needs a value")
-            n = _count(v if v is not None else known)
-            if v is not None and known is not None and _count(known) != n:
-                raise ValueError(f"a complete result's known_value ({known!r}) must equal its value ({v!r})")
-            return _Entry("complete", n, scope, method)
+        if status == "complete":  # its figure may be given as either, or both
+            v, known = (known if v is None else v), (v if known is None else known)
+        v, known = (None if v is None else _count(v)), (None if known is None else _count(known))
+        problem = _metric.status_problem(status, v, known, "result")
+        if problem:
+            raise ValueError(problem)
         if status == "partial":
-            if v is not None:
-                raise ValueError("a partial result has no value: give its lower bound as known_value")
-            if known is None:
-                raise ValueError("a partial result needs known_value, a lower bound")
             notes.append(("custom_metric_partial", "warning", name,
-                          f"its handler's {name} estimate is partial: {_count(known)} is a lower bound"))
-            return _Entry("partial", _count(known), scope, method)
-        if v is not None or known is not None:
-            raise ValueError("an unavailable result has no value or known_value")
-        notes.append(("custom_metric_unavailable", "warning", name,
-                      f"its handler says its {name} estimate is unavailable"))
-        return _Entry("unavailable", None, scope, method)
+                          f"its handler's {name} estimate is partial: {known} is a lower bound"))
+        elif status == "unavailable":
+            notes.append(("custom_metric_unavailable", "warning", name,
+                          f"its handler says its {name} estimate is unavailable"))
+        return _Entry(status, known, scope, method)
     except ValueError as e:
         notes.append(("custom_metric_invalid", "error", name,
                       f"its handler's {name} result is invalid ({e}); the estimate is unavailable"))
@@ -422,9 +412,8 @@ class Handlers:
             for m in SUPPORTED_METRICS:
                 if m in owner[i] or m in supplied or m not in layer["metrics"]:
                     continue
-                layer["metrics"][m] = {"status": "unavailable", "value": None, "known_value": None,
-                                       "unit": _UNITS[m], "scope": layer["metrics"][m]["scope"],
-                                       "method": "module_formulas"}
+                layer["metrics"][m] = _metric.metric("unavailable", unit=_UNITS[m],
+                                                     scope=layer["metrics"][m]["scope"], method="module_formulas")
                 changed.add(m)
                 note("expanded_atomic_boundary", "warning", m, layer["path"],
                      f"a handler is registered for {', '.join(p or '(root)' for p in missed)}, which this "
@@ -463,7 +452,8 @@ class Handlers:
                 known += r["known_value"] or 0
                 complete = complete and r["status"] == "complete"
             status = "complete" if complete else "partial"
-            totals[m] = dict(old, status=status, value=known if complete else None, known_value=known)
+            totals[m] = dict(old, **_metric.metric(status, known, unit=old["unit"], scope=old["scope"],
+                                                   method=old["method"]))
             if complete and old["status"] != "complete":
                 # Every call the module view could not value is covered by a
                 # handler now: its gap diagnostics ("m is a lower bound") no
