@@ -41,6 +41,8 @@ from typing import Optional, cast
 import torch
 import torch.nn as nn
 
+from torchscan import _metric
+
 METHOD = "mask_analysis"
 ASSUMPTIONS = [
     "structural dependencies under generic finite parameters (a dependency the masks allow is assumed nonzero)",
@@ -306,6 +308,5 @@ def diagnostic(path: str, reason: str) -> dict:
 def not_applicable_fields(metrics: dict, scope: str) -> None:
     """Receptive-field metrics of a call whose token relations apply."""
     for name in ("receptive_field", "effective_stride", "effective_padding"):
-        metrics[name] = {"status": "unavailable", "value": None, "known_value": None, "unit": "positions",
-                         "scope": scope, "method": "not_applicable",
-                         "reason": "token relations apply (token_dependencies), not spatial fields"}
+        metrics[name] = _metric.metric("unavailable", unit="positions", scope=scope, method="not_applicable",
+                                       reason="token relations apply (token_dependencies), not spatial fields")
