@@ -48,20 +48,22 @@ settings, profilers and scans started here are stopped first.
 
 from __future__ import annotations
 
-import inspect
-import math
-import numbers
-import os
-import platform
+import functools
 import re
 import sys
 import time
-from collections.abc import Mapping as _MappingABC
-from typing import Any, Callable, List, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
+# Timing and the arguments' checks and context records live in modules of
+# their own; these names stay importable from here.
+from torchscan._latency import _IQR_WARN, _TIMER_METHOD, _latency_part, _time_latency  # noqa: F401
+from torchscan._metric import metric as _metric
 from torchscan._profiler_noise import ProfilerNoise
+from torchscan._workload_setup import (_check_workload, _context, _cpu_model, _device, _inputs,  # noqa: F401
+                                       _int_arg, _latency_options, _positive_real, _refuse_unstarted,
+                                       _sync_name, _synchronizer, _work_unit, _work_unit_record)
 
 # The reports' reading side (validation, comparison, rendering) lives in
 # torchscan.benchmark_reports; these names stay importable from here.
@@ -69,22 +71,13 @@ from torchscan.benchmark_reports import (SCHEMA_VERSION, _STATUSES, _block_stati
                                          compare_benchmarks, is_benchmark_comparison, is_benchmark_report,
                                          render_benchmark, validate_benchmark_comparison,
                                          validate_benchmark_report)
-from torchscan.metadata import describe
 
 __all__ = ["measure_latency", "measure_peak_memory", "measure_workload", "compare_benchmarks",
            "render_benchmark", "is_benchmark_report", "is_benchmark_comparison"]
 
 _LATENCY_TOTALS = ("first_call_latency", "latency", "latency_iqr", "throughput")
 _WORKLOAD_TOTALS = ("operator_flops", "peak_memory", "process_peak_rss")
-_TIMER_METHOD = "blocked_timer"  # torch.utils.benchmark.Timer.blocked_autorange semantics
-_IQR_WARN = 0.1  # torch.utils.benchmark's _IQR_WARN_THRESHOLD: IQR above 10% of the median
 _PROGRESS_AFTER = 3.0  # seconds of timing before a progress line appears
-
-
-def _metric(status: str, value=None, *, unit: str, scope: str, method: str = "not_requested") -> dict:
-    return {"status": status, "value": value if status == "complete" else None,
-            "known_value": value if status != "unavailable" else None,
-            "unit": unit, "scope": scope, "method": method}
 
 
 def _not_requested(name: str) -> dict:
@@ -101,164 +94,6 @@ _UNITS = {
     "peak_memory": ("bytes", "workload"),
     "process_peak_rss": ("bytes", "process_lifetime"),
 }
-
-
-# ---------------------------------------------------------------- argument checks
-
-
-def _check_workload(workload, where: str) -> None:
-    if not callable(workload):
-        raise TypeError(f"{where}(workload): workload must be a zero-argument callable such as "
-                        f"lambda: model(x), got {type(workload).__name__}")
-
-
-def _refuse_unstarted(result, where: str) -> None:
-    """A generator or coroutine returned by the workload ran none of its body."""
-    if inspect.iscoroutine(result) or inspect.isgenerator(result):
-        result.close()
-        raise TypeError(f"{where}(workload): workload() returned a {type(result).__name__}, so none of its body "
-                        "ran; pass a function that does the work, e.g. lambda: list(gen()) or "
-                        "lambda: asyncio.run(coro())")
-    if inspect.isasyncgen(result):
-        raise TypeError(f"{where}(workload): workload() returned an async generator, so none of its body ran; "
-                        "pass a plain function that runs it to the end")
-
-
-def _int_arg(value, name: str, where: str, minimum: int, allow_none: bool = False) -> Optional[int]:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        none = " or None" if allow_none else ""
-        raise TypeError(f"{where}: {name} must be an int >= {minimum}{none}, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{where}: {name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _positive_real(value, name: str, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{where}: {name} must be a positive number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{where}: {name} must be a positive finite number, got {value}")
-    return value
-
-
-def _device(device, where: str) -> torch.device:
-    if device is None:
-        return torch.device("cpu")
-    if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"{where}: device must be a string such as 'cpu' or 'cuda:0', or a torch.device; "
-                        f"got {type(device).__name__}")
-    try:
-        dev = torch.device(device)
-    except RuntimeError as e:
-        raise ValueError(f"{where}: device {device!r} is not a device name ({e}); use e.g. 'cpu' or 'cuda:0'") \
-            from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"{where}: device {str(dev)!r} is not available here (torch.cuda.is_available() is "
-                             "False); pass device='cpu'")
-        if dev.index is None:
-            dev = torch.device("cuda", torch.cuda.current_device())
-        elif dev.index >= torch.cuda.device_count():
-            raise ValueError(f"{where}: device {str(dev)!r} does not exist ({torch.cuda.device_count()} CUDA "
-                             "devices)")
-    elif dev.type != "cpu":
-        module = getattr(torch, dev.type, None)
-        if module is None or not hasattr(module, "synchronize") or not module.is_available():
-            raise ValueError(f"{where}: device {str(dev)!r} is not supported or not available; pass 'cpu' or "
-                             "'cuda'")
-    return dev
-
-
-def _synchronizer(dev: torch.device) -> Optional[Callable[[], None]]:
-    """The explicit synchronisation of the selected device (None for CPU,
-    whose work is finished when the call returns)."""
-    if dev.type == "cpu":
-        return None
-    if dev.type == "cuda":
-        return lambda: torch.cuda.synchronize(dev)
-    return getattr(torch, dev.type).synchronize
-
-
-def _sync_name(dev: torch.device) -> str:
-    if dev.type == "cpu":
-        return "none (CPU work is complete when the call returns)"
-    if dev.type == "cuda":
-        return f"torch.cuda.synchronize({str(dev)!r}) before and after every first call and block"
-    return f"torch.{dev.type}.synchronize() before and after every first call and block"
-
-
-def _work_unit(work_units, work_unit, where: str) -> tuple:
-    if work_units is None:
-        work_units = 1
-    elif isinstance(work_units, bool) or not isinstance(work_units, numbers.Real):
-        raise TypeError(f"{where}: work_units (work units per workload call, e.g. the batch size) must be a "
-                        f"positive number, got {type(work_units).__name__}")
-    if not math.isfinite(float(work_units)) or work_units <= 0:
-        raise ValueError(f"{where}: work_units must be a positive finite number (work per workload call), "
-                         f"got {work_units}")
-    if work_unit is None:
-        work_unit = "calls" if work_units == 1 else "units"
-    if not isinstance(work_unit, str) or not work_unit.strip():
-        raise TypeError(f"{where}: work_unit must be a non-empty name such as 'samples' or 'tokens', "
-                        f"got {work_unit!r}")
-    return (int(work_units) if isinstance(work_units, numbers.Integral) else float(work_units)), work_unit
-
-
-# ---------------------------------------------------------------- context
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _context(kind: str, dev: torch.device) -> dict:
-    import torchscan
-
-    hardware = {"platform": platform.platform(), "machine": platform.machine(), "cpu": _cpu_model(),
-                "cpu_count": os.cpu_count(), "device_name": None}
-    if dev.type == "cuda":
-        props = torch.cuda.get_device_properties(dev)
-        hardware["device_name"] = props.name
-        hardware["device_memory_bytes"] = props.total_memory
-        hardware["device_capability"] = f"{props.major}.{props.minor}"
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return {
-        "torchscan_version": torchscan.__version__, "torch_version": torch.__version__,
-        "python_version": platform.python_version(), "measurement": kind, "device": str(dev),
-        "hardware": hardware,
-        "software": {"torch_git_version": torch.version.git_version, "torch_debug_build": bool(torch.version.debug),
-                     "cuda": torch.version.cuda, "cudnn": cudnn, "mkldnn": torch.backends.mkldnn.is_available(),
-                     "python_implementation": platform.python_implementation()},
-        "threads": {"torch_num_threads": torch.get_num_threads(),
-                    "torch_num_interop_threads": torch.get_num_interop_threads(),
-                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-                    "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS")},
-        # The caller's state when the measurement started; the workload owns
-        # grad mode, autocast and the rest while it runs.
-        "execution_state": {"grad_enabled": torch.is_grad_enabled(),
-                            "inference_mode": torch.is_inference_mode_enabled(),
-                            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-                            "float32_matmul_precision": torch.get_float32_matmul_precision()},
-        "timing": None,
-        "work_unit": None,
-    }
-
-
-def _inputs(inputs, input_kwargs) -> dict:
-    if inputs is None and not input_kwargs:
-        return {"source": "none", "args": describe(()), "kwargs": describe({})}
-    args = inputs if isinstance(inputs, tuple) else (() if inputs is None else (inputs,))
-    return {"source": "caller", "args": describe(args), "kwargs": describe(dict(input_kwargs or {}))}
 
 
 # ---------------------------------------------------------------- latency
@@ -291,111 +126,6 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _time_latency(workload, where, *, warmup, min_run_time, number, repeats, dev, progress) -> tuple:
-    """First call, warmup and blocks; returns (first_call_seconds, timing)."""
-    sync = _synchronizer(dev)
-    clock = time.perf_counter
-
-    def block(n: int) -> float:
-        if sync is not None:
-            sync()
-        start = clock()
-        for _ in range(n):
-            workload()
-        if sync is not None:
-            sync()
-        return max(clock() - start, 1e-9)  # as Timer: no zero durations
-
-    if sync is not None:
-        sync()
-    start = clock()
-    result = workload()
-    if sync is not None:
-        sync()
-    first = clock() - start
-    _refuse_unstarted(result, where)
-    del result
-    for _ in range(warmup):
-        workload()
-    estimation_calls = 0
-    if number is None:
-        # Timer._estimate_block_size: the clock's own overhead (median of 5
-        # empty blocks), then x10 until the overhead is <= 1e-4 of a block
-        # and a block lasts >= min_run_time / 1000, or a block exceeds
-        # min_run_time. These calls also warm up, as in Timer.
-        overhead = sorted(block(0) for _ in range(5))[2]
-        number = 1
-        while True:
-            taken = block(number)
-            estimation_calls += number
-            if overhead / taken <= 1e-4 and taken >= min_run_time / 1000:
-                break
-            if taken > min_run_time or number * 10 > 2147483647:
-                break
-            number *= 10
-    shown = _Progress(progress, min_run_time)
-    raw: List[float] = []
-    total = 0.0
-    try:
-        while (len(raw) < repeats) if repeats is not None else (total < min_run_time):
-            t = block(number)
-            raw.append(t)
-            total += t
-            shown.block(len(raw), total)
-    finally:
-        shown.done()
-    return first, {"number_per_run": number, "raw_times_seconds": raw, "measured_calls": number * len(raw),
-                   "warmup_calls": warmup, "block_size_estimation_calls": estimation_calls}
-
-
-def _latency_part(workload, where, *, warmup, min_run_time, number, repeats, dev, num_threads, work_units,
-                  work_unit, progress) -> tuple:
-    """(totals, measurement, timing options, diagnostics) of the latency part."""
-    previous = torch.get_num_threads()
-    try:
-        if num_threads is not None:
-            torch.set_num_threads(num_threads)  # as Timer(num_threads=...), restored below
-        threads = torch.get_num_threads()
-        first, measurement = _time_latency(workload, where, warmup=warmup, min_run_time=min_run_time,
-                                           number=number, repeats=repeats, dev=dev, progress=progress)
-    finally:
-        if num_threads is not None:
-            torch.set_num_threads(previous)
-    stats = _block_statistics(measurement["raw_times_seconds"], measurement["number_per_run"])
-    measurement.update({"first_call_seconds": first,
-                        "block_averages_seconds": [t / measurement["number_per_run"]
-                                                   for t in measurement["raw_times_seconds"]],
-                        "median_seconds": stats["median"], "q1_seconds": stats["q1"], "q3_seconds": stats["q3"],
-                        "iqr_seconds": stats["iqr"], "mean_seconds": stats["mean"]})
-    method = f"{_TIMER_METHOD}:median_of_block_averages"
-    totals = {
-        "first_call_latency": _metric("complete", first, unit="seconds", scope="first_call", method="wall_clock"),
-        "latency": _metric("complete", stats["median"], unit="seconds", scope="call", method=method),
-        "latency_iqr": _metric("complete", stats["iqr"], unit="seconds", scope="call",
-                               method=f"{_TIMER_METHOD}:iqr_of_block_averages"),
-        "throughput": _metric("complete", work_units / stats["median"], unit=f"{work_unit}/second", scope="call",
-                              method=f"{_TIMER_METHOD}:work_units_per_median_call"),
-    }
-    timing = {"timer": "time.perf_counter", "semantics": "torch.utils.benchmark.Timer.blocked_autorange",
-              "synchronization": _sync_name(dev), "warmup_calls": warmup, "min_run_time_seconds": min_run_time,
-              "number": number, "repeats": repeats, "num_threads": threads,
-              "block_size": "given" if number is not None else "estimated as Timer._estimate_block_size",
-              "stop_rule": (f"exactly {repeats} blocks" if repeats is not None
-                            else "blocks until their total time reaches min_run_time"),
-              "statistics": "median and IQR of block averages (linear interpolation quantiles)"}
-    diagnostics = []
-    blocks = len(measurement["raw_times_seconds"])
-    if blocks < 4:
-        diagnostics.append({"code": "few_timing_blocks", "severity": "warning", "metric": "latency_iqr",
-                            "message": f"only {blocks} timing blocks: the quartiles interpolate between fewer "
-                                       "than four block averages; raise min_run_time or repeats"})
-    if stats["median"] > 0 and stats["iqr"] / stats["median"] > _IQR_WARN:
-        diagnostics.append({"code": "high_latency_variation", "severity": "warning", "metric": "latency",
-                            "message": f"the IQR is {100 * stats['iqr'] / stats['median']:.1f}% of the median "
-                                       "(torch.utils.benchmark warns above 10%): the machine was probably busy"})
-    return totals, measurement, timing, diagnostics
-
-
 def measure_latency(workload: Callable[[], Any], *, warmup: int = 1, min_run_time: float = 0.2,
                     number: Optional[int] = None, repeats: Optional[int] = None, device=None,
                     work_units=None, work_unit: Optional[str] = None, num_threads: Optional[int] = None,
@@ -420,34 +150,14 @@ def measure_latency(workload: Callable[[], Any], *, warmup: int = 1, min_run_tim
                             num_threads, input_kwargs)
     dev = opts["dev"]
     context = _context("latency", dev)
-    totals, measurement, timing, diagnostics = _latency_part(workload, where, progress=bool(progress), **{
+    totals, measurement, timing, diagnostics = _latency_part(
+        workload, where, progress=functools.partial(_Progress, bool(progress)), **{
         k: opts[k] for k in ("warmup", "min_run_time", "number", "repeats", "dev", "num_threads", "work_units",
                              "work_unit")})
     context["timing"] = timing
     context["work_unit"] = _work_unit_record(opts)
     return {"schema_version": SCHEMA_VERSION, "context": context, "inputs": _inputs(inputs, input_kwargs),
             "measurement": measurement, "totals": totals, "diagnostics": diagnostics}
-
-
-def _latency_options(where, warmup, min_run_time, number, repeats, device, work_units, work_unit, num_threads,
-                     input_kwargs) -> dict:
-    if input_kwargs is not None and not isinstance(input_kwargs, _MappingABC):
-        raise TypeError(f"{where}: input_kwargs must be a mapping of keyword-argument metadata, "
-                        f"got {type(input_kwargs).__name__}")
-    units, unit = _work_unit(work_units, work_unit, where)
-    return {"warmup": _int_arg(warmup, "warmup", where, 0),
-            "min_run_time": _positive_real(min_run_time, "min_run_time", where),
-            "number": _int_arg(number, "number", where, 1, allow_none=True),
-            "repeats": _int_arg(repeats, "repeats", where, 1, allow_none=True),
-            "dev": _device(device, where),
-            "num_threads": _int_arg(num_threads, "num_threads", where, 1, allow_none=True),
-            "work_units": units, "work_unit": unit}
-
-
-def _work_unit_record(opts) -> dict:
-    return {"name": opts["work_unit"], "units_per_call": opts["work_units"],
-            "definition": f"one workload call processes {opts['work_units']} {opts['work_unit']}; throughput is "
-                          f"{opts['work_units']} / median latency"}
 
 
 # ---------------------------------------------------------------- memory
@@ -679,7 +389,7 @@ def measure_workload(workload: Callable[[], Any], *, flops: bool = True, memory:
     report_evidence = {}
     if latency:
         lat_totals, measurement, timing, lat_diagnostics = _latency_part(
-            workload, where, progress=bool(progress), **{
+            workload, where, progress=functools.partial(_Progress, bool(progress)), **{
                 k: opts[k] for k in ("warmup", "min_run_time", "number", "repeats", "dev", "num_threads",
                                      "work_units", "work_unit")})
         totals.update(lat_totals)
