@@ -287,3 +287,67 @@ def test_the_validator_checks_relations():
     _row(report, "attn")["token_dependencies"]["sources"][0]["relation"] = {"kind": "bogus"}
     with pytest.raises(ValueError, match="relation.kind"):
         torchscan.render_report(report)
+
+
+def test_key_padding_and_a_single_visible_key():
+    # Cross-attention of L queries over 4 distinct keys and values.
+    class Distinct(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.attn = nn.MultiheadAttention(E, 4, batch_first=True)
+
+        def forward(self, q, k, v, padding):
+            return self.attn(q, k, v, key_padding_mask=padding, need_weights=False)[0]
+
+    q, k, v = torch.randn(2, L, E), torch.randn(2, 4, E), torch.randn(2, 4, E)
+    padding = torch.zeros(2, 4, dtype=torch.bool)
+    padding[:, 3] = True  # the last key hidden
+    # Every query sees keys 0..2 (three scores): query i itself; keys and
+    # values 0..2, all below 3.
+    assert _sources(torchscan.crawl_module(Distinct(), args=(q, k, v, padding)), "attn") == [
+        {"arguments": ["query"], "sequence_axis": 1, "length": L, "relation": {"kind": "same_position"}},
+        {"arguments": ["key"], "sequence_axis": 1, "length": 4, "relation": {"kind": "all", "limit": 3}},
+        {"arguments": ["value"], "sequence_axis": 1, "length": 4, "relation": {"kind": "all", "limit": 3}},
+    ]
+    padding[:, 1:] = True  # key 0 alone: every softmax is over one score
+    # No output reads the query or the keys; each reads value 0, positions
+    # 0..min(i, limit - 1) with limit 1 (prefix is named before all).
+    assert _sources(torchscan.crawl_module(Distinct(), args=(q, k, v, padding)), "attn") == [
+        {"arguments": ["query"], "sequence_axis": 1, "length": L, "relation": {"kind": "none"}},
+        {"arguments": ["key"], "sequence_axis": 1, "length": 4, "relation": {"kind": "none"}},
+        {"arguments": ["value"], "sequence_axis": 1, "length": 4, "relation": {"kind": "prefix", "limit": 1}},
+    ]
+
+
+def test_a_causal_mask_of_four_and_a_mask_with_holes():
+    x = torch.randn(2, 4, E)
+    causal = torch.triu(torch.ones(4, 4, dtype=torch.bool), 1)
+    # Query i sees keys 0..i; with the residual and feed-forward block at i: prefix.
+    report = torchscan.crawl_module(_encoder(), args=(x,), kwargs={"src_mask": causal})
+    assert _sources(report, "") == [{"arguments": ["src"], "sequence_axis": 1, "length": 4,
+                                     "relation": {"kind": "prefix"}}]
+    # Key i hidden from query i: query i sees the 3 others (no interval for
+    # queries 1, 2), its softmax reads query i, and the residual reads i: all.
+    report = torchscan.crawl_module(_encoder(), args=(x,), kwargs={"src_mask": torch.eye(4, dtype=torch.bool)})
+    assert _sources(report, "") == [{"arguments": ["src"], "sequence_axis": 1, "length": 4,
+                                     "relation": {"kind": "all"}}]
+    # The same hole in cross-attention: output 1 reads memory {0, 2, 3}
+    # (keys and values), no named relation; its query is a tensor of its own.
+    memory = torch.randn(2, 4, E)
+    deps = _row(torchscan.crawl_module(CrossAttention(), args=(x, memory, torch.eye(4, dtype=torch.bool))),
+                "attn")["token_dependencies"]
+    assert deps["status"] == "unavailable" and "key/value is none of the relations" in deps["reason"]
+
+
+def test_masks_and_configurations_outside_the_analysis():
+    x = torch.randn(2, L, E)
+    nan_mask = torch.zeros(L, L)
+    nan_mask[0, 0] = float("nan")
+    deps = _row(torchscan.crawl_module(SelfAttention(), args=(x, nan_mask)), "attn")["token_dependencies"]
+    assert deps["status"] == "unavailable" and deps["reason"] == "attn_mask holds NaN or +inf"
+    biased = nn.MultiheadAttention(E, 4, batch_first=True, add_bias_kv=True)
+    deps = _row(torchscan.crawl_module(biased, args=(x, x, x), kwargs={"need_weights": False}),
+                "")["token_dependencies"]
+    assert deps["status"] == "unavailable" and deps["method"] == "mask_analysis"
+    assert deps["reason"] == "bias_k/bias_v and add_zero_attn attend to positions that are no input's"
