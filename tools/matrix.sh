@@ -22,7 +22,8 @@ ROOT=$PWD
 . tools/env.sh
 DIR=${TORCHSCAN_MATRIX_DIR:-$HOME/.cache/torchscan-matrix}
 SUPPORTED=(2.11 2.12 2.13 2.14 2.15)
-TESTS=(tests/python/docs/test_readme.py tests/python/api/test_measure_flops.py tests/python/tools/test_coverage_audit.py
+TESTS=(tests/python/docs/test_readme.py tests/python/api/test_measure_flops.py tests/python/api/test_measure_flops_report.py
+       tests/python/api/test_custom_mapping.py tests/python/tools/test_coverage_audit.py
        tests/python/api/test_aoti.py tests/python/serving/test_attach.py tests/python/serving/test_attach_wrapper.py
        tests/python/serving/test_serving.py)
 # The libraries tools/setup.sh installs and the programs those tests drive.
