@@ -1,4 +1,5 @@
-"""What the benchmark's parts share (tools/benchmark.py, tools/benchmark_peers.py):
+"""What the benchmark's parts share (tools/benchmark.py and the part modules
+benchmark_overhead.py, benchmark_crawl.py, benchmark_scale.py, benchmark_peers.py):
 the repository root, the clock, the arms' names and their interleaving."""
 
 from __future__ import annotations
