@@ -168,7 +168,7 @@ TEST(OptimizerForeach, EveryListRowHasItsPerTensorRow) {
     EXPECT_NE(FindOperatorFormula(per_tensor), nullptr) << op << " has no per-tensor row " << per_tensor;
     EXPECT_EQ(f.flops, &optimizers::Foreach) << op;
   }
-  EXPECT_EQ(rows, 44);  // the 44 names listed in formulas/registry.cc's optimizers block
+  EXPECT_EQ(rows, 44);  // the 44 names listed in formulas/registry_training.cc's optimizers block
 }
 
 // _fused_adam(w)_ arguments after the six lists.
