@@ -449,7 +449,11 @@ class Handlers:
                 if r is None:
                     complete = False
                     continue
-                known += r["known_value"] or 0
+                add = r["known_value"] or 0
+                if known + add > _metric.MAX_COUNT:  # past what a report holds exactly: a lower bound
+                    complete = False
+                else:
+                    known += add
                 complete = complete and r["status"] == "complete"
             status = "complete" if complete else "partial"
             totals[m] = dict(old, **_metric.metric(status, known, unit=old["unit"], scope=old["scope"],

@@ -104,3 +104,22 @@ def test_what_the_builder_writes_the_check_accepts():
     for status, value in (("complete", 7), ("partial", 7), ("unavailable", None)):
         built = _metric.metric(status, value, unit="bytes", scope="workload", method="m")
         assert _metric.problem(built, "m") == ""
+
+
+# ---------------------------------------------------------------- handler totals
+
+
+def test_handler_totals_past_the_largest_count_are_a_lower_bound():
+    from torch import nn
+
+    from tests.fixtures.custom_handlers import check_readers, crawl, row
+
+    # Every Linear (block.fc1, block.fc2, head) says 2^128 - 1 FLOPs. The
+    # total is exact only up to 2^128 - 1: fc1's 2^128 - 1 (the root and the
+    # block run nothing of their own) is what the report holds, and the two
+    # additions past it make it a lower bound, as AddCount does in C++.
+    report = crawl({nn.Linear: lambda module, args, kwargs, output: {"module_flops": MAX}})
+    assert row(report, "head")["metrics"]["module_flops"]["value"] == MAX
+    total = report["totals"]["module_flops"]
+    assert (total["status"], total["value"], total["known_value"]) == ("partial", None, MAX)
+    check_readers(report)
