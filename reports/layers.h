@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -74,15 +75,52 @@ inline constexpr const char* kFieldNames[3] = {"receptive_field", "effective_str
 // layers' peak_memory / allocated_bytes and the memory report's totals.
 nlohmann::json MemoryMetricJson(MetricStatus status, int64_t bytes, const std::string& scope);
 
-// [{"path", "call_index", "parent", "depth", "failed", "metrics": {...}}]
-// requested[m] = false: metric m (kLayerMetricNames order) is unavailable /
-// not_requested (structure mode, or a view left out).
-nlohmann::json LayersJson(const std::vector<LayerTally>& layers, const std::string& scope,
-                          const std::array<bool, 4>& requested = {true, true, true, true});
-// The same array as compact JSON text (DumpJson of LayersJson), appended to
-// `out` one row at a time: a scan with many layer calls never holds them all
-// as a JSON tree (Session::ScanReportJson).
-void AppendLayersJson(const std::vector<LayerTally>& layers, const std::string& scope,
+// Note [One layer-row writer]
+// What a layer row says is decided here, once: LayerMetricOf and
+// LayerFieldOf resolve a tally's metric and field results (statuses, the
+// unavailable reasons, ownership), and AppendLayerJson writes the row's JSON
+// text from them. Every consumer reads that: the scan report and
+// Session::LayersJson splice the text, LayersJson parses it for the
+// aggregate report, Python's crawl_module reads it with json.loads, and
+// Session::LayerRows copies the resolved results into the public LayerRow.
+
+// Metric m (kLayerMetricNames order) of a layer as its row reports it.
+struct LayerMetricResult {
+  bool owned = false;  // covered by layers[l.owner[m]]'s subtree estimate: left out of "metrics"
+  MetricStatus status = MetricStatus::kUnavailable;
+  Count known = 0;          // the value (complete), a lower bound (partial), 0 (unavailable)
+  std::string_view scope;   // "module_call" / "subtree" for a handler's estimate
+  std::string_view method;  // the tally's strings or constants: valid while the tally is
+  LayerTally::Custom custom = LayerTally::Custom::kNone;
+};
+LayerMetricResult LayerMetricOf(const LayerTally& l, int m, std::string_view scope, bool requested);
+
+// Field k (kFieldNames order) of a layer's output as its row reports it:
+// complete when every spatial axis agrees, else unavailable with a reason;
+// the axes (l.field_axes) are listed whenever there are any.
+struct LayerFieldResult {
+  MetricStatus status = MetricStatus::kUnavailable;  // complete or unavailable
+  bool not_applicable = false;                       // method "not_applicable", else "data_flow"
+  bool axes = false;                                 // the row lists l.field_axes under "axes"
+  double value = 0;                                  // when complete
+  std::string_view reason;                           // when unavailable (the tally's or a constant)
+};
+LayerFieldResult LayerFieldOf(const LayerTally& l, int k);
+
+// One row, {"call_index", "depth", "failed", "metric_owners"?,
+// "metric_ownership"?, "metrics": {...}, "parent", "path", "request"?,
+// "thread"?}, as compact JSON text (keys sorted, counts exact) appended to
+// `out`. requested[m] = false: metric m is unavailable / not_requested
+// (structure mode, or a view left out).
+void AppendLayerJson(const std::vector<LayerTally>& layers, const LayerTally& l, std::string_view scope,
+                     const std::array<bool, 4>& requested, std::string& out);
+// The rows as a JSON array, appended one at a time: a scan with many layer
+// calls never holds them all as a JSON tree (Session::ScanReportJson).
+void AppendLayersJson(const std::vector<LayerTally>& layers, std::string_view scope,
                       const std::array<bool, 4>& requested, std::string& out);
+// The same array as a JSON tree (counts past 2^64 - 1 as CountJson holds
+// them), for reports that add keys to the rows.
+nlohmann::json LayersJson(const std::vector<LayerTally>& layers, std::string_view scope,
+                          const std::array<bool, 4>& requested = {true, true, true, true});
 
 }  // namespace torchscan::reports

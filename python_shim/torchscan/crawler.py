@@ -469,7 +469,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     import torchscan
 
     full = mode == "full"
-    rows = _layer_rows(scan._session, "forward", full)
+    rows = _layer_rows(scan._session, full)
     flop_report = scan.report() if full else None
     module_report = scan.module_report() if full else None
     diagnostics = []

@@ -108,66 +108,6 @@ struct ScriptSession : torch::CustomClassHolder {
 
 using Self = c10::intrusive_ptr<ScriptSession>;
 
-// A receptive-field number as the layers' JSON holds it (reports/layers.cc,
-// Number): an integer when whole and exact in both types.
-bool Whole(double v) { return std::abs(v) < 9e15 && v == std::trunc(v); }
-
-// Session::LayerRows flattened into three lists, from which crawl_module
-// builds its rows (python_shim/torchscan/crawler.py, _layer_rows) without
-// JSON text in between. Only what crawl_module reports: no parent, no
-// operator_flops. Per row:
-//   ints:  call_index, depth, failed; per module-view metric (module_flops,
-//          macs, dmas): status (MetricStatus: 0 complete, 1 partial,
-//          2 unavailable), count (-1: past 2^63 - 1, its digits in texts);
-//          per field (receptive_field, effective_stride, effective_padding):
-//          status; then not_applicable, the number of axes n (the three
-//          fields share their axes' dimensions, and only a field with axes
-//          can be complete), whole; the n dimensions; when whole (every
-//          number of the row is), the numbers: per field its value when
-//          complete, then its n axis values.
-//   reals: the same numbers when not whole.
-//   texts: the path; the digits of each count past 2^63 - 1; the reason of
-//          each unavailable field.
-std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<double>> FlatLayerRows(
-    std::vector<LayerRow> rows) {
-  std::vector<std::string> texts;
-  std::vector<int64_t> ints;
-  std::vector<double> reals;
-  texts.reserve(rows.size() * 2);
-  ints.reserve(rows.size() * 28);
-  for (LayerRow& row : rows) {
-    texts.push_back(std::move(row.path));
-    ints.insert(ints.end(), {row.call_index, row.depth, row.failed ? 1 : 0});
-    for (int m = 1; m < 4; ++m) {
-      ints.push_back(static_cast<int64_t>(row.status[m]));
-      const Count::Wide v = row.known[m].wide();
-      if (v <= static_cast<Count::Wide>(std::numeric_limits<int64_t>::max())) {
-        ints.push_back(static_cast<int64_t>(v));
-      } else {
-        ints.push_back(-1);
-        texts.push_back(row.known[m].Digits());
-      }
-    }
-    std::vector<double> numbers;
-    for (LayerRow::Field& f : row.fields) {
-      ints.push_back(static_cast<int64_t>(f.status));
-      if (f.status == MetricStatus::kComplete) numbers.push_back(f.value);
-      for (const auto& axis : f.axes) numbers.push_back(axis.second);
-      if (f.status == MetricStatus::kUnavailable) texts.push_back(std::move(f.reason));
-    }
-    const auto& axes = row.fields[0].axes;
-    const bool whole = std::all_of(numbers.begin(), numbers.end(), Whole);
-    ints.insert(ints.end(), {row.fields[0].not_applicable ? 1 : 0, static_cast<int64_t>(axes.size()), whole ? 1 : 0});
-    for (const auto& axis : axes) ints.push_back(axis.first);
-    if (whole) {
-      for (double v : numbers) ints.push_back(static_cast<int64_t>(v));
-    } else {
-      reals.insert(reals.end(), numbers.begin(), numbers.end());
-    }
-  }
-  return {std::move(texts), std::move(ints), std::move(reals)};
-}
-
 }  // namespace
 
 TORCH_LIBRARY(torchscan, m) {
@@ -204,7 +144,6 @@ TORCH_LIBRARY(torchscan, m) {
                                              std::vector<uintptr_t>(outputs.begin(), outputs.end())));
            })
       .def("layers", [](const Self& s) { return Value(s->session.LayersJson()); })
-      .def("layer_rows", [](const Self& s) { return FlatLayerRows(Value(s->session.LayerRows())); })
       .def("memory_report", [](const Self& s) { return Value(s->session.MemoryReportJson()); })
       .def("trace", [](const Self& s) { return Value(s->session.TraceJson()); })
       // For the C entry points below (torchscan_push_module_scope, ...).

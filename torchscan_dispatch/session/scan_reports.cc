@@ -105,14 +105,32 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, boo
   return layers;
 }
 
-nlohmann::json LayersOf(Session::State& s, Planned& p, const std::array<bool, 4>& requested) {
-  return reports::LayersJson(LayerTallies(s, p), s.options.scope, requested);
-}
-
-// A tally as LayersJson writes it (reports/layers.cc: LayersJson, FieldJson
-// and MetricJson), as values: the same statuses, counts, reasons and axes.
-LayerRow RowOf(reports::LayerTally& l) {
+// A tally's resolved results (reports/layers.h, Note [One layer-row writer])
+// as the public values.
+LayerRow RowOf(reports::LayerTally& l, const std::string& scope) {
   LayerRow row;
+  for (int m = 0; m < 4; ++m) {
+    const reports::LayerMetricResult r = reports::LayerMetricOf(l, m, scope, true);
+    row.status[m] = r.status;
+    row.known[m] = r.known;
+    row.owner[m] = l.owner[m];
+    if (r.custom != reports::LayerTally::Custom::kNone) {
+      row.ownership[m] =
+          r.custom == reports::LayerTally::Custom::kSubtree ? MetricOwnership::kSubtree : MetricOwnership::kModuleCall;
+      row.method[m] = std::string(r.method);
+    }
+  }
+  for (int k = 0; k < 3; ++k) {
+    const reports::LayerFieldResult r = reports::LayerFieldOf(l, k);
+    LayerRow::Field& f = row.fields[k];
+    f.status = r.status;
+    f.value = r.value;
+    f.not_applicable = r.not_applicable;
+    f.reason = std::string(r.reason);
+    if (r.axes) {
+      for (const auto& a : l.field_axes) f.axes.emplace_back(a.dim, a.values[k]);
+    }
+  }
   row.path = std::move(l.path);
   row.call_index = l.call_index;
   row.parent = l.parent;
@@ -124,50 +142,6 @@ LayerRow RowOf(reports::LayerTally& l) {
   row.memory_status = l.memory_status;
   row.peak_memory = l.peak_memory;
   row.allocated_bytes = l.allocated_bytes;
-  using Custom = reports::LayerTally::Custom;
-  for (int m = 0; m < 4; ++m) {
-    row.owner[m] = l.owner[m];
-    if (l.custom[m] != Custom::kNone) {
-      row.ownership[m] = l.custom[m] == Custom::kSubtree ? MetricOwnership::kSubtree : MetricOwnership::kModuleCall;
-      row.method[m] = std::move(l.custom_method[m]);
-    }
-  }
-  for (int m = 0; m < 4; ++m) {
-    MetricStatus status = l.failed        ? MetricStatus::kUnavailable
-                          : l.complete[m] ? MetricStatus::kComplete
-                                          : MetricStatus::kPartial;
-    // A sum past 2^128 - 1 is refused as a value: its last exact sum is a lower bound.
-    if (status == MetricStatus::kComplete && !l.known[m].exact()) status = MetricStatus::kPartial;
-    if (l.custom_unavailable[m]) status = MetricStatus::kUnavailable;
-    row.status[m] = status;
-    row.known[m] = status == MetricStatus::kUnavailable ? Count(0) : Count::FromWide(l.known[m].wide());
-  }
-  using S = reports::LayerTally::FieldState;
-  for (int k = 0; k < 3; ++k) {
-    LayerRow::Field& f = row.fields[k];
-    if (l.failed) {
-      f.reason = "the forward raised";
-    } else if (l.field_state == S::kUnseen) {
-      f.reason = "the output was not seen by the data flow";
-    } else if (l.field_state == S::kNotApplicable) {
-      f.not_applicable = true;
-      f.reason = l.field_reason;
-    } else if (l.field_state == S::kUnknown || l.field_axes.empty()) {
-      f.reason = l.field_reason;
-    } else {
-      bool agree = true;
-      for (const auto& a : l.field_axes) {
-        f.axes.emplace_back(a.dim, a.values[k]);
-        agree = agree && a.values[k] == l.field_axes[0].values[k];
-      }
-      if (agree) {
-        f.status = MetricStatus::kComplete;
-        f.value = l.field_axes[0].values[k];
-      } else {
-        f.reason = "the spatial axes differ: see axes";
-      }
-    }
-  }
   return row;
 }
 
@@ -294,7 +268,23 @@ static absl::Status CheckPerCallRows(const Session::State& s) {
 StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {
   return Public([&]() -> absl::StatusOr<std::string> {
     if (auto st = CheckPerCallRows(*state_); !st.ok()) return st;
-    return StoppedReport(*state_, filter, [&](Planned& p) { return LayersOf(*state_, p, {true, true, true, true}); });
+    State& s = *state_;
+    if (s.phase != Phase::kStopped) {
+      return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
+    }
+    if (auto st = CheckFilter(s, filter); !st.ok()) return st;
+    // The rows' text as the one writer produces it (Note [One layer-row writer]).
+    std::string out;
+    auto write = [&](Planned& p) {
+      reports::AppendLayersJson(LayerTallies(s, p), s.options.scope, {true, true, true, true}, out);
+    };
+    if (Unfiltered(filter)) {
+      write(s.Calls());
+    } else {
+      Planned p{s.Gather(filter)};
+      write(p);
+    }
+    return out;
   }());
 }
 
@@ -315,7 +305,7 @@ StatusOr<std::vector<LayerRow>> Session::LayerRows(const ReportFilter& filter) {
     }
     std::vector<LayerRow> rows;
     rows.reserve(tallies.size());
-    for (reports::LayerTally& l : tallies) rows.push_back(RowOf(l));
+    for (reports::LayerTally& l : tallies) rows.push_back(RowOf(l, s.options.scope));
     return rows;
   }());
 }
