@@ -152,7 +152,9 @@ namespace {
 using token_flow_internal::Catalog;
 using token_flow_internal::Has;
 using token_flow_internal::IsAttention;
+using token_flow_internal::MaskFromJson;
 using token_flow_internal::Pass;
+using token_flow_internal::RelationJson;
 using token_flow_internal::SdpaArgs;
 using token_flow_internal::SdpaOf;
 
@@ -164,13 +166,6 @@ TokenRelation RelationFromJson(const nlohmann::json& j) {
   return r;
 }
 
-nlohmann::json RelationJson(const TokenRelation& r) {
-  nlohmann::json j = {{"kind", r.kind}};
-  if (r.limit >= 0) j["limit"] = r.limit;
-  if (r.first_position > 0) j["first_position"] = r.first_position;
-  return j;
-}
-
 bool ClosedScope(const Recorder& r, int32_t scope) {
   // Its calls are still held: a streaming scan drops calls it has folded.
   return scope >= 0 && scope < static_cast<int32_t>(r.scopes().size()) && r.scopes()[scope].end_event >= 0 &&
@@ -178,6 +173,13 @@ bool ClosedScope(const Recorder& r, int32_t scope) {
 }
 
 }  // namespace
+
+nlohmann::json token_flow_internal::RelationJson(const TokenRelation& r) {
+  nlohmann::json j = {{"kind", r.kind}};
+  if (r.limit >= 0) j["limit"] = r.limit;
+  if (r.first_position > 0) j["first_position"] = r.first_position;
+  return j;
+}
 
 TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope) {
   TokenMaskQuery q;
@@ -219,6 +221,8 @@ TokenFlowResult AnalyseTokenFlow(const Recorder& recorder, const TokenFlowReques
 
 std::string TokenFlowJson(std::string_view text) {
   const nlohmann::json j = nlohmann::json::parse(text);
+  // A native layer's relation needs no recorded calls: what it ran with is in the request.
+  if (j.value("query", "") == "native") return token_flow_internal::NativeLayerJson(j);
   const Recorder* recorder = ThreadTopRecorder();
   const int32_t scope = j.at("scope").get<int32_t>();
   // The crawl's scan is this thread's innermost one; a scan the model opened
@@ -247,19 +251,7 @@ std::string TokenFlowJson(std::string_view text) {
   req.output = static_cast<uintptr_t>(j.at("output").get<uint64_t>());
   req.output_sizes = j.at("output_sizes").get<std::vector<int64_t>>();
   for (const auto& m : j.at("masks")) {
-    TokenMask mask;
-    if (m.contains("reason")) {
-      mask.reason = m.at("reason").get<std::string>();
-    } else {
-      mask.rows = m.at("rows").get<int64_t>();
-      mask.cols = m.at("cols").get<int64_t>();
-      mask.lo = m.at("lo").get<std::vector<int64_t>>();
-      mask.hi = m.at("hi").get<std::vector<int64_t>>();
-      if (static_cast<int64_t>(mask.lo.size()) != mask.rows || mask.hi.size() != mask.lo.size()) {
-        mask.reason = "summary is malformed";
-      }
-    }
-    req.masks[static_cast<uintptr_t>(m.at("identity").get<uint64_t>())] = std::move(mask);
+    req.masks[static_cast<uintptr_t>(m.at("identity").get<uint64_t>())] = MaskFromJson(m);
   }
   for (const auto& s : j.at("steps")) {
     TokenStep step;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "torchscan_dispatch/core/recorder.h"
@@ -55,14 +56,47 @@ struct TokenInput {
   int64_t length = 0;  // positions on `axis`
 };
 
-// What an attention mask lets through, the same for every batch element and
-// head: visible[r] = keys [lo[r], hi[r]] of query row r, over a (rows, cols)
-// mask that broadcasts to (L, S); or a reason it cannot be used.
+// One row of a relation over positions that need not be one interval: sorted,
+// disjoint, non-adjacent runs [lo, hi] (a mask's visible keys).
+using TokenRuns = std::vector<std::pair<int64_t, int64_t>>;
+TokenRuns IntersectRuns(const TokenRuns& a, const TokenRuns& b);
+TokenRuns UniteRuns(const TokenRuns& a, const TokenRuns& b);
+// The rows as intervals, or nullopt when a row is two runs or more.
+std::optional<TokenRows> IntervalRows(const std::vector<TokenRuns>& rows);
+
+// What an attention mask lets through, as the caller read it from the mask
+// tensor the call ran with (values are not recorded): the slice of its last
+// dims that every batch element and head shares, `rows` x `cols` (a size of 1
+// broadcasts), by row the keys it lets through; or what makes it unusable.
 struct TokenMask {
+  enum class Problem { kNone, kMeta, kDtype, kNonFinite, kDiffers };
+  Problem problem = Problem::kNone;
+  std::string dtype;           // kDtype: the mask's dtype, as the caller names it
+  std::vector<int64_t> shape;  // the mask's sizes
   int64_t rows = 0, cols = 0;
-  std::vector<int64_t> lo, hi;
-  std::string reason;  // non-empty: unusable, why
+  std::vector<TokenRuns> runs;  // by row
+  std::string reason;           // non-empty: unusable in the caller's words, or malformed
 };
+// Why a mask's values cannot be read (meta, dtype, NaN or +inf), the
+// sentence's subject `what`; empty when they can.
+std::string MaskValueProblem(const TokenMask& m, std::string_view what);
+
+// Note [Visible keys]
+// Query i of an attention over `source` keys sees every key, or with
+// `causal` key j <= i (tril), and of those only the ones each mask lets
+// through. Output i then reads value j for every visible key j and, through
+// a softmax over two or more scores, those keys and query i as well; a
+// softmax over one score is 1 whatever the score, so such an output reads
+// the value alone (the schema's "first_position" case). The SDPA rule of the
+// token-flow pass and the analysis of native layers (AnalyseNativeLayer)
+// both derive their relations from here.
+std::vector<TokenRuns> VisibleKeys(int64_t length, int64_t source, bool causal);
+// Keeps the keys `m` lets through (its rows and cols broadcast where 1).
+void RestrictKeys(std::vector<TokenRuns>& visible, const TokenMask& m);
+struct AttentionReads {
+  std::vector<TokenRuns> query, key, value;
+};
+AttentionReads ReadsOf(const std::vector<TokenRuns>& visible);
 
 // A module call inside the analysed one whose relation is already known (a
 // native attention layer, or a module analysed before): taken as one step.
@@ -112,9 +146,48 @@ TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope);
 
 TokenFlowResult AnalyseTokenFlow(const Recorder& recorder, const TokenFlowRequest& request);
 
+// A call of a native nn.MultiheadAttention, nn.TransformerEncoderLayer or
+// nn.TransformerDecoderLayer, as the caller gathered it: the module's
+// configuration, its bound arguments (tensors by name, masks read, flags).
+struct NativeTensor {
+  bool tensor = true;  // false: the argument is not a tensor
+  bool nested = false;
+  uintptr_t identity = 0;
+  std::vector<int64_t> sizes;
+};
+struct NativeAttention {  // one nn.MultiheadAttention of the layer
+  bool batch_first = false;
+  bool extra_positions = false;  // bias_k/bias_v or add_zero_attn
+};
+struct NativeLayerRequest {
+  std::string layer;                       // "MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer"
+  std::vector<NativeAttention> attention;  // self_attn, then the decoder's multihead_attn
+  std::map<std::string, NativeTensor> arguments;
+  std::map<std::string, TokenMask> masks;  // TokenMask conventions: allowed keys
+  std::map<std::string, bool> flags;       // is_causal, tgt_is_causal, memory_is_causal
+};
+struct NativeSource {
+  std::vector<std::string> arguments;  // one tensor passed as these arguments
+  uintptr_t identity = 0;
+  int32_t axis = 0;
+  int64_t length = 0;
+  TokenRelation relation;
+};
+struct NativeLayerResult {
+  bool complete = false;
+  std::string reason;  // unavailable: why
+  int32_t output_axis = 0;
+  int64_t output_length = 0;
+  std::vector<NativeSource> sources;
+};
+// The token dependencies of the layer's primary output (token_flow_native.cc).
+NativeLayerResult AnalyseNativeLayer(const NativeLayerRequest& request);
+
 // The Python shim's entry (bindings.cc), on this thread's innermost scan:
-// {"query": "masks", "scope", "path"} -> {"attention", "masks"}; otherwise a
-// request as above -> {"status", "reason" | "output", "sources"} (JSON text).
+// {"query": "masks", "scope", "path"} -> {"attention", "masks"};
+// {"query": "native", ...} (a NativeLayerRequest) -> {"status", "reason" |
+// "output", "sources"}; otherwise a request as above -> {"status", "reason" |
+// "output_axis", "output_length", "sources"} (JSON text).
 std::string TokenFlowJson(std::string_view request);
 
 }  // namespace torchscan

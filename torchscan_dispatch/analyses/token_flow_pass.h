@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "formulas/op_traits.h"
@@ -23,6 +25,14 @@
 namespace torchscan::token_flow_internal {
 
 inline absl::string_view N(std::string_view s) { return {s.data(), s.size()}; }
+
+// JSON of the Python shim's requests (token_flow.cc, token_flow_native.cc).
+nlohmann::json RelationJson(const TokenRelation& r);
+TokenMask MaskFromJson(const nlohmann::json& m);
+std::string NativeLayerJson(const nlohmann::json& request);
+// Why an SDPA call cannot use mask `m` (empty: it can), in the words the
+// token-flow pass has always used for it.
+std::string SdpaMaskProblem(const TokenMask& m);
 
 // What a tensor's positions depend on. A tensor with no flow holds no
 // positions of the inputs (parameters, buffers, constants, shapes only).

@@ -126,12 +126,9 @@ Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& 
   if (p.kind == ArgKind::kDouble && p.to_double() > 0) {
     return Lost(absl::StrCat(name, ": dropout_p > 0 drops attention weights at random; not analysed"));
   }
-  TokenRows vis{std::vector<int64_t>(L, 0), std::vector<int64_t>(L, S - 1)};
+  // Note [Visible keys]; SDPA's causal mask is tril(ones(L, S)).
   const ArgMeta& causal = call.arg(at.causal);
-  if (causal.kind == ArgKind::kBool && causal.to_bool()) {
-    // SDPA's causal mask is tril(ones(L, S)): key j visible to query i when j <= i.
-    for (int64_t i = 0; i < L; ++i) vis.hi[i] = std::min(i, S - 1);
-  }
+  std::vector<TokenRuns> keys = VisibleKeys(L, S, causal.kind == ArgKind::kBool && causal.to_bool());
   const ArgMeta& mask = call.arg(at.mask);
   if (mask.is_tensor() && mask.tensor().defined) {
     auto it = req_.masks.find(mask.tensor().identity);
@@ -142,26 +139,20 @@ Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& 
                                "recorded"));
     }
     const TokenMask& m = it->second;
-    if (!m.reason.empty()) return Lost(absl::StrCat(name, ": attn_mask ", m.reason));
+    if (std::string why = SdpaMaskProblem(m); !why.empty()) return Lost(absl::StrCat(name, ": attn_mask ", why));
     if ((m.rows != 1 && m.rows != L) || (m.cols != 1 && m.cols != S)) {
       return Lost(absl::StrCat(name, ": attn_mask's last dims (", m.rows, ", ", m.cols, ") do not broadcast to (", L,
                                ", ", S, ")"));
     }
-    for (int64_t i = 0; i < L; ++i) {
-      const int64_t r = m.rows == 1 ? 0 : i;
-      const bool none = m.hi[r] < m.lo[r];
-      const int64_t lo = none ? 0 : m.cols == 1 ? 0 : m.lo[r], hi = none ? -1 : m.cols == 1 ? S - 1 : m.hi[r];
-      vis.lo[i] = std::max(vis.lo[i], lo);
-      vis.hi[i] = std::min(vis.hi[i], hi);
-    }
+    RestrictKeys(keys, m);
   }
-  TokenRows several = vis;  // rows whose softmax is over two or more scores
   for (int64_t i = 0; i < L; ++i) {
-    if (vis.empty(i)) {
-      return Lost(absl::StrCat(name, ": query position ", i, " sees no key (its output is NaN)"));
-    }
-    if (vis.hi[i] == vis.lo[i]) several.hi[i] = several.lo[i] - 1;
+    if (keys[i].empty()) return Lost(absl::StrCat(name, ": query position ", i, " sees no key (its output is NaN)"));
   }
+  // Every row is one interval: the causal range and one interval per mask row.
+  const AttentionReads reads = ReadsOf(keys);
+  const TokenRows vis = *IntervalRows(reads.value), several = *IntervalRows(reads.key),
+                  own = *IntervalRows(reads.query);
   Flow r;
   r.dim = out.ndim - 2;
   r.length = L;
@@ -180,10 +171,6 @@ Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& 
     }
     return true;
   };
-  TokenRows own = several;  // query i itself, where the softmax reads it
-  for (int64_t i = 0; i < L; ++i) {
-    if (!several.empty(i)) own.lo[i] = own.hi[i] = i;
-  }
   if (!through(fv, vis) || !through(fk, several) || !through(fq, own)) {
     return Lost(absl::StrCat(name, ": ", why));
   }

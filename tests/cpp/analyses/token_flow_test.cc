@@ -82,6 +82,156 @@ TEST(TokenRelations, ComposeAndUnite) {
   EXPECT_FALSE(UniteRows(TokenRows::Same(5), RowsOf({"all", 3}, 5, 5)));
 }
 
+// A mask's slice from its rows of allowed keys ([lo, hi] runs; TokenMask).
+TokenMask Slice(int64_t cols, std::vector<TokenRuns> runs) {
+  TokenMask m;
+  m.rows = static_cast<int64_t>(runs.size());
+  m.cols = cols;
+  m.shape = {m.rows, m.cols};
+  m.runs = std::move(runs);
+  return m;
+}
+
+TEST(VisibleKeys, CausalMasksAndOneScore) {
+  // Causal over 4: query i sees keys 0..i.
+  auto v = VisibleKeys(4, 4, true);
+  EXPECT_EQ(v[0], (TokenRuns{{0, 0}}));
+  EXPECT_EQ(v[3], (TokenRuns{{0, 3}}));
+  // Key padding hiding the last key (one row broadcast to every query):
+  // query 3 now sees 0..2; query 0 still key 0 alone.
+  RestrictKeys(v, Slice(4, {{{0, 2}}}));
+  EXPECT_EQ(v[3], (TokenRuns{{0, 2}}));
+  const AttentionReads r = ReadsOf(v);
+  // Query 0's softmax is over one score: output 0 reads value 0 only.
+  EXPECT_TRUE(r.query[0].empty() && r.key[0].empty());
+  EXPECT_EQ(r.value[0], (TokenRuns{{0, 0}}));
+  // Query 2 sees keys 0..2: value and key 0..2, and query 2 itself.
+  EXPECT_EQ(r.key[2], (TokenRuns{{0, 2}}));
+  EXPECT_EQ(r.query[2], (TokenRuns{{2, 2}}));
+  // A mask with a hole: key 1 hidden from every query; one column broadcasts to every key.
+  v = VisibleKeys(2, 4, false);
+  RestrictKeys(v, Slice(4, {{{0, 0}, {2, 3}}}));
+  EXPECT_EQ(v[1], (TokenRuns{{0, 0}, {2, 3}}));
+  v = VisibleKeys(2, 4, false);
+  RestrictKeys(v, Slice(1, {{{0, 0}}, {}}));
+  EXPECT_EQ(v[0], (TokenRuns{{0, 3}}));
+  EXPECT_TRUE(v[1].empty());
+  // Runs: {0..1, 4} and {2..3} unite into 0..4; intersect to nothing.
+  EXPECT_EQ(UniteRuns({{0, 1}, {4, 4}}, {{2, 3}}), (TokenRuns{{0, 4}}));
+  EXPECT_TRUE(IntersectRuns({{0, 1}, {4, 4}}, {{2, 3}}).empty());
+  EXPECT_FALSE(IntervalRows({{{0, 1}, {3, 3}}}));
+}
+
+NativeTensor Seq(uintptr_t identity, int64_t length) { return {true, false, identity, {2, length, 16}}; }
+
+NativeLayerRequest Mha(int64_t length, int64_t source, bool self) {
+  NativeLayerRequest q;
+  q.layer = "MultiheadAttention";
+  q.attention = {{/*batch_first=*/true, false}};
+  q.arguments["query"] = Seq(1, length);
+  q.arguments["key"] = Seq(self ? 1 : 2, source);
+  q.arguments["value"] = Seq(self ? 1 : 3, source);
+  return q;
+}
+
+std::string Relations(const NativeLayerResult& r) {
+  if (!r.complete) return "unavailable: " + r.reason;
+  std::string s;
+  for (const NativeSource& src : r.sources) {
+    for (const auto& a : src.arguments) s += a + (&a == &src.arguments.back() ? "" : "/");
+    s += " " + src.relation.kind;
+    if (src.relation.limit >= 0) s += " limit " + std::to_string(src.relation.limit);
+    if (src.relation.first_position > 0) s += " first " + std::to_string(src.relation.first_position);
+    s += "; ";
+  }
+  return s;
+}
+
+TEST(NativeLayer, MultiheadAttention) {
+  // Self-attention, causal mask of length 4: output i sees keys 0..i; its
+  // value, key and query dependencies all lie in 0..i, and query/key/value
+  // are one tensor: prefix.
+  NativeLayerRequest q = Mha(4, 4, true);
+  q.masks["attn_mask"] = Slice(4, {{{0, 0}}, {{0, 1}}, {{0, 2}}, {{0, 3}}});
+  NativeLayerResult r = AnalyseNativeLayer(q);
+  EXPECT_EQ(Relations(r), "query/key/value prefix; ");
+  EXPECT_EQ(r.output_axis, 1);
+  EXPECT_EQ(r.output_length, 4);
+  // Cross-attention of 3 queries, key padding hiding the last of 4 keys:
+  // every query sees keys 0..2 (three scores): query i itself, keys and
+  // values 0..2 (all below 3).
+  q = Mha(3, 4, false);
+  TokenMask pad = Slice(4, {{{0, 2}}});
+  pad.shape = {2, 4};
+  q.masks["key_padding_mask"] = pad;
+  EXPECT_EQ(Relations(AnalyseNativeLayer(q)), "query same_position; key all limit 3; value all limit 3; ");
+  // Only key 0 visible: every softmax is over one score, so no output
+  // reads the query or the keys; each reads value 0, which is positions
+  // 0..min(i, limit - 1) with limit 1 (prefix is named before all).
+  pad.runs = {{{0, 0}}};
+  q.masks["key_padding_mask"] = pad;
+  EXPECT_EQ(Relations(AnalyseNativeLayer(q)), "query none; key none; value prefix limit 1; ");
+  // is_causal over 3: query 0 sees key 0 alone (value 0 only), queries 1, 2
+  // see 0..i: query from position 1, keys a prefix from 1, values a prefix.
+  q = Mha(3, 3, false);
+  q.flags["is_causal"] = true;
+  EXPECT_EQ(Relations(AnalyseNativeLayer(q)), "query same_position first 1; key prefix first 1; value prefix; ");
+}
+
+TEST(NativeLayer, ResidualsAndWhatIsUnavailable) {
+  NativeLayerRequest q;
+  q.layer = "TransformerEncoderLayer";
+  q.attention = {{true, false}};
+  q.arguments["src"] = Seq(7, 4);
+  // Key i hidden from query i: query i sees the other 3 keys (not one
+  // interval), its softmax reads query i, and the residual reads i: all.
+  q.masks["src_mask"] = Slice(4, {{{1, 3}}, {{0, 0}, {2, 3}}, {{0, 1}, {3, 3}}, {{0, 2}}});
+  EXPECT_EQ(Relations(AnalyseNativeLayer(q)), "src all; ");
+  // A window of two (i-1..i) is none of the named relations.
+  q.masks["src_mask"] = Slice(4, {{{0, 0}}, {{0, 1}}, {{1, 2}}, {{2, 3}}});
+  EXPECT_EQ(Relations(AnalyseNativeLayer(q)),
+            "unavailable: the output's dependency on src is none of the relations the schema names (none, "
+            "same_position, prefix, all), e.g. a sliding window, or key padding next to a residual path");
+  // is_causal next to a mask that is not causal: PyTorch applies one or the other.
+  q.masks["src_mask"] = Slice(4, {{{0, 3}}, {{0, 3}}, {{0, 3}}, {{0, 3}}});
+  q.flags["is_causal"] = true;
+  EXPECT_NE(Relations(AnalyseNativeLayer(q)).find("is_causal is set with an attn_mask that is not causal"),
+            std::string::npos);
+  q.flags.clear();
+  TokenMask meta;
+  meta.problem = TokenMask::Problem::kMeta;
+  q.masks["src_mask"] = meta;
+  EXPECT_EQ(Relations(AnalyseNativeLayer(q)),
+            "unavailable: attn_mask is on meta: its values, which decide the relation, are unknown");
+  q.masks.clear();
+  TokenMask pad = Slice(3, {{{0, 2}}});
+  pad.shape = {2, 3};
+  q.masks["src_key_padding_mask"] = pad;
+  EXPECT_EQ(Relations(AnalyseNativeLayer(q)), "unavailable: key_padding_mask has shape (2, 3), expected (..., 4)");
+  q.masks.clear();
+  q.attention[0].extra_positions = true;
+  EXPECT_EQ(Relations(AnalyseNativeLayer(q)),
+            "unavailable: bias_k/bias_v and add_zero_attn attend to positions that are no input's");
+}
+
+TEST(NativeLayer, DecoderThroughJson) {
+  // tgt: causal self-attention over 3 plus residuals: prefix. memory: the
+  // cross block's keys/values 0..3 of 5 (padding hides 4) for every query:
+  // all below 4.
+  const auto j = nlohmann::json::parse(TokenFlowJson(R"({"query": "native", "layer": "TransformerDecoderLayer",
+      "attention": [{"batch_first": false, "extra_positions": false},
+                    {"batch_first": false, "extra_positions": false}],
+      "arguments": {"tgt": {"identity": 1, "sizes": [3, 2, 16]}, "memory": {"identity": 2, "sizes": [5, 2, 16]}},
+      "masks": {"memory_key_padding_mask": {"shape": [2, 5], "rows": 1, "cols": 5, "runs": [0, 0, 3]}},
+      "flags": {"tgt_is_causal": true}})"));
+  EXPECT_EQ(j["status"], "complete");
+  EXPECT_EQ(j["output"], nlohmann::json({{"sequence_axis", 0}, {"length", 3}}));
+  EXPECT_EQ(j["sources"][0]["arguments"], nlohmann::json({"tgt"}));
+  EXPECT_EQ(j["sources"][0]["relation"], nlohmann::json({{"kind", "prefix"}}));
+  EXPECT_EQ(j["sources"][1]["identity"], 2);
+  EXPECT_EQ(j["sources"][1]["relation"], nlohmann::json({{"kind", "all"}, {"limit", 4}}));
+}
+
 // One module call "attn" recorded by a scan, analysed while the scan runs.
 class Scanned : public ::testing::Test {
  protected:
@@ -139,11 +289,7 @@ TEST_F(Scanned, CausalSdpaOfThreeTensors) {
 TEST_F(Scanned, SuppliedMaskAndUnknownMask) {
   const at::Tensor keep = at::ones({1, 1, 1, 4}, at::kBool);
   const uintptr_t id = reinterpret_cast<uintptr_t>(keep.unsafeGetTensorImpl());
-  TokenMask m;
-  m.rows = 1;
-  m.cols = 4;
-  m.lo = {0};
-  m.hi = {2};  // keys 0..2 for every query (key 3 padding, as the caller read the mask)
+  const TokenMask m = Slice(4, {{{0, 2}}});  // keys 0..2 for every query (key 3 padding, as the caller read it)
   TokenMaskQuery found;
   auto body = [&] { return at::scaled_dot_product_attention(q, k, v, keep); };
   TokenFlowResult r = Run(body, {{&q, 2}, {&k, 2}, {&v, 2}}, {{id, m}}, &found);
@@ -176,6 +322,17 @@ TEST_F(Scanned, ProjectionsViewsAndAnUnsupportedOperator) {
   r = Run([&] { return at::cumsum(heads(x), 2); }, {{&x, 1}});
   EXPECT_FALSE(r.complete);
   EXPECT_NE(r.reason.find("aten::cumsum"), std::string::npos) << r.reason;
+}
+
+TEST_F(Scanned, AMaskWithAHoleIsNamed) {
+  const at::Tensor keep = at::ones({1, 1, 1, 4}, at::kBool);
+  const uintptr_t id = reinterpret_cast<uintptr_t>(keep.unsafeGetTensorImpl());
+  // Key 1 hidden: query row 0 sees keys {0, 2, 3}, no interval the pass can carry.
+  const TokenFlowResult r = Run([&] { return at::scaled_dot_product_attention(q, k, v, keep); },
+                                {{&q, 2}, {&k, 2}, {&v, 2}}, {{id, Slice(4, {{{0, 0}, {2, 3}}})}});
+  EXPECT_FALSE(r.complete);
+  EXPECT_NE(r.reason.find("attn_mask lets query row 0 see keys that are not one interval"), std::string::npos)
+      << r.reason;
 }
 
 TEST(TokenFlowJson, RefusesAScopeItCannotFind) {
