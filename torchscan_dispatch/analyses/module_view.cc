@@ -67,9 +67,10 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
     if (known.info == nullptr) known.info = &catalog.Get(e.op());
     const OpInfo& info = *known.info;
     auto call = [&] { return FormulaCall(info, e.args(), e.outputs()); };
-    // This call's three results; a call with no value leaves all three incomplete.
-    const FormulaResult missing = FormulaResult::Unavailable("", "");
-    ModuleCosts costs = {missing, missing, missing};
+    // This call's three results, read in place (no copy of their texts per
+    // call); a call with no value leaves all three incomplete.
+    static const ModuleCosts kMissing = ModuleCosts::Unavailable(FormulaResult::Unavailable("", ""));
+    const ModuleCosts* costs = &kMissing;
     bool reported = false;  // a gap diagnostic covers it already
     if (e.raised()) {
       ++gaps.raised[info.packet];
@@ -78,11 +79,11 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
       switch (plan.kind[i]) {
         case CallKind::kFormula:
           if (!known.formula) known.formula = info.module->Evaluate(call());
-          costs = *known.formula;
+          costs = &*known.formula;
           break;
         case CallKind::kZeroCost:
           if (!known.zero_cost) known.zero_cost = ZeroCostCosts(call(), info.zero_cost);
-          costs = *known.zero_cost;
+          costs = &*known.zero_cost;
           break;
         case CallKind::kDecomposition:
           continue;  // its children are visited on their own
@@ -93,7 +94,7 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
           break;
       }
     }
-    const FormulaResult* r[3] = {&costs.flops, &costs.macs, &costs.dmas};
+    const FormulaResult* r[3] = {&costs->flops, &costs->macs, &costs->dmas};
     reports::LayerTally* const layers[2] = {rows.Scope(e), rows.Request(e)};
     for (int m = 0; m < 3; ++m) {
       const bool valued = r[m]->status != MetricStatus::kUnavailable;

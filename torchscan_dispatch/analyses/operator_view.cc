@@ -249,7 +249,10 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
         case CallKind::kFormula: {
           const CallerFormula* caller = f.caller;
           if (!caller && !f.builtin) f.builtin = EvaluateOperatorFormula(*info.builtin, CallOf(e, info));
-          const FormulaResult r = caller ? (*caller)(CallOf(e, info)) : *f.builtin;
+          // The built-in result is read in place: no copy of its texts per call.
+          std::optional<FormulaResult> from_caller;
+          if (caller) from_caller = (*caller)(CallOf(e, info));
+          const FormulaResult& r = caller ? *from_caller : *f.builtin;
           if (r.status != MetricStatus::kUnavailable && !r.value.exact()) {
             // Refused, never wrapped: a negative caller value, or past 2^128 - 1.
             incomplete = true;
