@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <utility>
 
 namespace torchscan {
 std::atomic<CustomClassRecorder>& CustomClassRecorderSlot() {
@@ -144,11 +145,133 @@ absl::Span<const ArgMeta> RecordValues(Arena& arena, absl::Span<const c10::IValu
   return {out, values.size()};
 }
 
+
+// Note [Repeated calls]
+// A model makes the same few hundred calls over and over, so the signature a
+// call gets is mostly the one its operator got last time. CallTable keeps,
+// per operator and keys, the last two running-call signatures, and each
+// running-call signature the finished one it last ended as; a call is first
+// compared with those guesses in place, against its IValues, without
+// recording into the arena or hashing. The comparison is what recording and
+// SameValues would decide, value by value (tensor numbers included: it
+// numbers the call's tensors in the same order as recording does), so a guess
+// that matches is the very signature Intern would have found; any value it
+// does not know how to compare in place (symbolic ints, objects, ...) fails
+// it, and the call is recorded as before. Clear drops every guess with the
+// signatures.
+
+// `t` is what FillTensor recorded as `m`; numbers it in `ids` as FillTensor does.
+bool MatchTensor(const TensorMeta& m, const at::Tensor& t, CallTensors& ids) {
+  if (!t.defined()) return !m.defined;  // an undefined one is always TensorMeta()
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (!m.defined || m.identity != ids.Number(reinterpret_cast<uintptr_t>(impl))) return false;
+  if (m.dtype != t.scalar_type() || m.device != t.device().type()) return false;
+  if (impl->is_nested() || impl->has_symbolic_sizes_strides()) return m.nested;  // nothing else recorded
+  if (m.nested) return false;
+  const c10::IntArrayRef sizes = impl->sizes();
+  const size_t n = sizes.size();
+  const bool strided = impl->layout() == c10::kStrided;
+  if (static_cast<size_t>(m.ndim) != n || m.strided != strided) return false;
+  if (n == 0) return true;
+  if (std::memcmp(m.size_data, sizes.data(), n * sizeof(int64_t)) != 0) return false;
+  // A strided tensor's recorded strides are never null (FillTensor).
+  return !strided || std::memcmp(m.stride_data, impl->strides().data(), n * sizeof(int64_t)) == 0;
+}
+
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// `v` is what Record recorded as `m` (false also for values only Record compares).
+bool MatchValue(const ArgMeta& m, const c10::IValue& v, CallTensors& ids) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) return m.kind == ArgKind::kNone;
+    return m.kind == ArgKind::kTensor && MatchTensor(m.tensor(), t, ids);
+  }
+  if (v.isNone()) return m.kind == ArgKind::kNone;
+  if (v.isInt()) return m.kind == ArgKind::kInt && m.to_int() == v.toInt();
+  if (v.isDouble()) return m.kind == ArgKind::kDouble && SameBits(m.to_double(), v.toDouble());
+  if (v.isBool()) return m.kind == ArgKind::kBool && m.to_int() == (v.toBool() ? 1 : 0);
+  if (v.isDevice() || v.isGenerator()) return m.kind == ArgKind::kOther;
+  if (v.isString()) return m.kind == ArgKind::kString && m.str() == v.toStringRef();
+  if (!v.isList()) return false;  // symbolic ints, objects, ...: Record decides
+  const c10::ArrayRef<c10::IValue> list = v.toListRef();
+  if (m.count != list.size()) return false;
+  if (v.isIntList()) {
+    if (m.kind != ArgKind::kIntList) return false;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (m.ints()[i] != list[i].toInt()) return false;
+    }
+    return true;
+  }
+  if (v.isBoolList()) {
+    if (m.kind != ArgKind::kBoolList) return false;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (m.ints()[i] != (list[i].toBool() ? 1 : 0)) return false;
+    }
+    return true;
+  }
+  if (v.isDoubleList()) {
+    if (m.kind != ArgKind::kDoubleList) return false;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!SameBits(m.doubles()[i], list[i].toDouble())) return false;
+    }
+    return true;
+  }
+  if (v.isSymIntList()) return false;
+  if (m.kind == ArgKind::kTensorList) {
+    // Tensor[], or a generic list Record read as Tensor?[]; a non-empty
+    // list of numbers was recorded as kDoubleList and fails at its first.
+    for (size_t i = 0; i < list.size(); ++i) {
+      const c10::IValue& e = list[i];
+      if (e.isTensor()) {
+        if (!MatchTensor(m.tensors()[i], e.toTensor(), ids)) return false;
+      } else if (!e.isNone() || m.tensors()[i].defined) {
+        return false;
+      }
+    }
+    return true;
+  }
+  if (m.kind == ArgKind::kDoubleList && !list.empty()) {
+    // Scalar[]: a generic list of numbers (Record converts each).
+    for (size_t i = 0; i < list.size(); ++i) {
+      const c10::IValue& e = list[i];
+      double d;
+      if (e.isDouble()) {
+        d = e.toDouble();
+      } else if (e.isInt()) {
+        d = static_cast<double>(e.toInt());
+      } else if (e.isBool()) {
+        d = e.toBool() ? 1.0 : 0.0;
+      } else {
+        return false;
+      }
+      if (!SameBits(m.doubles()[i], d)) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+bool MatchValues(absl::Span<const ArgMeta> recorded, absl::Span<const c10::IValue> values, CallTensors& ids) {
+  if (recorded.size() != values.size()) return false;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!MatchValue(recorded[i], values[i], ids)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 // ---- Call-local tensor numbers.
 
 void CallTensors::Reset(const uintptr_t* ids, size_t n) {
   ids_.assign(ids, ids + n);
+  if (!index_.empty()) index_.clear();
+  if (ids_.size() > kLinear) IndexAll();
+}
+
+void CallTensors::Truncate(size_t n) {
+  if (ids_.size() <= n) return;
+  ids_.resize(n);
   index_.clear();
   if (ids_.size() > kLinear) IndexAll();
 }
@@ -313,8 +436,26 @@ const CallSig* CallTable::Intern(const CallSig& probe, const Arena::Mark& mark) 
   return kept;
 }
 
+CallTable::Slot& CallTable::SlotFor(const c10::OperatorHandle& op, c10::DispatchKeySet keys) {
+  const uint64_t h = (std::hash<c10::OperatorHandle>()(op) ^ keys.raw_repr()) * 0x9E3779B97F4A7C15ull;
+  return recent_[h >> (64 - kSlotBits)];
+}
+
 const CallSig* CallTable::Start(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                                 absl::Span<const c10::IValue> args, CallTensors& tensors) {
+  // Note [Repeated calls]: the latest guesses first.
+  Slot& slot = SlotFor(op, keys);
+  for (int w = 0; w < 2; ++w) {
+    const CallSig* guess = slot.way[w];
+    if (guess == nullptr) break;
+    if (guess->op != op || guess->keys != keys) continue;
+    tensors.Reset(nullptr, 0);
+    if (MatchValues(guess->args, args, tensors)) {
+      if (w == 1) std::swap(slot.way[0], slot.way[1]);
+      ++guessed_;
+      return guess;
+    }
+  }
   const Arena::Mark mark = arena_.GetMark();
   tensors.Reset(nullptr, 0);
   CallSig probe(op, keys);
@@ -323,7 +464,12 @@ const CallSig* CallTable::Start(const c10::OperatorHandle& op, c10::DispatchKeyS
   uint64_t h = std::hash<c10::OperatorHandle>()(op);
   Mix(h, keys.raw_repr());
   probe.hash = HashValues(h, probe.args);
-  return Intern(probe, mark);
+  const CallSig* sig = Intern(probe, mark);
+  if (slot.way[0] != sig) {
+    slot.way[1] = slot.way[0];
+    slot.way[0] = sig;
+  }
+  return sig;
 }
 
 namespace {
@@ -341,6 +487,15 @@ CallSig Ended(const CallSig* started) {
 }  // namespace
 
 const CallSig* CallTable::Finish(const CallSig* started, absl::Span<const c10::IValue> outputs, CallTensors& tensors) {
+  // Note [Repeated calls]: how the call ended last time, first.
+  if (const CallSig* guess = started->last_finished) {
+    const size_t had = tensors.addresses().size();
+    if (MatchValues(guess->outputs, outputs, tensors)) {
+      ++guessed_;
+      return guess;
+    }
+    tensors.Truncate(had);
+  }
   const Arena::Mark mark = arena_.GetMark();
   CallSig probe = Ended(started);
   probe.outputs = RecordValues(arena_, outputs, tensors);
@@ -348,7 +503,9 @@ const CallSig* CallTable::Finish(const CallSig* started, absl::Span<const c10::I
   uint64_t h = started->hash;
   Mix(h, 1);
   probe.hash = HashValues(h, probe.outputs);
-  return Intern(probe, mark);
+  const CallSig* sig = Intern(probe, mark);
+  started->last_finished = sig;
+  return sig;
 }
 
 const CallSig* CallTable::Stop(const CallSig* started, bool raised) {
@@ -362,6 +519,7 @@ const CallSig* CallTable::Stop(const CallSig* started, bool raised) {
 }
 
 void CallTable::Clear() {
+  recent_.fill(Slot());
   sigs_.clear();
   kept_.Clear();
   arena_.Clear();

@@ -13,6 +13,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/core/DispatchKeySet.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -44,6 +45,13 @@ struct CallSig {
   absl::Span<const ArgMeta> args;
   absl::Span<const ArgMeta> outputs;
   const CallSig* started = nullptr;  // the signature the call had while it ran (nullptr: this is it)
+  // A running call's signature: the one its last call finished with (a
+  // guess CallTable::Finish checks first; Note [Repeated calls]).
+  mutable const CallSig* last_finished = nullptr;
+  // Whether the operator owns its subtree in both views (OwnsSubtreeInBothViews'
+  // answer for the operator alone, kept here so the fallback asks a map once
+  // per signature rather than once per call; -1: not asked yet).
+  mutable int8_t owner = -1;
   uint64_t hash = 0;
   uint32_t arg_tensors = 0;  // distinct tensors among the operands
   uint32_t tensors = 0;      // ... among the operands and the returns
@@ -57,6 +65,7 @@ class CallTensors {
   void Reset(const uintptr_t* ids, size_t n);  // start from these (a running call's operands)
   uint32_t Number(uintptr_t address);          // 1-based; new addresses are appended
   const std::vector<uintptr_t>& addresses() const { return ids_; }
+  void Truncate(size_t n);  // forgets the addresses after the first n
 
  private:
   static constexpr size_t kLinear = 16;  // beyond this many, look up by hash
@@ -88,7 +97,9 @@ class CallTable {
   const CallSig* Stop(const CallSig* started, bool raised);
 
   size_t size() const { return sigs_.size(); }
-  // Forgets every signature: nothing returned before stays valid.
+  size_t guessed() const { return guessed_; }  // Start and Finish answers of Note [Repeated calls]
+  // Forgets every signature: nothing returned before stays valid (nor the
+  // guesses of Note [Repeated calls]).
   void Clear();
 
  private:
@@ -103,6 +114,16 @@ class CallTable {
   // The kept signature equal to `probe`, whose metadata was recorded at the
   // arena's top since `mark` (dropped when an equal one is kept already).
   const CallSig* Intern(const CallSig& probe, const Arena::Mark& mark);
+
+  // Note [Repeated calls]: the last running-call signatures seen per
+  // operator and keys, by a hash of both; two ways, the latest first.
+  static constexpr size_t kSlotBits = 8;
+  struct Slot {
+    const CallSig* way[2] = {nullptr, nullptr};
+  };
+  Slot& SlotFor(const c10::OperatorHandle& op, c10::DispatchKeySet keys);
+  std::array<Slot, size_t{1} << kSlotBits> recent_{};
+  size_t guessed_ = 0;
 
   Arena arena_;             // the signatures' metadata
   BlockLog<CallSig> kept_;  // the signatures (stable addresses)
