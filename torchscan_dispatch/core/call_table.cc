@@ -145,7 +145,6 @@ absl::Span<const ArgMeta> RecordValues(Arena& arena, absl::Span<const c10::IValu
   return {out, values.size()};
 }
 
-
 // Note [Repeated calls]
 // A model makes the same few hundred calls over and over, so the signature a
 // call gets is mostly the one its operator got last time. CallTable keeps,

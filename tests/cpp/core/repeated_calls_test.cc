@@ -107,12 +107,12 @@ TEST(RepeatedCalls, ARepeatGetsTheSignatureAndTensorsTheSlowPathGives) {
 TEST(RepeatedCalls, OneSizeStrideDtypeOrLayoutApart) {
   const auto& add = Op("aten::add", "Tensor");
   const at::Tensor a = at::ones({2, 3}), out = at::empty({2, 3});
-  ExpectApart(add, {a, at::ones({2, 3}), 1}, {a, at::ones({2, 4}), 1}, {out});           // a size
-  ExpectApart(add, {a, at::ones({2, 3}), 1}, {a, at::ones({2, 3, 1}), 1}, {out});        // the rank
-  ExpectApart(add, {a, at::ones({3, 2}).t(), 1}, {a, at::ones({2, 3}), 1}, {out});       // strides only
+  ExpectApart(add, {a, at::ones({2, 3}), 1}, {a, at::ones({2, 4}), 1}, {out});               // a size
+  ExpectApart(add, {a, at::ones({2, 3}), 1}, {a, at::ones({2, 3, 1}), 1}, {out});            // the rank
+  ExpectApart(add, {a, at::ones({3, 2}).t(), 1}, {a, at::ones({2, 3}), 1}, {out});           // strides only
   ExpectApart(add, {a, at::ones({2, 3}), 1}, {a, at::ones({2, 3}, at::kDouble), 1}, {out});  // dtype
-  ExpectApart(add, {a, at::ones({2, 3}), 1}, {a, at::ones({2, 3}).to_sparse(), 1}, {out});  // layout
-  ExpectApart(add, {a, a, 1}, {a, a, 1}, {out}, {at::empty({6})});                         // a return's shape
+  ExpectApart(add, {a, at::ones({2, 3}), 1}, {a, at::ones({2, 3}).to_sparse(), 1}, {out});   // layout
+  ExpectApart(add, {a, a, 1}, {a, a, 1}, {out}, {at::empty({6})});                           // a return's shape
 }
 
 TEST(RepeatedCalls, ScalarsApartBitForBit) {
