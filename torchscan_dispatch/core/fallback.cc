@@ -28,11 +28,12 @@ thread_local int tls_paused __attribute__((tls_model("initial-exec"))) = 0;
 
 // Runs the call below the mode key; when no recorder wants them, the calls
 // its kernel makes skip the fallback (they would add nothing to a report).
+// `op_owner`: the operator's cached part of OwnsSubtreeInBothViews (CallSig::owner), if known.
 void Redispatch(const c10::OperatorHandle& op, c10::DispatchKeySet after, torch::jit::Stack* stack,
-                absl::Span<const c10::IValue> args, bool skip_children) {
+                absl::Span<const c10::IValue> args, bool skip_children, int8_t* op_owner = nullptr) {
   // A torch.func call's physical work is in its children (see PlanView).
   if (skip_children && !after.has(c10::DispatchKey::FuncTorchBatched) &&
-      !after.has(c10::DispatchKey::FuncTorchGradWrapper) && OwnsSubtreeInBothViews(op, after, args)) {
+      !after.has(c10::DispatchKey::FuncTorchGradWrapper) && OwnsSubtreeInBothViews(op, after, args, op_owner)) {
     c10::impl::ExcludeDispatchKeyGuard no_children(kModeKey);
     op.redispatchBoxed(after, stack);
     return;
@@ -106,7 +107,7 @@ void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
   }
   const int32_t index = top->Begin(op, after, args);
   try {
-    Redispatch(op, after, stack, args, !top->record_owned_children);
+    Redispatch(op, after, stack, args, !top->record_owned_children, &top->events()[index].sig->owner);
   } catch (...) {
     top->Abort(index);
     throw;

@@ -103,8 +103,8 @@ bool OpCatalog::RanAutogradKernel(const c10::OperatorHandle& op, c10::DispatchKe
 
 namespace {
 // initial-exec like the engine's other TLS variables (all_threads.cc).
-thread_local std::unordered_map<c10::OperatorHandle, bool>* tls_owners __attribute__((tls_model("initial-exec"))) =
-    nullptr;
+using OwnerMap = absl::flat_hash_map<c10::OperatorHandle, bool, std::hash<c10::OperatorHandle>>;
+thread_local OwnerMap* tls_owners __attribute__((tls_model("initial-exec"))) = nullptr;
 thread_local OpCatalog* tls_catalog __attribute__((tls_model("initial-exec"))) = nullptr;
 }  // namespace
 
@@ -150,9 +150,9 @@ bool HasAutogradMeta(const c10::IValue& v) {
 // analyses/operator_view.cc). An autograd kernel computes only for tensors
 // with autograd metadata; the kernels below it make their calls with
 // autograd switched off, and those the formula covers.
-bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                            absl::Span<const c10::IValue> args) {
-  if (tls_owners == nullptr) tls_owners = new std::unordered_map<c10::OperatorHandle, bool>();  // one per thread
+namespace {
+bool OperatorOwnsSubtree(const c10::OperatorHandle& op) {
+  if (tls_owners == nullptr) tls_owners = new OwnerMap();  // one per thread
   auto it = tls_owners->find(op);
   if (it == tls_owners->end()) {
     const std::string name = op.operator_name().name;
@@ -162,7 +162,18 @@ bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op, c10::DispatchKeySet k
                       (zero || (rows && FindModuleFormula(name) != nullptr));
     it = tls_owners->emplace(op, owns).first;
   }
-  if (!it->second) return false;
+  return it->second;
+}
+}  // namespace
+
+bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op, c10::DispatchKeySet keys, absl::Span<const c10::IValue> args,
+                            int8_t* op_owner) {
+  if (op_owner == nullptr) {
+    if (!OperatorOwnsSubtree(op)) return false;
+  } else {
+    if (*op_owner < 0) *op_owner = OperatorOwnsSubtree(op) ? 1 : 0;
+    if (*op_owner == 0) return false;
+  }
   // See Note [Owned children]: an autograd kernel may make calls of its own.
   if (!keys.has_any(c10::autograd_dispatch_keyset)) return true;
   if (std::none_of(args.begin(), args.end(), HasAutogradMeta)) return true;

@@ -5,6 +5,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -64,9 +65,10 @@ class OpCatalog {
 // True when a call of `op` dispatched with `keys` on `args` owns its whole
 // subtree in both views (a formula or a zero-cost rule in each, and no
 // autograd kernel that may make calls of its own): its children add nothing
-// to any report. Cached per thread; safe on the hot path.
-bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                            absl::Span<const c10::IValue> args);
+// to any report. Cached per thread; safe on the hot path. `op_owner`, when
+// given, caches the operator's part of the answer (-1: not known yet).
+bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op, c10::DispatchKeySet keys, absl::Span<const c10::IValue> args,
+                            int8_t* op_owner = nullptr);
 // True when a call of `op` with `keys` adds no FLOPs or MACs of its own in
 // either view: it has a zero-cost rule (copy, view, allocation, fill, ...)
 // or it runs its decomposition (whose calls are seen one by one). For calls
