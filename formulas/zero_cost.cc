@@ -38,6 +38,8 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       {"aten::retain_grad", R::kMetadata},
       {"aten::retains_grad", R::kMetadata},
       {"aten::_has_compatible_shallow_copy_type", R::kMetadata},
+      // Forward-mode AD asks it whether a tangent may be a view of its primal.
+      {"aten::_has_same_storage_numel", R::kMetadata},
       {"aten::detach_", R::kMetadata},
       {"aten::as_strided_", R::kMetadata},
       {"aten::set_data", R::kMetadata},

@@ -21,7 +21,7 @@ products, a mask whose values are unknown) makes the result unavailable
 with the operator named.
 
 Masks: the engine records no tensor values, so the masks an attention
-operator ran with are read here, from the call's own arguments or the
+operator ran with are read here (tokens.read_mask), from the call's own arguments or the
 module's buffers (recording paused); a mask made inside the module is
 unknown and makes the result unavailable. Each input's token axis is dim -2
 of a floating tensor (batch-first (N, L, E), (N, H, L, D) or unbatched
@@ -135,34 +135,6 @@ def _axis(t: torch.Tensor, batch_first):
     return t.dim() - 1 if t.dim() >= 1 else None
 
 
-def _mask_summary(mask: torch.Tensor) -> dict:
-    """Per query row, the one interval of keys the mask lets through, the
-    same for every batch element and head (tokens.py's reading of masks)."""
-    try:
-        # SDPA's boolean masks let True through (MultiheadAttention's block
-        # it); float masks are added to the scores, as tokens.py reads them.
-        allowed = mask.detach().cpu() if mask.dtype == torch.bool and mask.device.type != "meta" else \
-            tokens._allowed(mask, "it")
-        if allowed.dim() == 0:
-            raise tokens._Unsupported("is 0-d")
-        if allowed.dim() == 1:
-            allowed = allowed.unsqueeze(0)
-        rows = tokens._same_everywhere(allowed, "it")
-    except tokens._Unsupported as e:
-        return {"reason": str(e)}
-    n, s = rows.shape
-    count = rows.sum(dim=1)
-    j = torch.arange(s).expand(n, s)
-    lo = torch.where(rows, j, s).min(dim=1).values
-    hi = torch.where(rows, j, -1).max(dim=1).values
-    gaps = (count > 0) & (hi - lo + 1 != count)
-    if bool(gaps.any()):
-        row = int(gaps.nonzero()[0])
-        return {"reason": f"lets query row {row} see keys that are not one interval of positions"}
-    lo = torch.where(count > 0, lo, 0)
-    return {"rows": n, "cols": s, "lo": lo.tolist(), "hi": hi.tolist()}
-
-
 def _masks(module: nn.Module, named: list, identities: list) -> list:
     """Summaries of the attention masks the engine found, where this call
     holds them (an argument, or a buffer of the module or its children)."""
@@ -178,7 +150,8 @@ def _masks(module: nn.Module, named: list, identities: list) -> list:
         for identity in identities:
             mask = known.get(identity)
             if mask is not None:
-                out.append({"identity": identity, **_mask_summary(mask)})
+                # scaled_dot_product_attention's boolean masks let True through.
+                out.append({"identity": identity, **tokens.read_mask(mask, blocks_true=False)})
     return out
 
 
@@ -237,8 +210,9 @@ class TokenFlow:
     def _analyse(self, module, path, scope, index, args, kwargs, output, native, found) -> None:
         try:
             if native:
-                result = tokens.analyse(module, args, kwargs)
-                step = self._native_step(module, scope, args, kwargs, output, result[0])
+                deps, reason, identities = tokens.analyse(module, args, kwargs)
+                result = (deps, reason)
+                step = self._native_step(scope, output, deps, identities)
             else:
                 answer = self._custom(module, path, scope, args, kwargs, output, found)
                 if answer is None:
@@ -263,18 +237,14 @@ class TokenFlow:
                 return t
         return None
 
-    def _native_step(self, module, scope, args, kwargs, output, deps) -> Optional[dict]:
+    def _native_step(self, scope, output, deps, identities) -> Optional[dict]:
         out = self._primary(output)
         if out is None:
             return None
         if deps["status"] != "complete":
             return {"scope": scope, "output": out._cdata, "reason": deps["reason"]}
-        call = tokens._bound(module, args, kwargs)
-        inputs = []
-        for source in deps["sources"]:
-            t = call[source["arguments"][0]]
-            inputs.append({"identity": t._cdata, "axis": source["sequence_axis"], "length": source["length"],
-                           "relation": _relation(source["relation"])})
+        inputs = [{"identity": identity, "axis": source["sequence_axis"], "length": source["length"],
+                   "relation": _relation(source["relation"])} for source, identity in zip(deps["sources"], identities)]
         return {"scope": scope, "output": out._cdata, "output_axis": deps["output"]["sequence_axis"],
                 "output_length": deps["output"]["length"], "inputs": inputs}
 

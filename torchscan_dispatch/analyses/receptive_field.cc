@@ -15,7 +15,7 @@ void Propagator::Visit(const Event& e, const OpInfo& info) {
     return a.is_tensor() || (a.kind == ArgKind::kTensorList && !a.tensors().empty());
   });
   const absl::string_view name = info.name;
-  const ReceptiveRule rule = TraitsOf(info.name).receptive;
+  const ReceptiveRule rule = info.traits.receptive;
   if (!from_tensors || rule == ReceptiveRule::kSource) {
     for (const ArgMeta& o : rc.outputs()) {
       if (o.is_tensor()) layouts_.erase(o.tensor().identity);

@@ -338,21 +338,6 @@ TokenMask MaskFromJson(const nlohmann::json& m) {
   mask.dtype = m.value("dtype", "");
   mask.shape = m.value("shape", std::vector<int64_t>{});
   if (m.contains("reason")) mask.reason = m.at("reason").get<std::string>();
-  if (m.contains("lo")) {  // one interval per row (the shim before runs)
-    mask.rows = m.at("rows").get<int64_t>();
-    mask.cols = m.at("cols").get<int64_t>();
-    mask.shape = {mask.rows, mask.cols};
-    const auto lo = m.at("lo").get<std::vector<int64_t>>(), hi = m.at("hi").get<std::vector<int64_t>>();
-    if (static_cast<int64_t>(lo.size()) != mask.rows || hi.size() != lo.size()) {
-      mask.reason = "summary is malformed";
-      return mask;
-    }
-    mask.runs.resize(mask.rows);
-    for (size_t r = 0; r < lo.size(); ++r) {
-      if (lo[r] <= hi[r]) mask.runs[r].push_back({lo[r], hi[r]});
-    }
-    return mask;
-  }
   if (!m.contains("rows")) return mask;
   mask.rows = m.at("rows").get<int64_t>();
   mask.cols = m.at("cols").get<int64_t>();

@@ -2,6 +2,7 @@
 
 #include <ATen/core/List.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 
@@ -38,6 +39,7 @@ const OpInfo& OpCatalog::Get(const c10::OperatorHandle& op) {
     info.module = FindModuleFormula(info.name);
   }
   info.has_math_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+  info.traits = TraitsOf(info.name);
   return infos_.emplace(op, std::move(info)).first->second;
 }
 
@@ -115,19 +117,30 @@ bool AddsNoFlopsOfItsOwn(const c10::OperatorHandle& op, c10::DispatchKeySet keys
 
 namespace {
 
-// A tensor without autograd metadata neither requires grad nor carries a
-// forward-mode tangent: no autograd kernel computes anything for it.
-bool HasAutogradMeta(const c10::IValue& v) {
-  if (v.isTensor()) return v.toTensor().defined() && v.toTensor().unsafeGetTensorImpl()->autograd_meta() != nullptr;
+// Whether an autograd kernel may compute something for this tensor: it has
+// autograd metadata, and either a gradient is to be recorded for it (grad
+// mode on and it requires grad) or it carries a forward-mode tangent. A view
+// keeps metadata to track its base even when nothing requires grad (the
+// transposed weight aten::linear passes to addmm): that alone is inert.
+// Forward-mode AD has one level (PyTorch refuses nested ones), level 0.
+bool AutogradLive(const at::Tensor& t, bool grad_mode) {
+  if (!t.defined()) return false;
+  const c10::AutogradMetaInterface* meta = t.unsafeGetTensorImpl()->autograd_meta();
+  if (meta == nullptr) return false;
+  return (grad_mode && meta->requires_grad()) || meta->fw_grad(0, t).defined();
+}
+
+bool AutogradLive(const c10::IValue& v, bool grad_mode) {
+  if (v.isTensor()) return AutogradLive(v.toTensor(), grad_mode);
   if (v.isTensorList()) {
     for (const at::Tensor& t : v.toTensorList().vec()) {
-      if (t.defined() && t.unsafeGetTensorImpl()->autograd_meta() != nullptr) return true;
+      if (AutogradLive(t, grad_mode)) return true;
     }
     return false;
   }
   if (v.isList()) {
     for (const c10::IValue& e : v.toListRef()) {
-      if (HasAutogradMeta(e)) return true;
+      if (AutogradLive(e, grad_mode)) return true;
     }
   }
   return false;
@@ -148,8 +161,9 @@ bool HasAutogradMeta(const c10::IValue& v) {
 // operator saves for backward, a tangent's products) are work the formula
 // does not cover, and the views value them (MadeByAutogradKernel in
 // analyses/operator_view.cc). An autograd kernel computes only for tensors
-// with autograd metadata; the kernels below it make their calls with
-// autograd switched off, and those the formula covers.
+// that need a gradient recorded or carry a tangent (AutogradLive); the
+// kernels below it make their calls with autograd switched off, and those
+// the formula covers.
 namespace {
 bool OperatorOwnsSubtree(const c10::OperatorHandle& op) {
   if (tls_owners == nullptr) tls_owners = new OwnerMap();  // one per thread
@@ -176,7 +190,9 @@ bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op, c10::DispatchKeySet k
   }
   // See Note [Owned children]: an autograd kernel may make calls of its own.
   if (!keys.has_any(c10::autograd_dispatch_keyset)) return true;
-  if (std::none_of(args.begin(), args.end(), HasAutogradMeta)) return true;
+  const bool grad_mode = c10::GradMode::is_enabled();
+  if (std::none_of(args.begin(), args.end(), [&](const c10::IValue& v) { return AutogradLive(v, grad_mode); }))
+    return true;
   if (tls_catalog == nullptr) tls_catalog = new OpCatalog();  // one per thread that needs it
   return !tls_catalog->RanAutogradKernel(op, keys);
 }

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "formulas/module_costs.h"
+#include "formulas/op_traits.h"
 #include "formulas/registry.h"
 
 namespace torchscan {
@@ -31,6 +32,7 @@ struct OpInfo {
   uint32_t operands = UINT32_MAX;
   bool returns_alias = false;  // every return may alias an input, unwritten
   bool out_form = false;       // an out= overload (it has destinations)
+  OpTraits traits;             // TraitsOf(name), looked up once
 };
 
 // The call every formula sees (operator view, module view, caller formulas,

@@ -98,8 +98,53 @@ def test_trace_and_memory_scans_record_every_call():
             F.linear(x, w)
         counts[tuple(options)] = s._session.recorded_calls()
     # F.linear without bias is aten::linear over aten::t (over transpose, over
-    # as_strided) and aten::matmul (over resolve_conj and mm, resolve_conj
-    # twice): 8 calls. t owns its subtree (a view), so a plain scan skips
-    # transpose and as_strided; the trace and the memory view show all 8.
-    assert counts[()] == 6
+    # as_strided) and aten::matmul (over mm, over resolve_conj twice): 8
+    # calls. t and mm own their subtrees (a view; a product whose formula
+    # covers its kernel), and no operand needs autograd work (nothing requires
+    # grad; the transposed weight's autograd metadata only tracks its base),
+    # so a plain scan skips transpose, as_strided and both resolve_conj:
+    # linear, t, matmul and mm. The trace and the memory view show all 8.
+    assert counts[()] == 4
     assert counts[("trace",)] == 8 and counts[("memory",)] == 8
+
+
+def test_autograd_work_keeps_the_calls_it_makes():
+    import torch
+    import torch.autograd.forward_ad as fwAD
+    import torch.nn.functional as F
+
+    x, w = torch.randn(4, 8), torch.randn(3, 8, requires_grad=True)
+    # Under no_grad the weight's requires_grad records nothing: the same 4
+    # calls as a weight that does not require grad.
+    with torch.no_grad(), torchscan.scan() as s:
+        F.linear(x, w)
+    assert s._session.recorded_calls() == 4
+    # With grad mode on it needs its gradient recorded: more calls are kept.
+    with torchscan.scan() as s:
+        F.linear(x, w)
+    assert s._session.recorded_calls() > 4
+
+    # Forward mode: the autograd kernels compute the tangents' products, work
+    # beyond the primal mm (2*4*8*3 = 192 FLOPs) that FlopCounterMode counts
+    # too. Nothing requires grad here: only the tangent makes it live.
+    # TorchScan also counts the tangents' elementwise adds (torchscan_flops_v1),
+    # which FlopCounterMode has no formula for: the products are compared.
+    w0, tangent = w.detach(), torch.randn(4, 8)
+
+    def dual_linear():
+        with fwAD.dual_level():
+            F.linear(fwAD.make_dual(x, tangent), w0)
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        dual_linear()
+    expected = counter.get_flop_counts()["Global"][torch.ops.aten.mm]
+    assert expected > 192
+    with torchscan.scan() as s:
+        dual_linear()
+    report = s.report()
+    # Complete: the forward-AD bookkeeping (aten::_has_same_storage_numel) is a
+    # metadata query, not uncounted work.
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert report["by_operator"]["aten.mm"] == expected

@@ -351,3 +351,37 @@ def test_masks_and_configurations_outside_the_analysis():
                 "")["token_dependencies"]
     assert deps["status"] == "unavailable" and deps["method"] == "mask_analysis"
     assert deps["reason"] == "bias_k/bias_v and add_zero_attn attend to positions that are no input's"
+
+
+def test_read_mask_gives_the_runs_of_keys_each_row_lets_through():
+    from torchscan import tokens
+
+    # MultiheadAttention blocks True: row 0 blocks key 1 and lets 0 and 2..3
+    # through (runs [0, 0] and [2, 3]); row 1 lets key 2 alone through.
+    blocked = torch.tensor([[False, True, False, False], [True, True, False, True]])
+    assert tokens.read_mask(blocked, blocks_true=True) == {
+        "shape": [2, 4], "rows": 2, "cols": 4, "runs": [0, 0, 0, 0, 2, 3, 1, 2, 2]}
+    # scaled_dot_product_attention lets True through: the complement.
+    assert tokens.read_mask(blocked, blocks_true=False)["runs"] == [0, 1, 1, 1, 0, 1, 1, 3, 3]
+    # A float mask blocks at -inf and at its dtype's most negative value; other
+    # values (0, -1e4) are added to the scores and let the key through.
+    floats = torch.tensor([[0.0, float("-inf"), -1e4, torch.finfo(torch.float32).min]])
+    assert tokens.read_mask(floats, blocks_true=True)["runs"] == [0, 0, 0, 0, 2, 2]
+    # The slice every batch element and head shares: (2, 3, 2, 4) of one slice.
+    heads = blocked.expand(2, 3, 2, 4)
+    assert tokens.read_mask(heads, blocks_true=True) == {
+        "shape": [2, 3, 2, 4], "rows": 2, "cols": 4, "runs": [0, 0, 0, 0, 2, 3, 1, 2, 2]}
+    # A key padding mask (N, S): one row, which every batch element must share.
+    padding = torch.tensor([[False, False, True], [False, False, True]])
+    assert tokens.read_mask(padding, blocks_true=True, padding=True) == {
+        "shape": [2, 3], "rows": 1, "cols": 3, "runs": [0, 0, 1]}
+    assert tokens.read_mask(torch.tensor([[False, True], [True, False]]), blocks_true=True, padding=True) == {
+        "problem": "differs", "shape": [2, 2]}
+    # Values that cannot be read.
+    assert tokens.read_mask(torch.zeros(2, 2, dtype=torch.int64), blocks_true=True) == {
+        "problem": "dtype", "dtype": "torch.int64", "shape": [2, 2]}
+    assert tokens.read_mask(torch.tensor([[0.0, float("nan")]]), blocks_true=True) == {
+        "problem": "non_finite", "shape": [1, 2]}
+    assert tokens.read_mask(torch.zeros(2, 2, device="meta"), blocks_true=True) == {"problem": "meta", "shape": [2, 2]}
+    # A row that lets nothing through has no runs.
+    assert tokens.read_mask(torch.ones(2, 2, dtype=torch.bool), blocks_true=True)["runs"] == []
