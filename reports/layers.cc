@@ -30,7 +30,9 @@ LayerMetricResult LayerMetricOf(const LayerTally& l, int m, std::string_view sco
     r.method = l.custom_method[m];
   } else {
     r.owned = l.owner[m] >= 0;
-    r.status = l.failed ? MetricStatus::kUnavailable : l.complete[m] ? MetricStatus::kComplete : MetricStatus::kPartial;
+    r.status = l.failed || l.opened[m] ? MetricStatus::kUnavailable
+               : l.complete[m]         ? MetricStatus::kComplete
+                                       : MetricStatus::kPartial;
     r.scope = scope;
     r.method = kLayerMetricMethods[m];
   }

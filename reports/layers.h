@@ -62,11 +62,14 @@ struct LayerTally {
   // owner[m], so the metric is left out and named in metric_owners. custom[m]:
   // supplied by this call's handler (its ownership; known/complete hold its
   // estimate, custom_unavailable[m] an unavailable one, custom_method[m] its method).
+  // opened[m]: the built-in estimate covers work of a handled module this
+  // call never ran, so it is reported unavailable (Note [Opened estimates]).
   enum class Custom : uint8_t { kNone, kModuleCall, kSubtree };
   std::array<int32_t, 4> owner = {-1, -1, -1, -1};
   std::array<Custom, 4> custom = {Custom::kNone, Custom::kNone, Custom::kNone, Custom::kNone};
   std::array<bool, 4> custom_unavailable = {false, false, false, false};
   std::array<std::string, 4> custom_method;
+  std::array<bool, 4> opened = {false, false, false, false};
 };
 
 inline constexpr const char* kFieldNames[3] = {"receptive_field", "effective_stride", "effective_padding"};

@@ -88,6 +88,12 @@ class Session {
   StatusOr<std::string> LayersJson(const ReportFilter& filter = {});
   // The same rows as values, in the same order (scope order).
   StatusOr<std::vector<LayerRow>> LayerRows(const ReportFilter& filter = {});
+  // After Stop(): the results of module handlers that ran outside the
+  // engine (the Python shim's custom_modules), by row of LayerRows; the
+  // JSON is ModuleResultsFromJson's (torchscan_dispatch/analyses/
+  // module_handlers.h). The unfiltered reports apply them as they apply
+  // SetModuleHandler's handlers; a second call replaces the first.
+  Status SetModuleResultsJson(std::string_view json);
 
   // Requests: the calling thread's calls between BeginRequest and EndRequest
   // belong to request `id` (see RequestScope).

@@ -416,15 +416,10 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
         undo()
         raise
 
-    if handlers is None:
-        report = _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
-                               memory, flow.results if flow is not None else {})
-    else:
-        report = _build_report(module, modules, scan, calls, mode, False, source, call_args, call_kwargs, training,
-                               memory, flow.results if flow is not None else {})
-        handlers.apply(report, calls, names)
-        if strict:
-            _handlers.check_strict(report, True, memory)
+    if handlers is not None:
+        session.set_module_results(handlers.results_json(calls, names))
+    report = _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
+                           memory, flow.results if flow is not None else {})
     if trace:
         report["trace"] = scan.trace()
         if mode == "structure":  # no FLOPs were requested: the slices say none
@@ -476,7 +471,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     layers = []
     stats: dict = {}  # per module, not per call: a module called in a loop has many rows
     type_names: dict = {}  # per module class
-    for (path, call_index, depth, failed, metrics), (mod, inputs, output, in_snapshots, out_snapshot) in zip(
+    for (path, call_index, depth, failed, metrics, owners), (mod, inputs, output, in_snapshots, out_snapshot) in zip(
             rows, calls):
         if in_snapshots is not None:
             inputs = {"kind": "tuple", "items": [_tensor_metadata(*in_snapshots[0])] if len(in_snapshots) == 1 else
@@ -500,7 +495,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
         layers.append({
             "path": path, "call_index": call_index, "name": path.rsplit(".", 1)[-1] or
             type_name, "depth": depth, "type": type_name, "inputs": inputs,
-            "output": output, **mod_stats, "metrics": metrics,
+            "output": output, **mod_stats, "metrics": metrics, **owners,
         })
 
     memory_report = _memory_metrics(scan._session, layers) if memory else None

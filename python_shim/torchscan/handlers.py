@@ -43,6 +43,7 @@ parameter totals never change.
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 from collections.abc import Mapping as _MappingABC
@@ -57,7 +58,6 @@ from torchscan._modules import AnalysisPause, ForwardHooks, forward_raised, safe
 __all__ = ["ModuleHandler", "SUPPORTED_METRICS"]
 
 SUPPORTED_METRICS = ("module_flops", "macs", "dmas")
-_UNITS = {"module_flops": "FLOPs", "macs": "MACs", "dmas": "accesses"}
 _SCOPES = ("module_call", "subtree")
 _RESULT_KEYS = ("status", "value", "known_value", "scope", "method")
 
@@ -155,7 +155,7 @@ def prepare(custom_modules, modules: list) -> Optional["Handlers"]:
             if hit:
                 matched[m] = spec
                 break
-    return Handlers(matched)
+    return Handlers(matched, modules)
 
 
 # ---------------------------------------------------------------- results
@@ -189,9 +189,6 @@ class _Entry:
 
     def __init__(self, status, known, scope, method):
         self.status, self.known, self.scope, self.method = status, known, scope, method
-
-    def metric(self, name: str) -> dict:
-        return _metric.metric(self.status, self.known, unit=_UNITS[name], scope=self.scope, method=self.method)
 
 
 def _structured(name, value, spec, notes) -> _Entry:
@@ -297,20 +294,34 @@ def evaluate(spec: ModuleHandler, mod, args, kwargs, output) -> tuple:
 
 
 class Handlers:
-    """The matched handlers of one crawl and the results of its calls."""
+    """The matched handlers of one crawl and the results of its calls. What
+    the results do to the layer rows and totals (ownership, covered rows,
+    opened estimates, the totals, the diagnostics) is decided by the engine
+    (torchscan_dispatch/analyses/module_handlers.cc), which C++ handlers use
+    too: results_json() hands them over."""
 
-    def __init__(self, matched: Dict[nn.Module, ModuleHandler]):
+    def __init__(self, matched: Dict[nn.Module, ModuleHandler], modules: list):
         self.matched = matched
         self.results: Dict[int, tuple] = {}  # row index -> evaluate()'s (entries, notes)
-        self._hooks: Optional[ForwardHooks] = None
+        # Note [Opened estimates] (module_handlers.cc): each native layer of the
+        # tree whose built-in estimate covers handled descendants, with them.
+        self._atomic = {}
+        for m in modules:
+            if isinstance(m, _ATOMIC_NATIVE):
+                handled = [(d, between) for d, between in _descendants(m) if d in matched]
+                if handled:
+                    self._atomic[m] = handled
+        self._spans: List[Tuple[int, int]] = []  # (row, one past its last row inside) per call of those layers
+        self._hooks: List[ForwardHooks] = []
 
     def add_hooks(self, calls: list, pause: AnalysisPause) -> None:
-        """Hooks on the matched modules, added after crawl_module's own: their
-        pre-hook runs after the one that appends the call's entry to `calls`
-        (its index is the call's row) and their post-hook after the one that
-        closes its scope. `pause` is the crawl's (its thread, its analysis
-        depth): the hooks act as the crawl's own do. remove_hooks() takes
-        them out, also after an interrupted add."""
+        """Hooks on the matched modules (and the native layers above them),
+        added after crawl_module's own: their pre-hook runs after the one
+        that appends the call's entry to `calls` (its index is the call's
+        row) and their post-hook after the one that closes its scope. `pause`
+        is the crawl's (its thread, its analysis depth): the hooks act as the
+        crawl's own do. remove_hooks() takes them out, also after an
+        interrupted add."""
         stack: list = []
         results, matched = self.results, self.matched
 
@@ -328,142 +339,55 @@ class Handlers:
             with pause:
                 results[index] = evaluate(matched[mod], mod, hook_args, hook_kwargs, output)
 
-        self._hooks = ForwardHooks(pre_hook, post_hook)
-        for m in matched:
-            self._hooks.add(m)
+        spans, open_spans = self._spans, []
+
+        def span_pre_hook(mod, hook_args, hook_kwargs):
+            if pause.depth or get_ident() != pause.thread:
+                return
+            open_spans.append(len(calls) - 1)
+
+        def span_post_hook(mod, hook_args, hook_kwargs, output):
+            if pause.depth or get_ident() != pause.thread:
+                return
+            spans.append((open_spans.pop(), len(calls)))
+
+        for hooked, pre, post in ((matched, pre_hook, post_hook), (self._atomic, span_pre_hook, span_post_hook)):
+            hooks = ForwardHooks(pre, post)
+            self._hooks.append(hooks)  # first: remove_hooks() cleans up a partial add
+            for m in hooked:
+                hooks.add(m)
 
     def remove_hooks(self) -> None:
-        if self._hooks is not None:
-            self._hooks.remove()
+        try:
+            for hooks in self._hooks:
+                hooks.remove()
+        finally:
+            self._hooks = []
 
-    def apply(self, report: dict, calls: list, names: dict) -> None:
-        """Puts the handlers' results into the report's layers and totals:
-        supplied metrics, ownership, covered children, opened atomic roots,
-        diagnostics."""
-        layers = report["layers"]
-        n = len(layers)
-        parents = [-1] * n
-        ends = [n] * n  # one past the last row inside each call
-        open_rows: list = []
-        for i, layer in enumerate(layers):
-            depth = layer["depth"]
-            while open_rows and layers[open_rows[-1]]["depth"] >= depth:
-                ends[open_rows.pop()] = i
-            parents[i] = open_rows[-1] if open_rows else -1
-            open_rows.append(i)
-        native = [{m: layer["metrics"].get(m) for m in SUPPORTED_METRICS} for layer in layers]
-        # (code, path, metric) -> [severity, message, calls]
-        notes: dict = {}
-
-        def note(code, severity, metric, path, message):
-            entry = notes.get((code, path, metric))
-            if entry is None:
-                notes[(code, path, metric)] = [severity, f"{path or '(root)'}: {message}", 1]
-            else:
-                entry[2] += 1
-
-        owner: List[dict] = [dict() for _ in range(n)]  # metric -> owning row, for covered rows
-        changed = set()
-        for i, layer in enumerate(layers):
-            p = parents[i]
-            for m in SUPPORTED_METRICS:
-                if p < 0:
-                    continue
-                if m in owner[p]:
-                    owner[i][m] = owner[p][m]
-                else:
-                    entry = self.results.get(p, ({}, ()))[0].get(m)
-                    if entry is not None and entry.scope == "subtree":
-                        owner[i][m] = p
-            entries, call_notes = self.results.get(i, ({}, ()))
-            path = layer["path"]
-            metrics = layer["metrics"]
-            for m, o in owner[i].items():
-                metrics.pop(m, None)
-                layer.setdefault("metric_owners", {})[m] = {"path": layers[o]["path"],
-                                                            "call_index": layers[o]["call_index"]}
-                changed.add(m)
-            ownership = {}
-            for m, entry in entries.items():
-                if m in owner[i]:
-                    continue  # an enclosing owner covers it: the outermost owner wins
-                metrics[m] = entry.metric(m)
-                ownership[m] = entry.scope
-                changed.add(m)
-            if ownership:
-                layer["metric_ownership"] = ownership
-            for code, severity, metric, message in call_notes:
-                if metric in SUPPORTED_METRICS and metric in owner[i]:
-                    continue  # covered: its value is not used
-                note(code, severity, metric, path, message)
-        # Opened atomic roots (see _ATOMIC_NATIVE).
-        for i, layer in enumerate(layers):
-            mod = calls[i][0]
-            if not isinstance(mod, _ATOMIC_NATIVE) or layer.get("failed"):
-                continue
-            inside = {calls[j][0] for j in range(i + 1, ends[i])}
-            # Matched descendants this call ran none of, whose work is its own:
-            # no module between it and them was called inside it either.
-            missed = [names.get(d, "") for d, between in _descendants(mod)
-                      if d in self.matched and d not in inside and not any(b in inside for b in between)]
-            if not missed:
-                continue
-            supplied = self.results.get(i, ({}, ()))[0]
-            for m in SUPPORTED_METRICS:
-                if m in owner[i] or m in supplied or m not in layer["metrics"]:
-                    continue
-                layer["metrics"][m] = _metric.metric("unavailable", unit=_UNITS[m],
-                                                     scope=layer["metrics"][m]["scope"], method="module_formulas")
-                changed.add(m)
-                note("expanded_atomic_boundary", "warning", m, layer["path"],
-                     f"a handler is registered for {', '.join(p or '(root)' for p in missed)}, which this "
-                     f"{type(mod).__name__} call covers without calling it (its built-in {m} estimate includes "
-                     "that work); the estimate is opened and its missing work keeps the totals incomplete")
-        if changed:
-            self._totals(report, layers, native, owner, changed)
-        for (code, path, metric), (severity, message, count) in notes.items():
-            d = {"code": code, "severity": severity, "metric": metric, "message": message, "path": path}
-            if count > 1:
-                d["calls"] = count
-            report["diagnostics"].append(d)
-
-    @staticmethod
-    def _totals(report, layers, native, owner, changed) -> None:
-        totals = report["totals"]
-        unattributed = any(d.get("code") == "unattributed_thread_work" for d in report["diagnostics"])
-        for m in SUPPORTED_METRICS:
-            old = totals.get(m)
-            if m not in changed or not isinstance(old, dict) or old["status"] == "unavailable":
-                continue
-            # What the rows' native values do not explain (calls outside every
-            # layer call; none in practice) is kept as it was.
-            rows_known = sum(v["known_value"] or 0 for v in (row[m] for row in native) if v is not None)
-            rows_complete = all(row[m] is not None and row[m]["status"] == "complete" for row in native)
-            outside_known = max(old["known_value"] - rows_known, 0)
-            complete = not unattributed and (old["status"] == "complete" or not rows_complete)
-            known = outside_known
-            for i, layer in enumerate(layers):
-                if m in owner[i]:
-                    continue
-                r = layer["metrics"].get(m)
-                if r is None:
-                    complete = False
-                    continue
-                add = r["known_value"] or 0
-                if known + add > _metric.MAX_COUNT:  # past what a report holds exactly: a lower bound
-                    complete = False
-                else:
-                    known += add
-                complete = complete and r["status"] == "complete"
-            status = "complete" if complete else "partial"
-            totals[m] = dict(old, **_metric.metric(status, known, unit=old["unit"], scope=old["scope"],
-                                                   method=old["method"]))
-            if complete and old["status"] != "complete":
-                # Every call the module view could not value is covered by a
-                # handler now: its gap diagnostics ("m is a lower bound") no
-                # longer hold.
-                report["diagnostics"] = [d for d in report["diagnostics"]
-                                         if not (d.get("metric") == m and "operator" in d)]
+    def results_json(self, calls: list, names: dict) -> str:
+        """The handlers' results by row, as Session.set_module_results takes
+        them (ModuleResultsFromJson in module_handlers.h): the supplied
+        metrics and diagnostics of each call, and the native layer calls
+        whose built-in estimates cover handled modules they never called."""
+        out: list = []
+        for index, (entries, notes) in sorted(self.results.items()):
+            out.append({
+                "row": index,
+                "metrics": {m: {"status": e.status, "known_value": None if e.known is None else str(e.known),
+                                "scope": e.scope, "method": e.method} for m, e in entries.items()},
+                "diagnostics": [{"code": code, "severity": severity, "metric": metric, "message": message}
+                                for code, severity, metric, message in notes],
+            })
+        for start, end in self._spans:
+            mod = calls[start][0]
+            inside = {calls[j][0] for j in range(start + 1, end)}
+            # Handled descendants this call ran none of, whose work is its
+            # own: no module between it and them was called inside it either.
+            missed = [names.get(d, "") for d, between in self._atomic[mod]
+                      if d not in inside and not any(b in inside for b in between)]
+            if missed:
+                out.append({"row": start, "opens": {"type": safe_text(type(mod).__name__), "covers": missed}})
+        return json.dumps(out)
 
 
 def _descendants(mod: nn.Module) -> list:
@@ -477,13 +401,3 @@ def _descendants(mod: nn.Module) -> list:
         out.append((m, between))
         stack.extend((c, between + (m,)) for c in m._modules.values())
     return out
-
-
-def check_strict(report: dict, full: bool, memory: bool) -> None:
-    """crawl_module(strict=True)'s check, after the handlers' results are in."""
-    totals, diagnostics = report["totals"], report["diagnostics"]
-    checked = (("module_flops", "macs", "dmas", "operator_flops") if full else ()) + (("peak_memory",) if memory else ())
-    incomplete = [name for name in checked if totals[name]["status"] != "complete"]
-    if incomplete:
-        raise RuntimeError(f"torchscan.crawl_module(strict=True): {', '.join(incomplete)} incomplete; "
-                           f"diagnostics: {[d['code'] + ':' + str(d.get('operator', d.get('path'))) for d in diagnostics]}")

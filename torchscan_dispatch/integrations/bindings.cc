@@ -134,6 +134,7 @@ TORCH_LIBRARY(torchscan, m) {
       .def("deferred_calls", [](const Self& s) { return Value(s->session.DeferredCallsJson()); })
       .def("set_deferred_results",
            [](const Self& s, std::string json) { Raise(s->session.SetDeferredResultsJson(json)); })
+      .def("set_module_results", [](const Self& s, std::string json) { Raise(s->session.SetModuleResultsJson(json)); })
       .def("flop_report", [](const Self& s) { return Value(s->session.FlopReportJson()); })
       .def(
           "push_module_scope",

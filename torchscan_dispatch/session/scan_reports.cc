@@ -8,6 +8,13 @@ namespace torchscan {
 
 namespace {
 
+// Whether module handlers' results apply to `p`: C++ handlers
+// (SetModuleHandler) run on any set; results handed over after the scan
+// (SetModuleResultsJson) are the unfiltered set's.
+bool HasHandlers(const Session::State& s, const Planned& p) {
+  return !s.module_handlers.empty() || p.handlers.has_value();
+}
+
 // The three report parts of one set of calls.
 nlohmann::json FlopJson(Session::State& s, Planned& p) {
   const Folded* folded = p.set->folded();
@@ -22,7 +29,7 @@ nlohmann::json ModuleJson(Session::State& s, Planned& p) {
   const Folded* folded = p.set->folded();
   reports::ModuleTally t = TallyModuleView(p.set->events(), p.ModulePlan(s.catalog), s.catalog, s.Context(), nullptr,
                                            folded ? &folded->modules : nullptr);
-  if (!s.module_handlers.empty()) {
+  if (HasHandlers(s, p)) {
     // LayerTallies applies the handlers to the layers; the totals take them from the built-in rows.
     std::vector<reports::LayerTally> layers = LayerTallies(s, p, /*handlers=*/false);
     ApplyModuleHandlers(p.Handlers(s.module_handlers, s.catalog), layers, &t);
@@ -101,7 +108,7 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, boo
     }
   }
   for (size_t i = 0; i < scopes.size(); ++i) SetLayerField(layers[i], fields[i]);
-  if (handlers && !s.module_handlers.empty()) ApplyModuleHandlers(p.Handlers(s.module_handlers, s.catalog), layers);
+  if (handlers && HasHandlers(s, p)) ApplyModuleHandlers(p.Handlers(s.module_handlers, s.catalog), layers);
   return layers;
 }
 

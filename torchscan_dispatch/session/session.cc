@@ -102,6 +102,27 @@ Status Session::SetModuleHandler(std::string_view path, ModuleHandler handler, M
   }());
 }
 
+Status Session::SetModuleResultsJson(std::string_view json) {
+  return Public([&]() -> absl::Status {
+    State& s = *state_;
+    if (s.phase != Phase::kStopped) return absl::FailedPreconditionError("torchscan: stop the scan first");
+    if (!s.module_handlers.empty()) {
+      return absl::FailedPreconditionError(
+          "torchscan: this scan has C++ module handlers (SetModuleHandler): the engine computes their results");
+    }
+    if (s.options.streaming) {
+      return absl::InvalidArgumentError(
+          "torchscan: a streaming scan keeps sums, not layer calls, so it cannot take module results; start a "
+          "full scan (streaming off) for them");
+    }
+    Planned& p = s.Calls();
+    absl::StatusOr<HandlerOutcome> outcome = ModuleResultsFromJson(json, p.set->scopes);
+    if (!outcome.ok()) return outcome.status();
+    p.handlers = std::move(*outcome);
+    return absl::OkStatus();
+  }());
+}
+
 namespace {
 absl::Status StopCurrentThreadScan(Session::State& s);
 

@@ -401,5 +401,128 @@ TEST(ModuleHandlers, SetModuleHandlerRefusesMisuse) {
   }
 }
 
+// A one-metric handler's failure is about that metric: where an enclosing
+// subtree owner covers it, its value is unused and nothing is reported.
+TEST(ModuleHandlers, AOneMetricFailureCoveredByAnOwnerIsNotReported) {
+  Session s;
+  ModuleHandlerOptions subtree = Named("tests.Block");
+  subtree.ownership = MetricOwnership::kSubtree;
+  ASSERT_TRUE(s.SetModuleHandler(
+                   "block",
+                   [](const ModuleCall&) {
+                     ModuleEstimate e;
+                     e.metrics["macs"] = Value(100, MetricOwnership::kSubtree);
+                     return e;
+                   },
+                   subtree)
+                  .ok());
+  ModuleHandlerOptions macs_only = Named("tests.Fc1");
+  macs_only.metrics = {"macs"};
+  ASSERT_TRUE(s.SetModuleHandler(
+                   "block.fc1", [](const ModuleCall&) -> ModuleEstimate { throw std::runtime_error("x"); }, macs_only)
+                  .ok());
+  RunModel(s);
+  const json module = Module(s);
+  EXPECT_TRUE(Codes(module, "custom_handler_error").empty()) << module.dump(1);
+  // 100 (block's subtree) + 8 (head).
+  EXPECT_EQ(module["totals"]["macs"]["value"], 108);
+}
+
+// Results of handlers that ran outside the engine (the Python shim's), by
+// row: RunModel's scopes are "" (0), block (1), block.fc1 (2), block.fc2 (3),
+// head (4).
+TEST(ModuleResults, HandedOverResultsAreAppliedAsTheEnginesOwn) {
+  Session s;
+  RunModel(s);
+  ASSERT_TRUE(s.SetModuleResultsJson(R"([{"row": 1, "metrics": {"macs": {"status": "complete",
+      "known_value": "100", "scope": "subtree", "method": "custom_module_handler:py.Block"}}},
+      {"row": 3, "diagnostics": [{"code": "custom_handler_error", "severity": "error",
+      "metric": "macs", "message": "raised"}]},
+      {"row": 4, "diagnostics": [{"code": "custom_metric_partial", "severity": "warning",
+      "metric": "dmas", "message": "partial"}]}])")
+                  .ok());
+  const json layers = Layers(s);
+  const json& block = Row(layers, "block");
+  EXPECT_EQ(block["metric_ownership"], json({{"macs", "subtree"}}));
+  EXPECT_EQ(block["metrics"]["macs"]["value"], 100);
+  EXPECT_EQ(block["metrics"]["macs"]["method"], "custom_module_handler:py.Block");
+  EXPECT_EQ(block["metrics"]["module_flops"]["value"], 40);  // not supplied: the built-in value
+  for (const char* child : {"block.fc1", "block.fc2"}) {
+    EXPECT_EQ(Row(layers, child)["metric_owners"], json({{"macs", {{"path", "block"}, {"call_index", 0}}}}));
+  }
+  const json module = Module(s);
+  EXPECT_EQ(module["totals"]["macs"]["value"], 108);  // 100 + head's 8
+  EXPECT_EQ(module["totals"]["module_flops"]["value"], 120);
+  // block.fc2's macs diagnostic is covered by block's subtree; head's is not.
+  ASSERT_TRUE(Codes(module, "custom_handler_error").empty()) << module.dump(1);
+  const auto partial = Codes(module, "custom_metric_partial");
+  ASSERT_EQ(partial.size(), 1u);
+  EXPECT_EQ(partial[0]["message"], "head: partial");
+  EXPECT_EQ(partial[0]["path"], "head");
+}
+
+// Note [Opened estimates]: block stands for a native layer whose built-in
+// estimate covers a handled child it never called.
+TEST(ModuleResults, OpenedEstimatesAreUnavailableAndKeepTheTotalsIncomplete) {
+  Session s;
+  RunModel(s);
+  ASSERT_TRUE(
+      s.SetModuleResultsJson(R"([{"row": 1, "opens": {"type": "MultiheadAttention", "covers": ["block.inner"]}}])")
+          .ok());
+  const json block = Row(Layers(s), "block");
+  for (const char* m : {"module_flops", "macs", "dmas"}) {
+    EXPECT_EQ(block["metrics"][m]["status"], "unavailable") << m;
+    EXPECT_EQ(block["metrics"][m]["method"], "module_formulas") << m;
+  }
+  EXPECT_FALSE(block.contains("metric_ownership"));
+  const json module = Module(s);
+  const auto opened = Codes(module, "expanded_atomic_boundary");
+  ASSERT_EQ(opened.size(), 3u) << module.dump(1);
+  EXPECT_NE(opened[0]["message"].get<std::string>().find("block.inner, which this MultiheadAttention call"),
+            std::string::npos);
+  // What the other rows hold: 120 - 40 FLOPs and 72 - 24 MACs, lower bounds.
+  EXPECT_EQ(module["totals"]["module_flops"]["status"], "partial");
+  EXPECT_EQ(module["totals"]["module_flops"]["known_value"], 80);
+  EXPECT_EQ(module["totals"]["macs"]["known_value"], 48);
+}
+
+TEST(ModuleResults, BadResultsAreRefusedAndChangeNothing) {
+  Session before;
+  EXPECT_EQ(before.SetModuleResultsJson("[]").code(), torchscan::StatusCode::kFailedPrecondition);
+  Session s;
+  RunModel(s);
+  const std::string good_metric =
+      R"({"status": "complete", "known_value": "1", "scope": "module_call", "method": "m"})";
+  for (const std::string& bad : {
+           std::string("not json"),
+           std::string(R"({"row": 1})"),
+           std::string(R"([{"row": 5}])"),
+           std::string(R"([{"row": -1}])"),
+           std::string(R"([{"metrics": {}}])"),
+           R"([{"row": 1, "metrics": {"flops": )" + good_metric + "}}]",
+           std::string(R"([{"row": 1, "metrics": {"macs": {"status": "done", "known_value": "1",
+               "scope": "module_call", "method": "m"}}}])"),
+           std::string(R"([{"row": 1, "metrics": {"macs": {"status": "complete", "known_value": "-1",
+               "scope": "module_call", "method": "m"}}}])"),
+           std::string(R"([{"row": 1, "metrics": {"macs": {"status": "complete", "known_value": 1,
+               "scope": "module_call", "method": "m"}}}])"),
+           std::string(R"([{"row": 1, "metrics": {"macs": {"status": "complete", "known_value": "1",
+               "method": "m"}}}])"),
+           std::string(R"([{"row": 1, "diagnostics": [{"code": "c", "severity": "error", "metric": "macs"}]}])"),
+           std::string(R"([{"row": 1, "opens": {"type": "X", "covers": []}}])"),
+       }) {
+    const Status st = s.SetModuleResultsJson(bad);
+    EXPECT_EQ(st.code(), torchscan::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("torchscan: module results: "), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(Row(Layers(s), "block")["metrics"]["macs"]["value"], 24);
+  EXPECT_EQ(Module(s)["totals"]["macs"]["value"], 72);
+  // C++ handlers' results are the engine's to compute.
+  Session with_handler;
+  ASSERT_TRUE(with_handler.SetModuleHandler("a", [](const ModuleCall&) { return ModuleEstimate{}; }, Named("x")).ok());
+  RunModel(with_handler);
+  EXPECT_EQ(with_handler.SetModuleResultsJson("[]").code(), torchscan::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace torchscan

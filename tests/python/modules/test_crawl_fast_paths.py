@@ -193,8 +193,9 @@ def test_layer_rows_equal_the_layers_json(monkeypatch, case):
         model, args, mode = _CatchesChild(), (torch.rand(1, 3, 12, 12),), "structure"
     report, rows, expected = _crawl_with_json_rows(monkeypatch, model, args=args, mode=mode)
     assert len(rows) == len(expected) == len(report["layers"]) > 0
-    for (path, call_index, depth, failed, metrics), row in zip(rows, expected):
+    for (path, call_index, depth, failed, metrics, owners), row in zip(rows, expected):
         assert (path, call_index, depth, failed) == (row["path"], row["call_index"], row["depth"], row["failed"])
+        assert owners == {k: row[k] for k in ("metric_owners", "metric_ownership") if k in row}
         if mode == "structure":
             assert metrics is None
             continue

@@ -6,6 +6,8 @@ Expected values are derived by hand in the comments, with the module view's
 conventions (tests/fixtures/custom_handlers.py).
 """
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -257,3 +259,41 @@ def test_a_handler_that_starts_a_scan_is_told_why_it_cannot(torchscan):
     assert report["totals"]["module_flops"]["status"] == "partial"
     # Nothing is left paused: Linear(4, 4) on one row is 2*4*4 = 32 FLOPs.
     assert torchscan.measure_flops(lambda: inner(torch.ones(1, 4)))["total"]["value"] == 32
+
+
+def test_a_one_metric_failure_covered_by_an_owner_is_not_reported():
+    # block owns macs for its whole subtree (100); the macs handler of every
+    # Linear raises. block.fc1's and block.fc2's values would be covered by
+    # block's estimate, so only head's failure is reported, and the macs total
+    # is block's 100 plus head's unavailable estimate: partial, known 100.
+    def block_macs(module, args, kwargs, output):
+        return {"macs": {"value": 100, "scope": "subtree"}}
+
+    def broken(module, args, kwargs, output):
+        raise ValueError("no macs")
+
+    report = crawl({Block: block_macs, nn.Linear: torchscan.ModuleHandler(broken, metrics=("macs",))})
+    assert [d["path"] for d in codes(report, "custom_handler_error")] == ["head"]
+    assert (report["totals"]["macs"]["status"], report["totals"]["macs"]["known_value"]) == ("partial", 100)
+    assert row(report, "block.fc1")["metric_owners"] == {"macs": {"path": "block", "call_index": 0}}
+    check_readers(report)
+
+
+def test_module_results_the_session_cannot_read_are_refused():
+    from torchscan.flops import FlopScan
+
+    scan = FlopScan(scope="forward")
+    with pytest.raises(RuntimeError, match="stop the scan first"):
+        scan._session.set_module_results("[]")
+    with scan:
+        scope = scan._session.push_module_scope("a")
+        torch.rand(2, 2) @ torch.rand(2, 2)
+        scan._session.pop_module_scope(scope, False, [])
+    for bad in ("{}", '[{"row": 1}]', '[{"row": 0, "metrics": {"macs": {"status": "complete", "known_value": 4}}}]'):
+        with pytest.raises(ValueError, match="torchscan: module results: "):
+            scan._session.set_module_results(bad)
+    scan._session.set_module_results(
+        '[{"row": 0, "metrics": {"macs": {"status": "complete", "known_value": "4", "scope": "module_call", '
+        '"method": "custom_module_handler:t"}}}]')
+    # (2, 2) @ (2, 2): 4 outputs of 2-term dots, 8 MACs natively; 4 supplied.
+    assert json.loads(scan._session.layers())[0]["metrics"]["macs"]["value"] == 4
