@@ -186,7 +186,7 @@ constexpr int kMetricsSorted[4] = {3, 2, 1, 0};
 }  // namespace
 
 void AppendLayerJson(const std::vector<LayerTally>& layers, const LayerTally& l, std::string_view scope,
-                     const std::array<bool, 4>& requested, std::string& out) {
+                     const std::array<bool, 4>& requested, std::string& out, bool operator_view) {
   std::array<LayerMetricResult, 4> metric;
   for (int m = 0; m < 4; ++m) metric[m] = LayerMetricOf(l, m, scope, requested[m]);
   absl::StrAppend(&out, "{\"call_index\":", l.call_index, ",\"depth\":", l.depth,
@@ -214,7 +214,7 @@ void AppendLayerJson(const std::vector<LayerTally>& layers, const LayerTally& l,
   out += ",\"metrics\":{";
   first = true;
   for (const MetricKey& key : kMetricKeys) {
-    if (key.entry == Entry::kMetric && metric[key.index].owned) continue;
+    if (key.entry == Entry::kMetric && (metric[key.index].owned || (key.index == 0 && !operator_view))) continue;
     if (key.entry == Entry::kMemory && !l.memory) continue;
     absl::StrAppend(&out, first ? "\"" : ",\"", key.name, "\":");
     first = false;
@@ -250,11 +250,11 @@ void AppendLayerJson(const std::vector<LayerTally>& layers, const LayerTally& l,
 }
 
 void AppendLayersJson(const std::vector<LayerTally>& layers, std::string_view scope,
-                      const std::array<bool, 4>& requested, std::string& out) {
+                      const std::array<bool, 4>& requested, std::string& out, bool operator_view) {
   out += '[';
   for (size_t i = 0; i < layers.size(); ++i) {
     if (i > 0) out += ',';
-    AppendLayerJson(layers, layers[i], scope, requested, out);
+    AppendLayerJson(layers, layers[i], scope, requested, out, operator_view);
   }
   out += ']';
 }

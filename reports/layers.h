@@ -115,12 +115,14 @@ LayerFieldResult LayerFieldOf(const LayerTally& l, int k);
 // "thread"?}, as compact JSON text (keys sorted, counts exact) appended to
 // `out`. requested[m] = false: metric m is unavailable / not_requested
 // (structure mode, or a view left out).
+// operator_view false: the row leaves "operator_flops" out altogether (module
+// analysis reports the operator view once, as a whole).
 void AppendLayerJson(const std::vector<LayerTally>& layers, const LayerTally& l, std::string_view scope,
-                     const std::array<bool, 4>& requested, std::string& out);
+                     const std::array<bool, 4>& requested, std::string& out, bool operator_view = true);
 // The rows as a JSON array, appended one at a time: a scan with many layer
 // calls never holds them all as a JSON tree (Session::ScanReportJson).
 void AppendLayersJson(const std::vector<LayerTally>& layers, std::string_view scope,
-                      const std::array<bool, 4>& requested, std::string& out);
+                      const std::array<bool, 4>& requested, std::string& out, bool operator_view = true);
 // The same array as a JSON tree (counts past 2^64 - 1 as CountJson holds
 // them), for reports that add keys to the rows.
 nlohmann::json LayersJson(const std::vector<LayerTally>& layers, std::string_view scope,

@@ -85,7 +85,9 @@ class Session {
   Status PopModuleScope(int32_t scope, bool failed = false, std::vector<uintptr_t> outputs = {});
   // After Stop(): one row per module call with its own calls' values in both
   // views: [{"path", "call_index", "parent", "depth", "failed", "metrics"}].
-  StatusOr<std::string> LayersJson(const ReportFilter& filter = {});
+  // operator_view false: the rows without "operator_flops" (for module
+  // analysis, which reports that view as a whole), for less work.
+  StatusOr<std::string> LayersJson(const ReportFilter& filter = {}, bool operator_view = true);
   // The same rows as values, in the same order (scope order).
   StatusOr<std::vector<LayerRow>> LayerRows(const ReportFilter& filter = {});
   // After Stop(): the results of module handlers that ran outside the

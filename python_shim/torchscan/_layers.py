@@ -25,15 +25,15 @@ _NO_OWNERS: dict = {}  # read only
 def _layer_rows(session, metrics: bool) -> list:
     """(path, call_index, depth, failed, metrics, owners) per layer call, in
     call order, as the layers' JSON (Session::LayersJson) writes them. The
-    operator view's per-row figure is left out: crawl_module reports that
-    view once, as a whole. metrics False: None instead of the metrics.
+    operator view's per-row figure is left out (the engine neither computes
+    nor writes it): crawl_module reports that view once, as a whole.
+    metrics False: None instead of the metrics.
     owners: the row's metric_owners and metric_ownership (custom module
     handlers), an empty mapping for most rows."""
-    rows = json.loads(session.layers())
+    rows = json.loads(session.module_layers())
     out = []
     for row in rows:
         values = row["metrics"]
-        del values["operator_flops"]
         owners = _NO_OWNERS
         if "metric_owners" in row or "metric_ownership" in row:
             owners = {k: row[k] for k in ("metric_owners", "metric_ownership") if k in row}

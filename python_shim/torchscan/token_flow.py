@@ -34,7 +34,7 @@ from __future__ import annotations
 import ctypes
 import inspect
 import json
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 import torch
 import torch.nn as nn
@@ -96,25 +96,65 @@ def _batch_first(module: nn.Module):
     return flag if isinstance(flag, bool) else None
 
 
-def _named_tensors(module: nn.Module, args: tuple, kwargs: dict) -> list:
-    """[(argument name, tensor)] of the call, names from forward's signature."""
+# (id of a signature, positional count, keyword names) -> (the signature, how
+# Signature.bind names each argument of such a call: [(name, index into args
+# or keyword)], or None where bind refuses it). A model calls each module the
+# same way every time; bind itself costs more than the rest of the naming.
+_BINDINGS: Dict[tuple, tuple] = {}
+
+
+def _binding(sig: inspect.Signature, nargs: int, keys: tuple) -> Optional[list]:
+    key = (id(sig), nargs, keys)
+    cached = _BINDINGS.get(key)
+    if cached is not None and cached[0] is sig:  # the same signature (an id can be reused once it is freed)
+        return cached[1]
+    plan: Optional[list] = None
     try:
-        sig = tokens.signature(module)
-        bound = sig.bind(*args, **kwargs)
+        # bind() on stand-ins that say where each value comes from.
+        bound = sig.bind(*range(nargs), **{k: k for k in keys})
         params = sig.parameters
-        items = []
-        for name, value in bound.arguments.items():
+        steps: list = []
+        for name, where in bound.arguments.items():
             kind = params[name].kind
             if kind is inspect.Parameter.VAR_KEYWORD:
-                items.extend(value.items())
+                steps.extend((k, k) for k in where)
             elif kind is inspect.Parameter.VAR_POSITIONAL:
-                items.extend((f"{name}[{i}]", v) for i, v in enumerate(value))
+                steps.extend((f"{name}[{i}]", w) for i, w in enumerate(where))
             else:
-                items.append((name, value))
+                steps.append((name, where))
+        plan = steps
     except (TypeError, ValueError):
+        plan = None
+    if len(_BINDINGS) > 4096:  # bounded: a model has few call forms
+        _BINDINGS.clear()
+    _BINDINGS[key] = (sig, plan)
+    return plan
+
+
+_PLAIN = (bool, int, float, str, type(None))  # values that hold no tensor
+
+
+def _named_tensors(module: nn.Module, args: tuple, kwargs: dict) -> list:
+    """[(argument name, tensor)] of the call, names from forward's signature
+    as Signature.bind gives them (by position, then "args[i]" and the
+    keywords where bind refuses the call)."""
+    plan = None
+    try:
+        plan = _binding(tokens.signature(module), len(args), tuple(kwargs))
+    except (TypeError, ValueError):  # no signature
+        pass
+    if plan is None:
         items = [(f"args[{i}]", v) for i, v in enumerate(args)] + list(kwargs.items())
+    else:
+        items = [(name, args[where] if type(where) is int else kwargs[where]) for name, where in plan]
     out = []
+    Tensor = torch.Tensor
     for name, value in items:
+        if type(value) is Tensor:  # the common case, without tree_flatten's cost
+            out.append((name, value))
+            continue
+        if isinstance(value, _PLAIN):
+            continue
         flat, _ = tree_flatten(value)
         ts = [t for t in flat if isinstance(t, torch.Tensor)]
         for k, t in enumerate(ts):

@@ -189,13 +189,15 @@ TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope) {
   for (int64_t i = sc.begin_event - recorder.folded(); i < sc.end_event - recorder.folded(); ++i) {
     const Event& e = events[i];
     const OpInfo& info = Catalog().Get(e.op());
-    if (Has(info.name, TokenTrait::kSoftmax)) q.softmax = true;
-    if (!IsAttention(info.name)) continue;
+    // The catalog's cached traits: this runs after every module call of a crawl.
+    if (info.traits.Has(TokenTrait::kSoftmax)) q.softmax = true;
+    if (!info.traits.Has(TokenTrait::kAttention)) continue;
     q.attention = true;
     const SdpaArgs at = SdpaOf(info.name);
     // The kernel SDPA dispatches to gets a mask SDPA derived (a boolean one
     // made additive): the pass reads the outer call's.
-    if (at.mask < 0 || (e.parent >= 0 && IsAttention(Catalog().Get(events[e.parent].op()).name))) continue;
+    if (at.mask < 0 || (e.parent >= 0 && Catalog().Get(events[e.parent].op()).traits.Has(TokenTrait::kAttention)))
+      continue;
     const ResolvedCall rc(e);  // identities followed from call to call
     const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
     const ArgMeta& m = call.arg(at.mask);

@@ -147,7 +147,7 @@ void Pass::Aliases(int64_t i) {
   const absl::string_view name = N(call.name);
   const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
   // In-place calls that change a tensor's metadata, not its values, leave its views alone.
-  const bool metadata = Has(name, TokenTrait::kMetadataInPlace);
+  const bool metadata = info.traits.Has(TokenTrait::kMetadataInPlace);
   const bool in_place = ((base.size() > 1 && base.back() == '_') || info.overload == "out") && !metadata;
   if (in_place) {
     EachTensor(call.outputs, [&](const TensorMeta& t) {
@@ -164,7 +164,7 @@ void Pass::Aliases(int64_t i) {
     });
     return;
   }
-  if (!Has(name, TokenTrait::kMayAlias)) return;
+  if (!info.traits.Has(TokenTrait::kMayAlias)) return;
   const ArgMeta& x = call.arg(0);
   if (!x.is_tensor()) return;
   const uintptr_t r = Root(x.tensor().identity);
@@ -261,17 +261,17 @@ int64_t Pass::VisitCall(int64_t i, int64_t end) {
   EachTensor(call.args, [&](const TensorMeta& t) { tracked = Get(t) != nullptr || tracked; });
   const absl::string_view name = N(call.name);
   const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
-  if (!tracked || Has(name, TokenTrait::kShapeOnly)) {
+  if (!tracked || info.traits.Has(TokenTrait::kShapeOnly)) {
     Forget(i + 1, next, "", i);
     EachTensor(call.outputs, [&](const TensorMeta& t) { Clear(t.identity); });
     return next;
   }
   bool done = false;
   std::optional<Flow> f;
-  if (TraitsOf(call.name).token_rule == TokenRule::kJoin) {
+  if (info.traits.token_rule == TokenRule::kJoin) {
     if (call.outputs.size() == 1 && call.outputs[0].is_tensor()) f = Join(call, call.outputs[0].tensor(), base);
   } else {
-    f = Rule(call, base, done);
+    f = Rule(call, info.traits, base, done);
   }
   if (f || done) Forget(i + 1, next, "", i);
   if (done) return next;
@@ -295,7 +295,7 @@ int64_t Pass::VisitCall(int64_t i, int64_t end) {
   // outputs; a kernel's own work between its calls (sort copies, then
   // sorts in place) is unseen. Otherwise this is where the analysis stops.
   // See Note [A rule or the children].
-  if (next > i + 1 && !IsAttention(name) && Catalog().RanDecomposition(e.op(), e.keys())) {
+  if (next > i + 1 && !info.traits.Has(TokenTrait::kAttention) && Catalog().RanDecomposition(e.op(), e.keys())) {
     const int64_t mark = generation_;
     for (int64_t j = i + 1; j < next;) j = Visit(j, next);
     bool produced = true;

@@ -157,8 +157,9 @@ class Pass {
   Flow Reshape(const OpCall& call, const Flow& f, const TensorMeta& in, const TensorMeta& out);
   static Flow Rows(const Flow& f, int64_t start, int64_t step, int64_t length);
   Flow Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& at);
-  std::optional<Flow> Rule(const OpCall& call, absl::string_view base, bool& done);
-  std::optional<Flow> Pieces(const OpCall& call, absl::string_view base, bool& done);
+  // `traits`: the operator's row (the catalog's cached OpTraits).
+  std::optional<Flow> Rule(const OpCall& call, const OpTraits& traits, absl::string_view base, bool& done);
+  std::optional<Flow> Pieces(const OpCall& call, const OpTraits& traits, absl::string_view base, bool& done);
   Flow Join(const OpCall& call, const TensorMeta& out, absl::string_view base);
   Flow Along(const OpCall& call, const TensorMeta& out, int64_t dim);
 

@@ -181,12 +181,12 @@ Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& 
 // follows its children, if they made its outputs). Rules that make
 // several outputs set them and return `done`.
 // See Note [A rule or the children].
-std::optional<Flow> Pass::Rule(const OpCall& call, absl::string_view base, bool& done) {
+std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl::string_view base, bool& done) {
   const absl::string_view name = N(call.name);
-  const TokenRule rule = TraitsOf(call.name).token_rule;
+  const TokenRule rule = traits.token_rule;
   if (call.outputs.empty()) return std::nullopt;
   const ArgMeta& o0 = call.outputs[0];
-  if (o0.kind == ArgKind::kTensorList) return Pieces(call, base, done);
+  if (o0.kind == ArgKind::kTensorList) return Pieces(call, traits, base, done);
   if (!o0.is_tensor() || !o0.tensor().defined) return std::nullopt;
   const TensorMeta& out = o0.tensor();
   const ArgMeta& x = call.arg(0);
@@ -200,7 +200,7 @@ std::optional<Flow> Pass::Rule(const OpCall& call, absl::string_view base, bool&
   if (rule == TokenRule::kAddmm) return Contract(call, out, 1, 2, false);
   const SdpaArgs at = SdpaOf(name);
   if (at.mask >= 0) return Attention(call, out, at);
-  if (IsAttention(name)) {
+  if (traits.Has(TokenTrait::kAttention)) {
     return Lost(absl::StrCat(name, " is a fused attention kernel the token-flow pass does not analyse here"));
   }
   if (rule == TokenRule::kEmbedding && call.arg(1).is_tensor() && x.is_tensor() && Get(x.tensor()) == nullptr) {
@@ -305,13 +305,13 @@ std::optional<Flow> Pass::Rule(const OpCall& call, absl::string_view base, bool&
 }
 
 // Calls with tensor-list inputs or outputs: cat / stack, split / chunk / unbind.
-std::optional<Flow> Pass::Pieces(const OpCall& call, absl::string_view base, bool& done) {
+std::optional<Flow> Pass::Pieces(const OpCall& call, const OpTraits& traits, absl::string_view base, bool& done) {
   const absl::string_view name = N(call.name);
   const ArgMeta& x = call.arg(0);
   if (!x.is_tensor()) return std::nullopt;
   const Flow* fp = Get(x.tensor());
   if (fp == nullptr) return std::nullopt;
-  const TokenRule rule = TraitsOf(call.name).token_rule;
+  const TokenRule rule = traits.token_rule;
   const bool unbind = rule == TokenRule::kUnbind;
   const bool split = rule == TokenRule::kSplit;
   if (!unbind && !split) return std::nullopt;

@@ -145,6 +145,7 @@ TORCH_LIBRARY(torchscan, m) {
                                              std::vector<uintptr_t>(outputs.begin(), outputs.end())));
            })
       .def("layers", [](const Self& s) { return Value(s->session.LayersJson()); })
+      .def("module_layers", [](const Self& s) { return Value(s->session.LayersJson({}, /*operator_view=*/false)); })
       .def("memory_report", [](const Self& s) { return Value(s->session.MemoryReportJson()); })
       .def("trace", [](const Self& s) { return Value(s->session.TraceJson()); })
       // For the C entry points below (torchscan_push_module_scope, ...).

@@ -23,7 +23,8 @@ nlohmann::json FlopJson(Session::State& s, Planned& p) {
                                                    folded ? &folded->operators : nullptr));
 }
 
-std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, bool handlers = true);
+std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, bool handlers = true,
+                                              bool operator_view = true);
 
 nlohmann::json ModuleJson(Session::State& s, Planned& p) {
   const Folded* folded = p.set->folded();
@@ -38,8 +39,9 @@ nlohmann::json ModuleJson(Session::State& s, Planned& p) {
 }
 
 // Every layer call's tally: its own calls in both views and its output's
-// field; with `handlers`, the module handlers' estimates applied.
-std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, bool handlers) {
+// field; with `handlers`, the module handlers' estimates applied; without
+// `operator_view`, the operator view's per-layer figures left at zero.
+std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, bool handlers, bool operator_view) {
   const EventSet& set = *p.set;
   const auto& scopes = set.scopes;
   if (scopes.empty()) return {};  // no module calls: no pass over the calls
@@ -65,8 +67,10 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, boo
   {
     OperatorSums op_sums;  // the totals are FlopJson's; only the rows are wanted here
     ModuleSums module_sums;
-    AccumulateOperatorView(set.events(), set.label_sets, p.Plan(s.catalog, s.overrides), s.catalog, s.overrides,
-                           op_sums, TallyRows{&layers});
+    if (operator_view) {
+      AccumulateOperatorView(set.events(), set.label_sets, p.Plan(s.catalog, s.overrides), s.catalog, s.overrides,
+                             op_sums, TallyRows{&layers});
+    }
     AccumulateModuleView(set.events(), p.ModulePlan(s.catalog), s.catalog, module_sums, TallyRows{&layers});
   }
   std::vector<FieldQuery> queries(scopes.size());
@@ -272,7 +276,7 @@ static absl::Status CheckPerCallRows(const Session::State& s) {
       "ScanOptions::per_request_rows), or scan with LayerRowMode::kPerCall");
 }
 
-StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {
+StatusOr<std::string> Session::LayersJson(const ReportFilter& filter, bool operator_view) {
   return Public([&]() -> absl::StatusOr<std::string> {
     if (auto st = CheckPerCallRows(*state_); !st.ok()) return st;
     State& s = *state_;
@@ -283,7 +287,8 @@ StatusOr<std::string> Session::LayersJson(const ReportFilter& filter) {
     // The rows' text as the one writer produces it (Note [One layer-row writer]).
     std::string out;
     auto write = [&](Planned& p) {
-      reports::AppendLayersJson(LayerTallies(s, p), s.options.scope, {true, true, true, true}, out);
+      reports::AppendLayersJson(LayerTallies(s, p, /*handlers=*/true, operator_view), s.options.scope,
+                                {true, true, true, true}, out, operator_view);
     };
     if (Unfiltered(filter)) {
       write(s.Calls());

@@ -55,12 +55,13 @@ json FieldRef(const LayerTally& l, int k, const std::string& scope) {
 }
 
 json RowRef(const std::vector<LayerTally>& layers, const LayerTally& l, const std::string& scope,
-            const std::array<bool, 4>& requested) {
+            const std::array<bool, 4>& requested, bool operator_view = true) {
   json metrics = json::object(), owners = json::object(), ownership = json::object();
-  for (int m = 0; m < 4; ++m) {
-    const MetricStatus status = l.failed        ? MetricStatus::kUnavailable
-                                : l.complete[m] ? MetricStatus::kComplete
-                                                : MetricStatus::kPartial;
+  for (int m = operator_view ? 0 : 1; m < 4; ++m) {
+    // An opened estimate (Note [Opened estimates]) is unavailable, as a failed call's.
+    const MetricStatus status = l.failed || l.opened[m] ? MetricStatus::kUnavailable
+                                : l.complete[m]         ? MetricStatus::kComplete
+                                                        : MetricStatus::kPartial;
     if (requested[m] && l.owner[m] >= 0) {
       const LayerTally& o = layers[static_cast<size_t>(l.owner[m])];
       owners[kLayerMetricNames[m]] = {{"path", o.path}, {"call_index", o.call_index}};
@@ -94,16 +95,16 @@ json RowRef(const std::vector<LayerTally>& layers, const LayerTally& l, const st
 }
 
 std::string Written(const std::vector<LayerTally>& layers, const std::string& scope,
-                    const std::array<bool, 4>& requested) {
+                    const std::array<bool, 4>& requested, bool operator_view = true) {
   std::string out;
-  AppendLayersJson(layers, scope, requested, out);
+  AppendLayersJson(layers, scope, requested, out, operator_view);
   return out;
 }
 
 std::string Reference(const std::vector<LayerTally>& layers, const std::string& scope,
-                      const std::array<bool, 4>& requested) {
+                      const std::array<bool, 4>& requested, bool operator_view = true) {
   json rows = json::array();
-  for (const LayerTally& l : layers) rows.push_back(RowRef(layers, l, scope, requested));
+  for (const LayerTally& l : layers) rows.push_back(RowRef(layers, l, scope, requested, operator_view));
   return DumpJson(rows);
 }
 
@@ -220,6 +221,7 @@ TEST(LayersJson, SeededRandomTalliesAsTheReference) {
           l.custom_unavailable[m] = pick(3) == 0;
         }
         if (m > 0 && i > 0 && pick(6) == 0) l.owner[m] = pick(static_cast<int>(i));
+        l.opened[m] = m > 0 && l.custom[m] == LayerTally::Custom::kNone && pick(8) == 0;
       }
       l.field_state = static_cast<LayerTally::FieldState>(pick(4));
       l.field_reason = "why " + std::to_string(pick(3));
@@ -233,6 +235,9 @@ TEST(LayersJson, SeededRandomTalliesAsTheReference) {
     }
     const std::array<bool, 4> requested = {pick(5) != 0, pick(5) != 0, pick(5) != 0, pick(5) != 0};
     ASSERT_EQ(Written(layers, "forward", requested), Reference(layers, "forward", requested)) << "round " << round;
+    // Module analysis's rows: the same without the operator view.
+    ASSERT_EQ(Written(layers, "forward", requested, false), Reference(layers, "forward", requested, false))
+        << "round " << round;
   }
 }
 

@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchscan
+from torchscan import token_flow
 
 L, S, E, H = 5, 7, 16, 4
 BLOCKED = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)  # key j > query i
@@ -361,3 +362,63 @@ def test_whole_llama_model_with_its_cache():
     assert _sources(report) == [{"arguments": ["input_ids"], "sequence_axis": 1, "length": L,
                                  "relation": {"kind": "prefix"}}]
     assert _sources(report, "layers.1")[0]["relation"] == {"kind": "prefix"}
+
+
+# ---- argument names: Signature.bind's, from a plan cached per call form
+
+
+def _reference_names(fn, args, kwargs):
+    """What token_flow names each tensor argument, derived with
+    inspect.signature(fn).bind directly (the definition the cache follows)."""
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+        bound = sig.bind(*args, **kwargs)
+    except TypeError:
+        return [f"args[{i}]" for i, v in enumerate(args) if isinstance(v, torch.Tensor)] + [
+            k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+    names = []
+    for name, value in bound.arguments.items():
+        kind = sig.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            names += [k for k, v in value.items() if isinstance(v, torch.Tensor)]
+        elif kind is inspect.Parameter.VAR_POSITIONAL:
+            names += [f"{name}[{i}]" for i, v in enumerate(value) if isinstance(v, torch.Tensor)]
+        elif isinstance(value, torch.Tensor):
+            names.append(name)
+    return names
+
+
+class _Forms(nn.Module):
+    def forward(self, x, /, y=None, *rest, mask=None, **extra):
+        return x
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((1,), {}),
+    ((1, 2), {"mask": 3}),
+    ((1, 2, 3, 4), {"mask": 5, "z": 6, "w": 7}),
+    ((1,), {"w": 7, "y": 2}),                # keywords out of signature order
+    ((), {"x": 1}),                          # positional-only passed by keyword: bind refuses
+    ((1, None, 3), {"mask": None, "q": 8}),  # None and plain values hold no tensor
+])
+def test_argument_names_are_those_bind_gives(args, kwargs):
+    module = _Forms()
+    tensors = {}
+
+    def t(v):  # a distinct tensor per stand-in; plain values stay plain
+        if isinstance(v, int) and v is not None:
+            return tensors.setdefault(v, torch.full((2,), float(v)))
+        return v
+
+    args, kwargs = tuple(t(a) for a in args), {k: t(v) for k, v in kwargs.items()}
+    expected = _reference_names(module.forward, args, kwargs)
+    for _ in range(2):  # the first call makes the plan, the second uses it
+        named = token_flow._named_tensors(module, args, kwargs)
+        assert [n for n, _ in named] == expected
+        for name, tensor in named:  # each name goes with its own tensor
+            assert any(tensor is v for v in (*args, *kwargs.values()))
+    # A container argument: its tensors are numbered within it.
+    named = token_flow._named_tensors(module, (t(1), [t(2), t(3)]), {})
+    assert [n for n, _ in named] == ["x", "y[0]", "y[1]"]
