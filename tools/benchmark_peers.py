@@ -11,6 +11,7 @@ import gc
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
@@ -366,5 +367,15 @@ def _peers_python(where: str) -> str:
     py = venv / "bin" / "python"
     if not py.exists():
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "ptflops", "fvcore", "thop", "torchinfo"], check=True)
+    # --system-site-packages shows the base interpreter's packages, not those
+    # of the environment running this (torch, torchscan): a .pth adds them,
+    # and a constraint keeps pip from resolving a torch of its own for the
+    # peers (a multi-GB download that would shadow this one).
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    (Path(site) / "_benchmark_parent_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    constraints = venv / "constraints.txt"
+    constraints.write_text(f"torch=={torch.__version__}\n")
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "-c", str(constraints), "ptflops", "fvcore", "thop",
+                    "torchinfo"], check=True)
     return str(py)
