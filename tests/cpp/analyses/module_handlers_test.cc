@@ -89,6 +89,15 @@ ModuleMetricEstimate Value(Count v, MetricOwnership ownership = MetricOwnership:
   return e;
 }
 
+// A handler whose estimate is `value` for `metric`, owning the call's subtree.
+ModuleHandler SubtreeEstimate(std::string metric, Count value) {
+  return [metric, value](const ModuleCall&) {
+    ModuleEstimate e;
+    e.metrics[metric] = Value(value, MetricOwnership::kSubtree);
+    return e;
+  };
+}
+
 TEST(ModuleHandlers, SubtreeOwnerCoversChildrenAndCountsOnce) {
   Session s;
   std::vector<ModuleCall> seen;
@@ -340,15 +349,7 @@ TEST(ModuleHandlers, AnOwnedMetricLeftOutIsUnavailableAndItsOwnershipStays) {
   ModuleHandlerOptions options = Named("tests.flops_only");
   options.metrics = {"module_flops", "macs"};
   options.ownership = MetricOwnership::kSubtree;
-  ASSERT_TRUE(s.SetModuleHandler(
-                   "block",
-                   [](const ModuleCall&) {
-                     ModuleEstimate e;
-                     e.metrics["module_flops"] = Value(108, MetricOwnership::kSubtree);
-                     return e;
-                   },
-                   options)
-                  .ok());
+  ASSERT_TRUE(s.SetModuleHandler("block", SubtreeEstimate("module_flops", 108), options).ok());
   RunModel(s);
   const json layers = Layers(s);
   EXPECT_EQ(Row(layers, "block")["metrics"]["macs"]["status"], "unavailable");
@@ -407,15 +408,7 @@ TEST(ModuleHandlers, AOneMetricFailureCoveredByAnOwnerIsNotReported) {
   Session s;
   ModuleHandlerOptions subtree = Named("tests.Block");
   subtree.ownership = MetricOwnership::kSubtree;
-  ASSERT_TRUE(s.SetModuleHandler(
-                   "block",
-                   [](const ModuleCall&) {
-                     ModuleEstimate e;
-                     e.metrics["macs"] = Value(100, MetricOwnership::kSubtree);
-                     return e;
-                   },
-                   subtree)
-                  .ok());
+  ASSERT_TRUE(s.SetModuleHandler("block", SubtreeEstimate("macs", 100), subtree).ok());
   ModuleHandlerOptions macs_only = Named("tests.Fc1");
   macs_only.metrics = {"macs"};
   ASSERT_TRUE(s.SetModuleHandler(
