@@ -358,11 +358,11 @@ class Handlers:
                 hooks.add(m)
 
     def remove_hooks(self) -> None:
-        try:
-            for hooks in self._hooks:
-                hooks.remove()
-        finally:
-            self._hooks = []
+        """Takes every hook out. Idempotent, as ForwardHooks.remove is:
+        crawl_module calls it again when an interrupt (Ctrl-C) lands in the
+        first call, and an interrupt in one set's removal still removes the
+        other."""
+        _remove_all(self._hooks)
 
     def results_json(self, calls: list, names: dict) -> str:
         """The handlers' results by row, as Session.set_module_results takes
@@ -388,6 +388,14 @@ class Handlers:
             if missed:
                 out.append({"row": start, "opens": {"type": safe_text(type(mod).__name__), "covers": missed}})
         return json.dumps(out)
+
+
+def _remove_all(hooks: List[ForwardHooks]) -> None:
+    if hooks:
+        try:
+            hooks[0].remove()
+        finally:
+            _remove_all(hooks[1:])
 
 
 def _descendants(mod: nn.Module) -> list:

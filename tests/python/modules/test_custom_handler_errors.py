@@ -297,3 +297,36 @@ def test_module_results_the_session_cannot_read_are_refused():
         '"method": "custom_module_handler:t"}}}]')
     # (2, 2) @ (2, 2): 4 outputs of 2-term dots, 8 MACs natively; 4 supplied.
     assert json.loads(scan._session.layers())[0]["metrics"]["macs"]["value"] == 4
+
+
+def test_an_interrupt_while_handler_hooks_are_removed_leaves_none_behind(monkeypatch):
+    # crawl_module removes the handlers' hooks again when an interrupt lands
+    # in the first removal: both hook sets (the handled modules' and the
+    # native layers' above them) must be gone after the second call.
+    from torchscan import _modules, handlers
+    from torchscan._modules import AnalysisPause
+
+    model = nn.Sequential(nn.MultiheadAttention(8, 2), nn.ReLU())
+    modules = list(model.modules())
+    found = handlers.prepare({nn.Linear: _fixed, nn.ReLU: _fixed}, modules)  # out_proj is under the attention
+    found.add_hooks([], AnalysisPause())
+    hooked = [m for m in modules if m._forward_hooks]
+    assert model[0] in hooked and model[1] in hooked  # a native layer above a handled module, a handled module
+    remove = _modules.ForwardHooks.remove
+    calls = []
+
+    def interrupted_once(self):
+        calls.append(self)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        remove(self)
+
+    monkeypatch.setattr(_modules.ForwardHooks, "remove", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        found.remove_hooks()
+    found.remove_hooks()
+    assert not [m for m in modules if m._forward_hooks or m._forward_pre_hooks]
+
+
+def _fixed(module, args, kwargs, output):
+    return {"module_flops": 1}

@@ -152,7 +152,10 @@ def test_an_interrupt_at_a_random_moment_leaves_nothing_behind(name, attempts, r
         t0 = time.perf_counter()
         _run(fn)
         durations.append(time.perf_counter() - t0)
-    duration = sorted(durations)[2]
+    # The fastest of five: alarms then land inside the crawl unless it runs
+    # faster than ever before. The median left every crawl that ran faster
+    # than it (most of them on a loaded machine) with alarms in the sleep.
+    duration = min(durations)
     rng = random.Random(27)
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     inside = 0  # alarms that landed inside the crawl (the others: in the sleep after it)
