@@ -330,7 +330,7 @@ void ApplyModuleHandlers(const HandlerOutcome& outcome, std::vector<reports::Lay
       const reports::LayerTally& l = layers[i];
       if (l.owner[m] >= 0) continue;
       if (!l.custom_unavailable[m]) complete = AddCount(known, l.known[m]) && complete;
-      complete = complete && l.complete[m] && !l.custom_unavailable[m] && !l.opened[m] && !l.failed;
+      complete = complete && l.complete[m] && !l.custom_unavailable[m] && !l.failed;  // opened: not complete
     }
     const bool was = totals->complete[t];
     totals->known[t] = known;
