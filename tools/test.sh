@@ -18,9 +18,25 @@ stage() {
 }
 stage "Code checks" bash tools/lint.sh
 stage "C++ tests" bazel test //...
+
+# The Python tests run one process with one intra-op thread, which leaves a
+# core idle: the sanitizer stage starts on it meanwhile, one job at a time.
+# It has its own Bazel server (output base), because tests/python/install
+# builds with the main one, and its own output directory (.bazelrc). When
+# the Python tests finish, that head start is interrupted (Bazel keeps every
+# action it finished, test results included) and the stage goes on in the
+# foreground on both cores.
+ASAN_BAZEL=(bazel "--output_base=$(bazel info output_base 2>/dev/null)-asan")
+asan_log=$(mktemp)
+"${ASAN_BAZEL[@]}" test --config=asan --jobs=1 //tests:all >"$asan_log" 2>&1 &
+asan_pid=$!
 stage "Python tests" env TORCHSCAN_REQUIRE_LIB=1 "$PY" -m pytest tests/python -q
-# Own output directory (.bazelrc): does not invalidate the build above.
-stage "C++ tests under ASan+UBSan" bazel test --config=asan //tests:all
+kill -INT "$asan_pid" 2>/dev/null || true
+wait "$asan_pid" 2>/dev/null || true
+printf '\n[test] sanitizer build beside the Python tests, last lines:\n'
+tail -n 3 "$asan_log"
+rm -f "$asan_log"
+stage "C++ tests under ASan+UBSan" "${ASAN_BAZEL[@]}" test --config=asan //tests:all
 
 if ((${#failed[@]})); then
   printf '\n[test] FAILED: %s\n' "$(IFS=,; echo "${failed[*]}")" | sed 's/,/, /g'

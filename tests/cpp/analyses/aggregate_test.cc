@@ -11,7 +11,9 @@
 //   module view: b*4*3 = 12b MACs per mm (b=2: 24).
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
 
 #include <map>
 #include <string>

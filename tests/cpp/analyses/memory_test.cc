@@ -3,7 +3,11 @@
 // value is the tensors' sizes worked out by hand (float32: 4 bytes).
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/relu.h>
+#include <ATen/ops/tensordot.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 
 #include <nlohmann/json.hpp>

@@ -4,7 +4,9 @@
 // K-term dot is K multiplies + K - 1 adds; K MACs per output).
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
 #include <torch/library.h>
 
 #include <stdexcept>
@@ -20,7 +22,7 @@
 // and its children (sub, pow, sum, sqrt) run below as its missing work.
 TORCH_LIBRARY(torchscan_handlers_test, m) { m.def("distance(Tensor x, Tensor w) -> Tensor"); }
 TORCH_LIBRARY_IMPL(torchscan_handlers_test, CompositeExplicitAutograd, m) {
-  m.impl("distance", [](const at::Tensor& x, const at::Tensor& w) { return (x - w).pow(2).sum().sqrt(); });
+  m.impl("distance", [](const at::Tensor& x, const at::Tensor& w) { return x.sub(w).pow(2).sum().sqrt(); });
 }
 
 namespace torchscan {

@@ -2,7 +2,12 @@
 // on hand-written rows, and the pass on real ATen calls recorded by a scan.
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
 
 #include <nlohmann/json.hpp>
 

@@ -3,8 +3,10 @@
 // views that follow tensors read those addresses back (ResolvedCall).
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
 
 #include <cmath>
 #include <deque>

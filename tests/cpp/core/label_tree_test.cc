@@ -2,7 +2,9 @@
 // nesting depth, and the same attribution as a flat set of labels.
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
 
 #include <string>
 #include <vector>

@@ -2,7 +2,10 @@
 // test (tests/python/docs/test_readme.py checks that the documents show each marked
 // example verbatim, its include written as the installed package spells it:
 // <torchscan/torchscan.h>).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/relu.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

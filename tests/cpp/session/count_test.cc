@@ -1,7 +1,11 @@
 // Counts past int64_t and caller formulas that
 // return nonsense: exact up to 2^128 - 1, refused beyond, never wrapped.
 #include <gtest/gtest.h>
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/relu.h>
 
 #include <string>
 

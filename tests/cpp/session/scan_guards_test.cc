@@ -4,7 +4,11 @@
 // operator view (one multiply and one add per term, FlopCounterMode's rule).
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/conv2d.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/relu.h>
 
 #include <string>
 #include <thread>

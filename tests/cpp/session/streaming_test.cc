@@ -6,7 +6,12 @@
 // Expected FLOPs by hand: mm of (m,k)@(k,n) is 2*m*k*n in the operator view.
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/conv2d.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/relu.h>
 
 #include <string>
 #include <thread>

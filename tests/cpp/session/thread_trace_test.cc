@@ -2,7 +2,9 @@
 // nest, and one flow per request (threads' requests and TorchScript forwards).
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
 #include <torch/csrc/jit/api/module.h>
 
 #include <pthread.h>
@@ -19,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/cpp/session/scan_testing.h"
+#include "tests/cpp/session/scripted_testing.h"
 #include "torchscan_dispatch/torchscan.h"
 
 namespace torchscan {

@@ -5,8 +5,10 @@
 // operator view (one multiply and one add per term, FlopCounterMode's rule).
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/ones.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <atomic>

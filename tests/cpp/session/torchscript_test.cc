@@ -5,7 +5,8 @@
 // operator view (one multiply and one add per term, FlopCounterMode's rule).
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/ones.h>
 #include <torch/csrc/jit/api/module.h>
 
 #include <map>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/cpp/session/scan_testing.h"
+#include "tests/cpp/session/scripted_testing.h"
 #include "torchscan_dispatch/torchscan.h"
 
 namespace torchscan {

@@ -81,7 +81,11 @@ def test_every_report_is_the_same(both):
         b, n_full = _strip_recorded_calls(full[name])
         lean_calls += n_lean
         full_calls += n_full
-        assert a == b, name
+        if a != b:
+            # The first differences, by path, so a failure says what differed.
+            diffs: list = []
+            zoo_reports._differences(a, b, name, diffs, 10)
+            pytest.fail("lean (A) and full (B) scans differ:\n" + "\n".join(diffs))
     # The zoo's models are made of composites (linear, conv2d, batch_norm,
     # layer_norm ...): the lean scans recorded far fewer calls.
     assert 0 < lean_calls < full_calls * 0.8, (lean_calls, full_calls)
