@@ -81,8 +81,11 @@ class Session {
   // Pop closes scopes left open inside it (their forward raised).
   StatusOr<int32_t> PushModuleScope(std::string_view path);
   // `outputs`: identities (TensorImpl addresses) of the call's output
-  // tensors, for receptive fields from data flow.
-  Status PopModuleScope(int32_t scope, bool failed = false, std::vector<uintptr_t> outputs = {});
+  // tensors, for receptive fields from data flow. `ran_attention`, when
+  // given, is set to whether the scope recorded a call that runs attention
+  // or a softmax (the calls a module's token analysis reads).
+  Status PopModuleScope(int32_t scope, bool failed = false, std::vector<uintptr_t> outputs = {},
+                        bool* ran_attention = nullptr);
   // After Stop(): one row per module call with its own calls' values in both
   // views: [{"path", "call_index", "parent", "depth", "failed", "metrics"}].
   // operator_view false: the rows without "operator_flops" (for module

@@ -358,23 +358,27 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             return traced_post_hook(mod, hook_args, hook_kwargs, output)
         scope, index = open_scopes.pop()
         failed = forward_raised(output)
+        # The C pop answers 1 when the call recorded attention or a softmax
+        # (or that is not known), 0 when not: the token analysis's question.
         if type(output) is Tensor:
             identity = output._cdata
-            if pop_1(handle, scope, failed, identity & 0xFFFFFFFF, identity >> 32) < 0:
+            ran = pop_1(handle, scope, failed, identity & 0xFFFFFFFF, identity >> 32)
+            if ran < 0:
                 session.pop_module_scope(scope, failed, [identity])
             if not failed and not output.is_nested:
                 calls[index][4] = (output.shape, output.dtype, output.device, output.requires_grad)
                 if flow is not None:  # not compiling (checked above)
-                    flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output)
+                    flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output, ran != 0)
                 return
         else:
             flat, _ = tree_flatten(output)
             ids = [t._cdata for t in flat if isinstance(t, Tensor)]
-            if pop(handle, scope, failed, (ctypes.c_uint64 * len(ids))(*ids), len(ids)) < 0:
+            ran = pop(handle, scope, failed, (ctypes.c_uint64 * len(ids))(*ids), len(ids))
+            if ran < 0:
                 session.pop_module_scope(scope, failed, ids)
         calls[index][2] = {"kind": "failed"} if failed else describe(output)
         if flow is not None and not failed:
-            flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output)
+            flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output, ran != 0)
 
     if push is None:  # no C entry points: the session's methods throughout
         pre_hook, post_hook = traced_pre_hook, traced_post_hook

@@ -226,10 +226,16 @@ class TokenFlow:
         return json.loads(self._Session.token_flow(json.dumps({"query": "masks", "scope": scope, "path": path})))
 
     def after(self, module: nn.Module, path: str, scope: int, index: int, args: tuple, kwargs: dict,
-              output) -> None:
+              output, ran: bool = True) -> None:
+        """ran: False when the library said, closing the scope, that the call
+        recorded neither attention nor a softmax (the common case, answered
+        without a second query)."""
         native = tokens.applies(module)
         found = None
         if not native:
+            # (Known calls are kept in scope order: the last is the innermost.)
+            if not ran and not (self._steps and self._steps[-1][0] > scope):
+                return
             # Asked before anything else, outside the pause (it runs no tensor
             # work): a call that ran neither attention nor a softmax, with no
             # known call inside, has no token relations to derive.
@@ -237,7 +243,6 @@ class TokenFlow:
                 found = self._found(path, scope)
             except Exception:  # noqa: BLE001 - asked again inside the analysis, which reports it
                 found = None
-            # (Known calls are kept in scope order: the last is the innermost.)
             if (found is not None and not found["attention"] and not found.get("softmax")
                     and not (self._steps and self._steps[-1][0] > scope)):
                 return

@@ -52,6 +52,9 @@ struct CallSig {
   // answer for the operator alone, kept here so the fallback asks a map once
   // per signature rather than once per call; -1: not asked yet).
   mutable int8_t owner = -1;
+  // 1 when the operator runs attention or a softmax (RunsAttentionOrSoftmax,
+  // counted by Recorder::Begin), 0 when not; -1: not asked yet.
+  mutable int8_t attention_or_softmax = -1;
   uint64_t hash = 0;
   uint32_t arg_tensors = 0;  // distinct tensors among the operands
   uint32_t tensors = 0;      // ... among the operands and the returns

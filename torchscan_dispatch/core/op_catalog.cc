@@ -115,6 +115,12 @@ bool AddsNoFlopsOfItsOwn(const c10::OperatorHandle& op, c10::DispatchKeySet keys
   return tls_catalog->Get(op).zero_cost != ZeroCostReason::kNone || tls_catalog->RanDecomposition(op, keys);
 }
 
+bool RunsAttentionOrSoftmax(const c10::OperatorHandle& op) {
+  if (tls_catalog == nullptr) tls_catalog = new OpCatalog();
+  const OpTraits& t = tls_catalog->Get(op).traits;
+  return t.Has(TokenTrait::kAttention) || t.Has(TokenTrait::kSoftmax);
+}
+
 namespace {
 
 // Whether an autograd kernel may compute something for this tensor: it has

@@ -77,4 +77,8 @@ bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op, c10::DispatchKeySet k
 // no scan records (other threads'); cached per thread.
 bool AddsNoFlopsOfItsOwn(const c10::OperatorHandle& op, c10::DispatchKeySet keys);
 
+// True when `op` runs attention or a softmax (TokenTrait::kAttention,
+// kSoftmax): the calls a module's token analysis looks for. Cached per thread.
+bool RunsAttentionOrSoftmax(const c10::OperatorHandle& op);
+
 }  // namespace torchscan

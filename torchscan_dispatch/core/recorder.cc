@@ -9,6 +9,7 @@
 #include "torchscan_dispatch/core/all_threads.h"
 #include "torchscan_dispatch/core/fallback.h"
 #include "torchscan_dispatch/core/call_table.h"
+#include "torchscan_dispatch/core/op_catalog.h"
 
 namespace torchscan {
 
@@ -96,6 +97,9 @@ int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   e.labels = labels_;
   e.scope = scope_;
   e.sig = calls_.Start(op, keys, args, tensors_);
+  // Asked once per signature: a byte's load and an add per call.
+  if (C10_UNLIKELY(e.sig->attention_or_softmax < 0)) e.sig->attention_or_softmax = RunsAttentionOrSoftmax(op);
+  attention_calls_ += e.sig->attention_or_softmax;
   e.ids = KeepIds(nullptr, 0, tensors_.addresses());
   if (C10_UNLIKELY(timestamps)) times_.insert(times_.end(), {SteadyNowNs(), -1});
   open_ = index;
@@ -218,6 +222,7 @@ int32_t Recorder::PushScope(std::string path) {
   scope.parent = scope_;
   scope.request = request_;
   scope.begin_event = recorded();
+  scope.begin_attention_calls = attention_calls_;
   scopes_.push_back(std::move(scope));
   scopes_.back().begin_memory = static_cast<int64_t>(memory_.size());
   if (timestamps) scopes_.back().begin_ns = SteadyNowNs();
@@ -233,10 +238,12 @@ bool Recorder::PopScope(int32_t id, bool failed, std::vector<uintptr_t> outputs)
   for (int32_t s = scope_; s != id; s = scopes_[s].parent) {
     scopes_[s].failed = true;
     scopes_[s].end_event = recorded();
+    scopes_[s].ran_attention = attention_calls_ > scopes_[s].begin_attention_calls;
     scopes_[s].end_memory = static_cast<int64_t>(memory_.size());
     if (timestamps) scopes_[s].end_ns = SteadyNowNs();
   }
   scopes_[id].end_event = recorded();
+  scopes_[id].ran_attention = attention_calls_ > scopes_[id].begin_attention_calls;
   scopes_[id].end_memory = static_cast<int64_t>(memory_.size());
   if (timestamps) scopes_[id].end_ns = SteadyNowNs();
   scopes_[id].outputs = std::move(outputs);

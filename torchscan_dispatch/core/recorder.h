@@ -174,6 +174,11 @@ class Recorder {
     int64_t begin_ns = 0;      // Recorder::timestamps: when it opened / closed (-1: open)
     int64_t end_ns = -1;
     std::vector<uintptr_t> outputs;  // identities of its output tensors
+    // Recorder::attention_calls() when it opened, and whether it recorded
+    // such a call by when it closed: a module's token analysis runs only
+    // after a call that did (or that enclosed one it analysed).
+    int64_t begin_attention_calls = 0;
+    bool ran_attention = false;
     // Last: PushScope initialises the fields above in order.
     int64_t thread = 0;      // thread number (EventSet::Add; 0: not an all-threads set)
     bool unsettled = false;  // EventSet::Add: its request was still running at the cut
@@ -183,6 +188,8 @@ class Recorder {
   // false when `id` is not open.
   bool PopScope(int32_t id, bool failed, std::vector<uintptr_t> outputs = {});
   const std::vector<Scope>& scopes() const { return scopes_; }
+  // Calls recorded so far that run attention or a softmax.
+  int64_t attention_calls() const { return attention_calls_; }
   const LabelTree& label_sets() const { return label_sets_; }
 
   // Requests: calls made between BeginRequest and EndRequest carry the
@@ -248,6 +255,7 @@ class Recorder {
   CallTensors tensors_;  // the call being recorded's tensors
   Arena arena_;          // the calls' Event::ids
   int64_t folded_ = 0;
+  int64_t attention_calls_ = 0;
   int32_t open_ = -1;  // innermost call still running
   std::vector<int64_t> times_;
   MemoryLog memory_;

@@ -247,7 +247,9 @@ __attribute__((visibility("default"))) int torchscan_push_module_scope(int handl
   }
 }
 
-// 0, or -1. `outputs`: `count` output identities (TensorImpl addresses).
+// 1 when the scope recorded a call that runs attention or a softmax, 0 when
+// not (the token analysis asks about the first kind only), -1 when it fails.
+// `outputs`: `count` output identities (TensorImpl addresses).
 __attribute__((visibility("default"))) int torchscan_pop_module_scope(int handle, int scope, int failed,
                                                                       const uint64_t* outputs, int count) noexcept {
   using torchscan::TheHandles;
@@ -256,9 +258,12 @@ __attribute__((visibility("default"))) int torchscan_pop_module_scope(int handle
     std::lock_guard<std::mutex> lock(h.mu);
     const auto it = h.sessions.find(handle);
     if (it == h.sessions.end() || count < 0) return -1;
-    return it->second->session.PopModuleScope(scope, failed != 0, std::vector<uintptr_t>(outputs, outputs + count)).ok()
-               ? 0
-               : -1;
+    bool ran_attention = true;
+    if (!it->second->session
+             .PopModuleScope(scope, failed != 0, std::vector<uintptr_t>(outputs, outputs + count), &ran_attention)
+             .ok())
+      return -1;
+    return ran_attention ? 1 : 0;
   } catch (...) {
     return -1;
   }
@@ -266,7 +271,7 @@ __attribute__((visibility("default"))) int torchscan_pop_module_scope(int handle
 
 // The common case, one output: its identity in two halves (ctypes passes
 // each as a C int, masked to 32 bits), so that no buffer is shared between
-// calls. 0, or -1.
+// calls. Answers as torchscan_pop_module_scope.
 __attribute__((visibility("default"))) int torchscan_pop_module_scope_1(int handle, int scope, int failed, int low,
                                                                         int high) noexcept {
   const uint64_t output = (static_cast<uint64_t>(static_cast<uint32_t>(high)) << 32) | static_cast<uint32_t>(low);

@@ -422,12 +422,13 @@ StatusOr<int32_t> Session::PushModuleScope(std::string_view path) {
   }());
 }
 
-Status Session::PopModuleScope(int32_t scope, bool failed, std::vector<uintptr_t> outputs) {
+Status Session::PopModuleScope(int32_t scope, bool failed, std::vector<uintptr_t> outputs, bool* ran_attention) {
   return Public([&]() -> absl::Status {
     return WithThreadRecorder(*state_, [&](Recorder& r) {
       if (!r.PopScope(scope, failed, std::move(outputs))) {
         return absl::InvalidArgumentError(absl::StrCat("torchscan: module scope ", scope, " is not open"));
       }
+      if (ran_attention != nullptr) *ran_attention = r.scopes()[scope].ran_attention;
       return absl::OkStatus();
     });
   }());

@@ -10,6 +10,8 @@
 #include <ATen/ops/mul.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/relu.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/softmax.h>
 #include <ATen/ops/var.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
@@ -337,6 +339,40 @@ TEST(Session, ModuleScopesGiveExclusiveLayerRows) {
   }
   // Rows add up to the totals.
   EXPECT_EQ(nlohmann::json::parse(s.FlopReportJson().value())["total"]["value"], 48 + 2 * 56);
+}
+
+TEST(Session, PoppingAScopeSaysWhetherItRanAttentionOrASoftmax) {
+  const at::Tensor q = at::ones({1, 2, 4, 8}), x = at::ones({2, 3});
+  Session s;
+  bool net = false, mlp = true, attn = false, soft = false, after = true;
+  {
+    ScanGuard guard(s);
+    const int32_t n = s.PushModuleScope("net").value();
+    {
+      const int32_t a = s.PushModuleScope("net.attn").value();
+      at::scaled_dot_product_attention(q, q, q);  // attention, whatever the scan records inside it
+      ASSERT_TRUE(s.PopModuleScope(a, false, {}, &attn).ok());
+    }
+    {
+      const int32_t m = s.PushModuleScope("net.mlp").value();
+      at::relu(at::mm(x, x.t()));  // neither
+      ASSERT_TRUE(s.PopModuleScope(m, false, {}, &mlp).ok());
+    }
+    {
+      const int32_t f = s.PushModuleScope("net.scores").value();
+      at::softmax(x, 1);
+      ASSERT_TRUE(s.PopModuleScope(f, false, {}, &soft).ok());
+    }
+    ASSERT_TRUE(s.PopModuleScope(n, false, {}, &net).ok());  // encloses both kinds
+    const int32_t later = s.PushModuleScope("tail").value();
+    at::relu(x);  // neither, after scopes that had both
+    ASSERT_TRUE(s.PopModuleScope(later, false, {}, &after).ok());
+  }
+  EXPECT_TRUE(attn);
+  EXPECT_FALSE(mlp);
+  EXPECT_TRUE(soft);
+  EXPECT_TRUE(net);
+  EXPECT_FALSE(after);
 }
 
 TEST(Session, ModuleScopeMarksAFailedForwardAndRecovers) {

@@ -1,8 +1,9 @@
 """The token analysis' first question after every module call, "did this
-call run attention or a softmax, and with which masks?", is answered by
-the library's C entry point (torchscan_token_flow_masks) without JSON: it
-must give the JSON query's answer for every call, and a model without
-attention must make no JSON request at all."""
+call run attention or a softmax, and with which masks?", is answered
+without JSON: closing the call's scope (the C pop) says whether it did,
+and only then does the C query (torchscan_token_flow_masks) name the
+masks. Both must give the JSON query's answer for every call, and a model
+without attention must make no JSON request at all."""
 
 import json
 
@@ -60,27 +61,31 @@ def _cases():
 
 
 @pytest.mark.parametrize("name,model,options", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
-def test_native_query_answers_as_the_json_query(name, model, options, monkeypatch):
-    native_found = token_flow.TokenFlow._found
-    asked = []
+def test_closing_a_scope_and_the_native_query_answer_as_the_json_query(name, model, options, monkeypatch):
+    """Closing a module call's scope says whether it ran attention or a
+    softmax; only then is the C query asked for its masks. For every module
+    call both must give the JSON query's answer."""
+    after, native_found = token_flow.TokenFlow.after, token_flow.TokenFlow._found
+    seen = []
 
-    def both(self, path, scope):
-        native = native_found(self, path, scope)
+    def checked(self, module, path, scope, index, args, kwargs, output, ran=True):
         by_json = json.loads(token_flow._session().token_flow(json.dumps(
             {"query": "masks", "scope": scope, "path": path})))
-        # The JSON answer omits "softmax" when the scope is not this scan's; both then report nothing.
-        assert (native["attention"], bool(native.get("softmax")), list(native["masks"])) == \
-            (by_json["attention"], bool(by_json.get("softmax")), by_json["masks"]), (name, path)
-        asked.append((path, native["attention"] or bool(native.get("softmax"))))
-        return native
+        assert ran == (by_json["attention"] or bool(by_json.get("softmax"))), (name, path)
+        if ran:
+            native = native_found(self, path, scope)
+            assert (native["attention"], bool(native.get("softmax")), list(native["masks"])) == \
+                (by_json["attention"], bool(by_json.get("softmax")), by_json["masks"]), (name, path)
+        seen.append((path, ran))
+        return after(self, module, path, scope, index, args, kwargs, output, ran)
 
-    monkeypatch.setattr(token_flow.TokenFlow, "_found", both)
+    monkeypatch.setattr(token_flow.TokenFlow, "after", checked)
     report = torchscan.crawl_module(model, **options)
-    assert len(asked) == len([l for l in report["layers"] if not torchscan.tokens.applies(_module(model, l))])
+    assert sorted(p for p, _ in seen) == sorted(l["path"] for l in report["layers"])  # every call, once
     if name == "cnn":
-        assert not any(ran for _, ran in asked)
+        assert not any(ran for _, ran in seen)
     else:
-        assert any(ran for _, ran in asked)
+        assert any(ran for _, ran in seen)
 
 
 def _module(model, layer):
