@@ -116,8 +116,9 @@ bool AddsNoFlopsOfItsOwn(const c10::OperatorHandle& op, c10::DispatchKeySet keys
 }
 
 bool RunsAttentionOrSoftmax(const c10::OperatorHandle& op) {
-  if (tls_catalog == nullptr) tls_catalog = new OpCatalog();
-  const OpTraits& t = tls_catalog->Get(op).traits;
+  // The traits OpCatalog::Get caches, without a catalog: asked once per call
+  // signature, on any thread.
+  const OpTraits t = TraitsOf(op.operator_name().name);
   return t.Has(TokenTrait::kAttention) || t.Has(TokenTrait::kSoftmax);
 }
 

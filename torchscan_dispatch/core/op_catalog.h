@@ -78,7 +78,7 @@ bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op, c10::DispatchKeySet k
 bool AddsNoFlopsOfItsOwn(const c10::OperatorHandle& op, c10::DispatchKeySet keys);
 
 // True when `op` runs attention or a softmax (TokenTrait::kAttention,
-// kSoftmax): the calls a module's token analysis looks for. Cached per thread.
+// kSoftmax): the calls a module's token analysis looks for.
 bool RunsAttentionOrSoftmax(const c10::OperatorHandle& op);
 
 }  // namespace torchscan
