@@ -144,6 +144,7 @@ void Pass::Aliases(int64_t i) {
   const OpInfo& info = Catalog().Get(e.op());
   const ResolvedCall rc(e);  // identities followed from call to call
   const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
+  NewTensors(call);
   const absl::string_view name = N(call.name);
   const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
   // In-place calls that change a tensor's metadata, not its values, leave its views alone.
@@ -175,26 +176,62 @@ void Pass::Aliases(int64_t i) {
   });
 }
 
+// See Note [Reused identities]. An output that is none of the call's
+// operands is a tensor made by the call, whatever its address held before.
+void Pass::NewTensors(const OpCall& call) {
+  EachTensor(call.outputs, [&](const TensorMeta& t) {
+    bool operand = false;
+    EachTensor(call.args, [&](const TensorMeta& a) { operand = operand || a.identity == t.identity; });
+    if (!operand) Unlink(t.identity);
+  });
+}
+
+void Pass::Unlink(uintptr_t id) {
+  if (auto r = root_.find(id); r != root_.end()) {
+    if (auto g = group_.find(r->second); g != group_.end()) {
+      auto& views = g->second;
+      views.erase(std::remove(views.begin(), views.end(), id), views.end());
+    }
+    root_.erase(r);
+  }
+  auto g = group_.find(id);
+  if (g == group_.end()) return;
+  // The old base's views still share its memory with each other: they stay
+  // one group, rooted at the first of them.
+  std::vector<uintptr_t> views = std::move(g->second);
+  group_.erase(g);
+  if (views.empty()) return;
+  const uintptr_t root = views.front();
+  root_.erase(root);
+  for (size_t k = 1; k < views.size(); ++k) root_[views[k]] = root;
+  views.erase(views.begin());
+  if (!views.empty()) group_[root] = std::move(views);
+}
+
 // Tensors made inside calls [from, to) that the pass does not visit (a
 // call handled by its rule, a step): their identities may be reused
 // addresses of tensors it tracked. A call returning its own input (an
 // alias: contiguous, to) made nothing new.
 // The calling event's own outputs (`parent`, -1: none) are its rule's.
 void Pass::Forget(int64_t from, int64_t to, const std::string& lost, int64_t parent) {
-  std::unordered_set<uintptr_t> keep;
-  if (parent >= 0)
-    EachTensor(ResolvedCall(events_[parent]).outputs(), [&](const TensorMeta& t) { keep.insert(t.identity); });
+  absl::InlinedVector<uintptr_t, 4> keep;  // by address: a few outputs
+  if (parent >= 0) {
+    const Event& p = events_[parent];
+    EachTensor(p.outputs(), [&](const TensorMeta& t) { keep.push_back(p.identity(t)); });
+  }
+  // Per event, its own numbers: a call numbers its operands' tensors first
+  // (CallSig::arg_tensors), so an output numbered after them is new.
   for (int64_t j = from; j < to; ++j) {
     const Event& e = events_[j];
-    std::unordered_set<uintptr_t> ins = keep;
-    const ResolvedCall rc(e);
-    EachTensor(rc.args(), [&](const TensorMeta& t) { ins.insert(t.identity); });
-    EachTensor(rc.outputs(), [&](const TensorMeta& t) {
-      if (ins.count(t.identity)) return;
+    EachTensor(e.outputs(), [&](const TensorMeta& t) {
+      if (t.identity <= e.sig->arg_tensors) return;  // one of its operands
+      const uintptr_t id = e.identity(t);
+      if (std::find(keep.begin(), keep.end(), id) != keep.end()) return;
+      Unlink(id);
       if (lost.empty()) {
-        Clear(t.identity);
+        Clear(id);
       } else {
-        Set(t.identity, Lost(lost));
+        Set(id, Lost(lost));
       }
     });
   }

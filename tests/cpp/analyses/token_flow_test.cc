@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/mul.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
@@ -338,6 +339,32 @@ TEST_F(Scanned, AMaskWithAHoleIsNamed) {
   EXPECT_FALSE(r.complete);
   EXPECT_NE(r.reason.find("attn_mask lets query row 0 see keys that are not one interval"), std::string::npos)
       << r.reason;
+}
+
+TEST_F(Scanned, ANewTensorAtAFreedViewsAddressIsNoView) {
+  // Note [Reused identities]. A view of `base` is taken and freed; the next
+  // tensor made (one output, no other tensor on the way) gets the freed
+  // TensorImpl's address from the allocator. An in-place write into `base`
+  // changes base's views, not that new tensor, so the output made from it
+  // still reads x's positions one for one.
+  const at::Tensor x = at::randn({1, 4, 16}), w = at::randn({16, 16});
+  uintptr_t freed = 0, made = 0;
+  const TokenFlowResult r = Run(
+      [&] {
+        at::Tensor base = at::linear(x, w);
+        {
+          const at::Tensor view = base.view({1, 4, 2, 8});
+          freed = reinterpret_cast<uintptr_t>(view.unsafeGetTensorImpl());
+        }
+        const at::Tensor made_now = at::mul(x, x);
+        made = reinterpret_cast<uintptr_t>(made_now.unsafeGetTensorImpl());
+        base.mul_(2);
+        return at::mul(made_now, made_now);
+      },
+      {{&x, 1}});
+  if (made != freed) GTEST_SKIP() << "this allocator did not reuse the freed view's address";
+  ASSERT_TRUE(r.complete) << r.reason;
+  EXPECT_EQ(Rel(r, 0), "same_position");
 }
 
 TEST(TokenFlowJson, RefusesAScopeItCannotFind) {
