@@ -20,6 +20,9 @@ struct TensorMeta {
   bool defined = false;
   bool nested = false;  // ragged nested or symbolic: no concrete rectangular shape
   bool strided = true;  // false for sparse / mkldnn / other non-strided layouts
+  // A Python number wrapped as a 0-d tensor for the call (`0.5 * x`): made
+  // without a recorded call, at any freed address, and never data.
+  bool wrapped = false;
   // Identity of the tensor object (its TensorImpl address) for data-flow
   // analyses: which call's output fed which call. Never dereferenced.
   uintptr_t identity = 0;

@@ -105,7 +105,9 @@ Field Propagator::Report(const Layout& l) {
 // seed's axes are a guess that an op can revise (a convolution declares
 // which dims are spatial; linear and layer_norm declare feature dims).
 Layout Propagator::Get(const TensorMeta& t) const {
-  auto it = layouts_.find(t.identity);
+  // A wrapped Python number may sit at a tracked tensor's freed address
+  // (Note [Reused identities]): it is a constant, never that tensor.
+  auto it = t.wrapped ? layouts_.end() : layouts_.find(t.identity);
   if (it != layouts_.end()) {
     const Layout& l = it->second;
     if (!l.lost.empty()) return l;
@@ -152,7 +154,7 @@ std::vector<const TensorMeta*> Propagator::TensorArgs(const OpCall& call, size_t
 // input's layout. False (nothing changed): Generic must decide.
 bool Propagator::FlatGeneric(const OpCall& call, const TensorMeta& out) {
   auto plain = [&](const TensorMeta& t) {
-    auto it = layouts_.find(t.identity);
+    auto it = t.wrapped ? layouts_.end() : layouts_.find(t.identity);
     if (it == layouts_.end()) return t.ndim <= 2;  // Get's seed: no spatial axes below 3 dims
     const Layout& l = it->second;
     if (!l.lost.empty() || static_cast<int32_t>(l.dims.size()) != t.ndim) return false;

@@ -99,16 +99,6 @@ inline std::vector<int64_t> DimsOf(const ArgMeta& a, int64_t ndim) {
   return dims;
 }
 
-// Note [Reused identities]
-// A tensor's identity is its TensorImpl's address, and a forward frees
-// tensors and makes new ones at the same addresses. Where a new tensor is
-// made, at a call's output, the pass redefines what it knows under that
-// identity: its flow (Set, Clear) and its view group (Unlink). Otherwise an
-// in-place write into a freed view's old siblings would mark the unrelated
-// tensor now at its address as not followed, or a write into that tensor
-// would mark them: an answer that depends on where the allocator happened
-// to put a tensor.
-
 // Note [A rule or the children]
 // Each call with tracked inputs gets its operator family's rule
 // (token_flow_rules.cc). A rule that returns nullopt leaves the call to the

@@ -29,6 +29,7 @@ void FillTensor(Arena& arena, const at::Tensor& t, TensorMeta& m, CallTensors& i
   m.dtype = t.scalar_type();
   m.device = t.device().type();
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  m.wrapped = impl->is_wrapped_number();
   if (impl->is_nested() || impl->has_symbolic_sizes_strides()) {
     m.nested = true;  // no concrete rectangular shape: formulas must not guess
     return;
@@ -164,7 +165,8 @@ bool MatchTensor(const TensorMeta& m, const at::Tensor& t, CallTensors& ids) {
   if (!t.defined()) return !m.defined;  // an undefined one is always TensorMeta()
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (!m.defined || m.identity != ids.Number(reinterpret_cast<uintptr_t>(impl))) return false;
-  if (m.dtype != t.scalar_type() || m.device != t.device().type()) return false;
+  if (m.dtype != t.scalar_type() || m.device != t.device().type() || m.wrapped != impl->is_wrapped_number())
+    return false;
   if (impl->is_nested() || impl->has_symbolic_sizes_strides()) return m.nested;  // nothing else recorded
   if (m.nested) return false;
   const c10::IntArrayRef sizes = impl->sizes();
@@ -310,8 +312,9 @@ inline uint64_t Bits(double d) {
 
 void MixTensor(uint64_t& h, const TensorMeta& t) {
   Mix(h, static_cast<uint64_t>(t.defined) | static_cast<uint64_t>(t.nested) << 1 |
-             static_cast<uint64_t>(t.strided) << 2 | static_cast<uint64_t>(t.dtype) << 8 |
-             static_cast<uint64_t>(t.device) << 16 | static_cast<uint64_t>(static_cast<uint32_t>(t.ndim)) << 32);
+             static_cast<uint64_t>(t.strided) << 2 | static_cast<uint64_t>(t.wrapped) << 3 |
+             static_cast<uint64_t>(t.dtype) << 8 | static_cast<uint64_t>(t.device) << 16 |
+             static_cast<uint64_t>(static_cast<uint32_t>(t.ndim)) << 32);
   Mix(h, t.identity);
   for (int64_t s : t.sizes()) Mix(h, static_cast<uint64_t>(s));
   Mix(h, t.stride_data != nullptr);
@@ -359,9 +362,10 @@ bool SameInts(c10::ArrayRef<int64_t> a, c10::ArrayRef<int64_t> b) {
 }
 
 bool SameTensor(const TensorMeta& a, const TensorMeta& b) {
-  return a.defined == b.defined && a.nested == b.nested && a.strided == b.strided && a.identity == b.identity &&
-         a.dtype == b.dtype && a.device == b.device && a.ndim == b.ndim && SameInts(a.sizes(), b.sizes()) &&
-         (a.stride_data == nullptr) == (b.stride_data == nullptr) && SameInts(a.strides(), b.strides());
+  return a.defined == b.defined && a.nested == b.nested && a.strided == b.strided && a.wrapped == b.wrapped &&
+         a.identity == b.identity && a.dtype == b.dtype && a.device == b.device && a.ndim == b.ndim &&
+         SameInts(a.sizes(), b.sizes()) && (a.stride_data == nullptr) == (b.stride_data == nullptr) &&
+         SameInts(a.strides(), b.strides());
 }
 
 // Bitwise for doubles: a NaN scalar equals itself, 0.0 and -0.0 differ.

@@ -101,6 +101,20 @@ struct Event {
 // What a full scan keeps per call, with 8 bytes per distinct tensor of the call.
 static_assert(sizeof(Event) == 32);
 
+// Note [Reused identities]
+// A tensor's identity is its TensorImpl's address, and a forward frees
+// tensors and makes new ones at the same addresses, so a data-flow view
+// must not let what it knew of a freed tensor reach the next one there:
+// - A tensor made by a recorded call appears as that call's output, where
+//   the view redefines what it knows under the identity (the token flow:
+//   its flow and its view group; otherwise an in-place write into a freed
+//   view's old siblings would mark the tensor now at its address).
+// - A Python number wrapped as a 0-d tensor for a call (`0.5 * x`) is made
+//   without a recorded call; TensorMeta::wrapped says so, and the views
+//   treat it as the constant it is, never by identity.
+// Otherwise an answer would depend on where the allocator happened to put
+// a tensor.
+
 // A call's operands and returns as before sharing: each tensor's identity is
 // its address, comparable from one call to the next. Shares the signature's
 // sizes and strides; a view builds one on the stack for the call it reads.

@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/bmm.h>
+#include <ATen/ops/conv2d.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/mm.h>
@@ -373,6 +374,36 @@ TEST(Session, PoppingAScopeSaysWhetherItRanAttentionOrASoftmax) {
   EXPECT_TRUE(soft);
   EXPECT_TRUE(net);
   EXPECT_FALSE(after);
+}
+
+// Note [Reused identities]: a Python number wrapped as a 0-d tensor for a
+// call (`0.5 * x`) is made without a recorded call, at whatever address is
+// free, often a freed tracked tensor's. It is a constant: the receptive
+// field of two stacked 3x3 convolutions, scaled by it, is 3 + 2 = 5.
+TEST(Session, AWrappedNumberAtAFreedTensorsAddressIsAConstant) {
+  const at::Tensor x = at::ones({1, 1, 8, 8}), w = at::ones({1, 1, 3, 3});
+  uintptr_t freed = 0, wrapped = 0;
+  Session s;
+  {
+    ScanGuard guard(s);
+    const int32_t net = s.PushModuleScope("net").value();
+    const at::Tensor y = at::conv2d(x, w, {}, 1, 1);
+    {
+      const at::Tensor gone = at::conv2d(y, w, {}, 1, 1);  // tracked (4-d), then freed
+      freed = reinterpret_cast<uintptr_t>(gone.unsafeGetTensorImpl());
+    }
+    PauseThreadRecordingForScan();  // made as the Python binding makes it: no recorded call
+    at::Tensor number = at::ones({});
+    ResumeThreadRecordingForScan();
+    number.unsafeGetTensorImpl()->set_wrapped_number(true);
+    wrapped = reinterpret_cast<uintptr_t>(number.unsafeGetTensorImpl());
+    const at::Tensor out = at::mul(at::conv2d(y, w, {}, 1, 1), number);
+    ASSERT_TRUE(s.PopModuleScope(net, false, {reinterpret_cast<uintptr_t>(out.unsafeGetTensorImpl())}).ok());
+  }
+  if (wrapped != freed) GTEST_SKIP() << "this allocator did not reuse the freed tensor's address";
+  const auto layers = nlohmann::json::parse(s.LayersJson().value());
+  ASSERT_EQ(layers.size(), 1u);
+  EXPECT_EQ(layers[0]["metrics"]["receptive_field"]["value"], 5) << layers[0]["metrics"]["receptive_field"];
 }
 
 TEST(Session, ModuleScopeMarksAFailedForwardAndRecovers) {
