@@ -234,7 +234,8 @@ class TokenFlow:
         found = None
         if not native:
             # (Known calls are kept in scope order: the last is the innermost.)
-            if not ran and not (self._steps and self._steps[-1][0] > scope):
+            known_inside = bool(self._steps) and self._steps[-1][0] > scope
+            if not ran and not known_inside:
                 return
             # Asked before anything else, outside the pause (it runs no tensor
             # work): a call that ran neither attention nor a softmax, with no
@@ -243,8 +244,7 @@ class TokenFlow:
                 found = self._found(path, scope)
             except Exception:  # noqa: BLE001 - asked again inside the analysis, which reports it
                 found = None
-            if (found is not None and not found["attention"] and not found.get("softmax")
-                    and not (self._steps and self._steps[-1][0] > scope)):
+            if found is not None and not found["attention"] and not found.get("softmax") and not known_inside:
                 return
         if self._pause is None:
             self._analyse(module, path, scope, index, args, kwargs, output, native, found)
