@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "reports/row_encoders.h"
 #include "reports/validate.h"
 
 namespace torchscan::reports {
@@ -70,101 +71,71 @@ LayerFieldResult LayerFieldOf(const LayerTally& l, int k) {
 
 namespace {
 
-// The text DumpJson writes for each value: printable ASCII strings as they
-// are, any other string through nlohmann (escapes; invalid UTF-8 replaced).
-void AppendString(std::string_view s, std::string& out) {
-  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u >= 0x20 && u < 0x7f && c != '"' && c != '\\';
-  });
-  if (plain) {
-    out += '"';
-    out.append(s);
-    out += '"';
-    return;
-  }
-  out += nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-// Whole values as integers (exact in both types), others as nlohmann writes
-// a double (shortest round trip; JSON has no NaN or infinity: null).
-void AppendNumber(double v, std::string& out) {
-  if (std::abs(v) < 9e15 && v == std::trunc(v)) {
-    absl::StrAppend(&out, static_cast<int64_t>(v));
-  } else {
-    out += nlohmann::json(v).dump();
-  }
-}
-
-// An exact count; past 2^64 - 1 its digits (CountJson / DumpJson).
-void AppendCount(const Count& c, std::string& out) {
-  if (auto v = c.ToUint64()) {
-    absl::StrAppend(&out, *v);
-  } else {
-    out += c.Digits();
-  }
-}
-
 // MetricJson's object (reports/metric.h), keys sorted.
-void AppendMetric(MetricStatus status, const Count& known, std::string_view unit, std::string_view scope,
-                  std::string_view method, std::string& out) {
-  out += "{\"known_value\":";
+template <class W>
+void WriteMetric(MetricStatus status, const Count& known, std::string_view unit, std::string_view scope,
+                 std::string_view method, W& w) {
+  w.BeginObject();
+  w.Key("known_value");
   if (status == MetricStatus::kUnavailable) {
-    out += "null";
+    w.Null();
   } else {
-    AppendCount(known, out);
+    w.CountValue(known);
   }
-  out += ",\"method\":";
-  AppendString(method, out);
-  out += ",\"scope\":";
-  AppendString(scope, out);
-  absl::StrAppend(&out, ",\"status\":\"", MetricStatusName(status), "\",\"unit\":\"");
-  out.append(unit);
-  out += "\",\"value\":";
+  w.Key("method");
+  w.String(method);
+  w.Key("scope");
+  w.String(scope);
+  w.Key("status");
+  w.String(MetricStatusName(status));
+  w.Key("unit");
+  w.String(unit);
+  w.Key("value");
   if (status == MetricStatus::kComplete) {
-    AppendCount(known, out);
+    w.CountValue(known);
   } else {
-    out += "null";
+    w.Null();
   }
-  out += '}';
+  w.EndObject();
 }
 
 // A field as the schema's MetricResult: every spatial axis under the
 // additive "axes" ([{"dim", "value"}]), why under the additive "reason".
-void AppendField(const LayerTally& l, int k, std::string_view scope, std::string& out) {
+template <class W>
+void WriteField(const LayerTally& l, int k, std::string_view scope, W& w) {
   const LayerFieldResult f = LayerFieldOf(l, k);
   const bool complete = f.status == MetricStatus::kComplete;
-  out += '{';
+  w.BeginObject();
   if (f.axes) {
-    out += "\"axes\":[";
-    for (size_t i = 0; i < l.field_axes.size(); ++i) {
-      absl::StrAppend(&out, i > 0 ? "," : "", "{\"dim\":", l.field_axes[i].dim, ",\"value\":");
-      AppendNumber(l.field_axes[i].values[k], out);
-      out += '}';
+    w.Key("axes");
+    w.BeginArray();
+    for (const LayerTally::FieldAxis& a : l.field_axes) {
+      w.BeginObject();
+      w.Key("dim");
+      w.Int(a.dim);
+      w.Key("value");
+      w.Number(a.values[k]);
+      w.EndObject();
     }
-    out += "],";
+    w.EndArray();
   }
-  out += "\"known_value\":";
-  if (complete) {
-    AppendNumber(f.value, out);
-  } else {
-    out += "null";
-  }
-  out += f.not_applicable ? ",\"method\":\"not_applicable\"" : ",\"method\":\"data_flow\"";
+  w.Key("known_value");
+  complete ? w.Number(f.value) : w.Null();
+  w.Key("method");
+  w.String(f.not_applicable ? "not_applicable" : "data_flow");
   if (!complete) {
-    out += ",\"reason\":";
-    AppendString(f.reason, out);
+    w.Key("reason");
+    w.String(f.reason);
   }
-  out += ",\"scope\":";
-  AppendString(scope, out);
-  out += complete ? ",\"status\":\"complete\"" : ",\"status\":\"unavailable\"";
-  out += ",\"unit\":\"positions\",\"value\":";
-  if (complete) {
-    AppendNumber(f.value, out);
-  } else {
-    out += "null";
-  }
-  out += '}';
+  w.Key("scope");
+  w.String(scope);
+  w.Key("status");
+  w.String(complete ? "complete" : "unavailable");
+  w.Key("unit");
+  w.String("positions");
+  w.Key("value");
+  complete ? w.Number(f.value) : w.Null();
+  w.EndObject();
 }
 
 // The metrics of a row in key order: what each entry is and its index
@@ -183,80 +154,113 @@ constexpr MetricKey kMetricKeys[] = {
 // kLayerMetricNames indices in key order: dmas, macs, module_flops, operator_flops.
 constexpr int kMetricsSorted[4] = {3, 2, 1, 0};
 
+template <class W>
+void WriteLayer(const std::vector<LayerTally>& layers, const LayerTally& l, std::string_view scope,
+                const std::array<bool, 4>& requested, W& w, bool operator_view) {
+  std::array<LayerMetricResult, 4> metric;
+  for (int m = 0; m < 4; ++m) metric[m] = LayerMetricOf(l, m, scope, requested[m]);
+  w.BeginObject();
+  w.Key("call_index");
+  w.Int(l.call_index);
+  w.Key("depth");
+  w.Int(l.depth);
+  w.Key("failed");
+  w.Bool(l.failed);
+  bool any = false;
+  for (int m : kMetricsSorted) {
+    if (!metric[m].owned) continue;
+    if (!any) {
+      w.Key("metric_owners");
+      w.BeginObject();
+      any = true;
+    }
+    const LayerTally& o = layers[static_cast<size_t>(l.owner[m])];
+    w.Key(kLayerMetricNames[m]);
+    w.BeginObject();
+    w.Key("call_index");
+    w.Int(o.call_index);
+    w.Key("path");
+    w.String(o.path);
+    w.EndObject();
+  }
+  if (any) w.EndObject();
+  any = false;
+  for (int m : kMetricsSorted) {
+    if (metric[m].owned || metric[m].custom == LayerTally::Custom::kNone) continue;
+    if (!any) {
+      w.Key("metric_ownership");
+      w.BeginObject();
+      any = true;
+    }
+    w.Key(kLayerMetricNames[m]);
+    w.String(metric[m].scope);
+  }
+  if (any) w.EndObject();
+  w.Key("metrics");
+  w.BeginObject();
+  for (const MetricKey& key : kMetricKeys) {
+    if (key.entry == Entry::kMetric && (metric[key.index].owned || (key.index == 0 && !operator_view))) continue;
+    if (key.entry == Entry::kMemory && !l.memory) continue;
+    w.Key(key.name);
+    switch (key.entry) {
+      case Entry::kMetric: {
+        const LayerMetricResult& r = metric[key.index];
+        WriteMetric(r.status, r.known, kLayerMetricUnits[key.index], r.scope, r.method, w);
+        break;
+      }
+      case Entry::kField:
+        WriteField(l, key.index, scope, w);
+        break;
+      case Entry::kMemory:
+        WriteMetric(l.memory_status, Count(key.index == 0 ? l.peak_memory : l.allocated_bytes), "bytes", scope,
+                    "allocator_reports", w);
+        break;
+    }
+  }
+  w.EndObject();
+  w.Key("parent");
+  l.parent >= 0 ? w.Int(l.parent) : w.Null();
+  w.Key("path");
+  w.String(l.path);
+  if (!l.request.empty()) {
+    w.Key("request");
+    w.String(l.request);
+  }
+  if (l.thread > 0) {
+    w.Key("thread");
+    w.Int(l.thread);
+  }
+  w.EndObject();
+}
+
+template <class W>
+void WriteLayers(const std::vector<LayerTally>& layers, std::string_view scope, const std::array<bool, 4>& requested,
+                 W& w, bool operator_view) {
+  w.BeginArray();
+  for (const LayerTally& l : layers) WriteLayer(layers, l, scope, requested, w, operator_view);
+  w.EndArray();
+}
+
 }  // namespace
 
 void AppendLayerJson(const std::vector<LayerTally>& layers, const LayerTally& l, std::string_view scope,
                      const std::array<bool, 4>& requested, std::string& out, bool operator_view) {
-  std::array<LayerMetricResult, 4> metric;
-  for (int m = 0; m < 4; ++m) metric[m] = LayerMetricOf(l, m, scope, requested[m]);
-  absl::StrAppend(&out, "{\"call_index\":", l.call_index, ",\"depth\":", l.depth,
-                  l.failed ? ",\"failed\":true" : ",\"failed\":false");
-  bool first = true;
-  for (int m : kMetricsSorted) {
-    if (!metric[m].owned) continue;
-    const LayerTally& o = layers[static_cast<size_t>(l.owner[m])];
-    absl::StrAppend(&out, first ? ",\"metric_owners\":{\"" : ",\"", kLayerMetricNames[m],
-                    "\":{\"call_index\":", o.call_index, ",\"path\":");
-    AppendString(o.path, out);
-    out += '}';
-    first = false;
-  }
-  if (!first) out += '}';
-  first = true;
-  for (int m : kMetricsSorted) {
-    if (metric[m].owned || metric[m].custom == LayerTally::Custom::kNone) continue;
-    absl::StrAppend(&out, first ? ",\"metric_ownership\":{\"" : ",\"", kLayerMetricNames[m], "\":\"");
-    out.append(metric[m].scope);
-    out += '"';
-    first = false;
-  }
-  if (!first) out += '}';
-  out += ",\"metrics\":{";
-  first = true;
-  for (const MetricKey& key : kMetricKeys) {
-    if (key.entry == Entry::kMetric && (metric[key.index].owned || (key.index == 0 && !operator_view))) continue;
-    if (key.entry == Entry::kMemory && !l.memory) continue;
-    absl::StrAppend(&out, first ? "\"" : ",\"", key.name, "\":");
-    first = false;
-    switch (key.entry) {
-      case Entry::kMetric: {
-        const LayerMetricResult& r = metric[key.index];
-        AppendMetric(r.status, r.known, kLayerMetricUnits[key.index], r.scope, r.method, out);
-        break;
-      }
-      case Entry::kField:
-        AppendField(l, key.index, scope, out);
-        break;
-      case Entry::kMemory:
-        AppendMetric(l.memory_status, Count(key.index == 0 ? l.peak_memory : l.allocated_bytes), "bytes", scope,
-                     "allocator_reports", out);
-        break;
-    }
-  }
-  out += "},\"parent\":";
-  if (l.parent >= 0) {
-    absl::StrAppend(&out, l.parent);
-  } else {
-    out += "null";
-  }
-  out += ",\"path\":";
-  AppendString(l.path, out);
-  if (!l.request.empty()) {
-    out += ",\"request\":";
-    AppendString(l.request, out);
-  }
-  if (l.thread > 0) absl::StrAppend(&out, ",\"thread\":", l.thread);
-  out += '}';
+  JsonText w(out);
+  WriteLayer(layers, l, scope, requested, w, operator_view);
 }
 
 void AppendLayersJson(const std::vector<LayerTally>& layers, std::string_view scope,
                       const std::array<bool, 4>& requested, std::string& out, bool operator_view) {
-  out += '[';
-  for (size_t i = 0; i < layers.size(); ++i) {
-    if (i > 0) out += ',';
-    AppendLayerJson(layers, layers[i], scope, requested, out, operator_view);
-  }
-  out += ']';
+  JsonText w(out);
+  WriteLayers(layers, scope, requested, w, operator_view);
+}
+
+void AppendLayersPickle(const std::vector<LayerTally>& layers, std::string_view scope,
+                        const std::array<bool, 4>& requested, std::string& out, bool operator_view) {
+  out.reserve(out.size() + 512 * layers.size());
+  PickleStream w(out);
+  WriteLayers(layers, scope, requested, w, operator_view);
+  w.Finish();
 }
 
 nlohmann::json LayersJson(const std::vector<LayerTally>& layers, std::string_view scope,

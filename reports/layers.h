@@ -81,11 +81,13 @@ nlohmann::json MemoryMetricJson(MetricStatus status, int64_t bytes, const std::s
 // Note [One layer-row writer]
 // What a layer row says is decided here, once: LayerMetricOf and
 // LayerFieldOf resolve a tally's metric and field results (statuses, the
-// unavailable reasons, ownership), and AppendLayerJson writes the row's JSON
-// text from them. Every consumer reads that: the scan report and
+// unavailable reasons, ownership), and WriteLayer (layers.cc) writes the
+// row from them, as JSON text or as a pickle stream (row_encoders.h, Note
+// [Row encodings]). Every consumer reads that: the scan report and
 // Session::LayersJson splice the text, LayersJson parses it for the
-// aggregate report, Python's crawl_module reads it with json.loads, and
-// Session::LayerRows copies the resolved results into the public LayerRow.
+// aggregate report, Python's crawl_module loads the pickle stream
+// (Session::LayersPickle), and Session::LayerRows copies the resolved
+// results into the public LayerRow.
 
 // Metric m (kLayerMetricNames order) of a layer as its row reports it.
 struct LayerMetricResult {
@@ -123,6 +125,10 @@ void AppendLayerJson(const std::vector<LayerTally>& layers, const LayerTally& l,
 // calls never holds them all as a JSON tree (Session::ScanReportJson).
 void AppendLayersJson(const std::vector<LayerTally>& layers, std::string_view scope,
                       const std::array<bool, 4>& requested, std::string& out, bool operator_view = true);
+// The same array as a pickle stream (Note [Row encodings]): what
+// crawl_module loads.
+void AppendLayersPickle(const std::vector<LayerTally>& layers, std::string_view scope,
+                        const std::array<bool, 4>& requested, std::string& out, bool operator_view = true);
 // The same array as a JSON tree (counts past 2^64 - 1 as CountJson holds
 // them), for reports that add keys to the rows.
 nlohmann::json LayersJson(const std::vector<LayerTally>& layers, std::string_view scope,

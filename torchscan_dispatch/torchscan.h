@@ -91,6 +91,10 @@ class Session {
   // operator_view false: the rows without "operator_flops" (for module
   // analysis, which reports that view as a whole), for less work.
   StatusOr<std::string> LayersJson(const ReportFilter& filter = {}, bool operator_view = true);
+  // The same rows as a stream in Python's pickle protocol 4 (bytes that
+  // pickle.loads reads as json.loads reads LayersJson's text), unfiltered:
+  // the Python shim's module analysis loads it.
+  StatusOr<std::string> LayersPickle(bool operator_view = true);
   // The same rows as values, in the same order (scope order).
   StatusOr<std::vector<LayerRow>> LayerRows(const ReportFilter& filter = {});
   // After Stop(): the results of module handlers that ran outside the

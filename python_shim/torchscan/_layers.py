@@ -4,7 +4,9 @@ and the memory report's per-call figures."""
 
 from __future__ import annotations
 
+import ctypes
 import json
+import pickle
 
 _FIELDS = ("receptive_field", "effective_stride", "effective_padding")
 
@@ -22,7 +24,40 @@ def _memory_metrics(session, layers: list) -> dict:
 _NO_OWNERS: dict = {}  # read only
 
 
-def _layer_rows(session, metrics: bool) -> list:
+_NATIVE_ROWS: list = []  # [torchscan_module_layers_pickle or None], once loaded
+
+
+def _native_rows():
+    """The library's C entry point torchscan_module_layers_pickle
+    (integrations/bindings.cc) through ctypes, or None (the rows' JSON text
+    instead)."""
+    if not _NATIVE_ROWS:
+        fn = None
+        try:
+            from torchscan._library import _library_path
+
+            fn = ctypes.PyDLL(_library_path()).torchscan_module_layers_pickle
+        except (OSError, AttributeError, ImportError):
+            pass
+        _NATIVE_ROWS.append(fn)
+    return _NATIVE_ROWS[0]
+
+
+def _module_rows(session, handle: int = 0) -> list:
+    """The module analysis's rows (no operator view) as the engine writes
+    them: loaded from its pickle stream when the session has a native
+    handle (Note [Row encodings] in reports/row_encoders.h: the same
+    objects as the JSON text gives, in half the time), else from the JSON
+    text. The stream is the library's own output, made in this process."""
+    fn = _native_rows() if handle else None
+    if fn is not None:
+        data, size = ctypes.c_void_p(), ctypes.c_int64()
+        if fn(handle, ctypes.byref(data), ctypes.byref(size)) == 0 and data.value:
+            return pickle.loads(ctypes.string_at(data.value, size.value))
+    return json.loads(session.module_layers())
+
+
+def _layer_rows(session, metrics: bool, handle: int = 0) -> list:
     """(path, call_index, depth, failed, metrics, owners) per layer call, in
     call order, as the layers' JSON (Session::LayersJson) writes them. The
     operator view's per-row figure is left out (the engine neither computes
@@ -30,7 +65,7 @@ def _layer_rows(session, metrics: bool) -> list:
     metrics False: None instead of the metrics.
     owners: the row's metric_owners and metric_ownership (custom module
     handlers), an empty mapping for most rows."""
-    rows = json.loads(session.module_layers())
+    rows = _module_rows(session, handle)
     out = []
     for row in rows:
         values = row["metrics"]

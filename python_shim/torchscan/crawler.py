@@ -423,7 +423,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     if handlers is not None:
         session.set_module_results(handlers.results_json(calls, names))
     report = _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
-                           memory, flow.results if flow is not None else {})
+                           memory, flow.results if flow is not None else {}, handle)
     if trace:
         report["trace"] = scan.trace()
         if mode == "structure":  # no FLOPs were requested: the slices say none
@@ -464,11 +464,11 @@ def _mark_shared_parameters(layers: list, calls: list) -> None:
 
 
 def _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
-                  memory, token_results) -> dict:
+                  memory, token_results, handle: int = 0) -> dict:
     import torchscan
 
     full = mode == "full"
-    rows = _layer_rows(scan._session, full)
+    rows = _layer_rows(scan._session, full, handle)
     flop_report = scan.report() if full else None
     module_report = scan.module_report() if full else None
     diagnostics = []

@@ -278,6 +278,30 @@ __attribute__((visibility("default"))) int torchscan_pop_module_scope_1(int hand
   return torchscan_pop_module_scope(handle, scope, failed, &output, 1);
 }
 
+// crawl_module's layer rows (Session::LayersPickle, without the operator
+// view): `*data` and `*size` then name bytes kept for the calling thread
+// until its next call here. 0 on success; -1 when refused (the caller reads
+// the rows through the custom class's module_layers, which says why).
+__attribute__((visibility("default"))) int torchscan_module_layers_pickle(int handle, const char** data,
+                                                                          int64_t* size) noexcept {
+  using torchscan::TheHandles;
+  thread_local std::string held;
+  try {
+    auto& h = TheHandles();
+    std::lock_guard<std::mutex> lock(h.mu);
+    const auto it = h.sessions.find(handle);
+    if (it == h.sessions.end()) return -1;
+    auto rows = it->second->session.LayersPickle(/*operator_view=*/false);
+    if (!rows.ok()) return -1;
+    held = *std::move(rows);
+    *data = held.data();
+    *size = static_cast<int64_t>(held.size());
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
 // What a closed module scope of this thread's innermost scan ran, for the
 // token analysis (torchscan/token_flow.py), which asks after every module
 // call: bit 0 attention, bit 1 a softmax, and from bit 2 the number of

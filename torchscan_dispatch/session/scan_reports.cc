@@ -300,6 +300,20 @@ StatusOr<std::string> Session::LayersJson(const ReportFilter& filter, bool opera
   }());
 }
 
+StatusOr<std::string> Session::LayersPickle(bool operator_view) {
+  return Public([&]() -> absl::StatusOr<std::string> {
+    if (auto st = CheckPerCallRows(*state_); !st.ok()) return st;
+    State& s = *state_;
+    if (s.phase != Phase::kStopped) {
+      return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
+    }
+    std::string out;
+    reports::AppendLayersPickle(LayerTallies(s, s.Calls(), /*handlers=*/true, operator_view), s.options.scope,
+                                {true, true, true, true}, out, operator_view);
+    return out;
+  }());
+}
+
 StatusOr<std::vector<LayerRow>> Session::LayerRows(const ReportFilter& filter) {
   return Public([&]() -> absl::StatusOr<std::vector<LayerRow>> {
     State& s = *state_;

@@ -157,8 +157,8 @@ def _crawl_with_json_rows(monkeypatch, model, *args, **kwargs):
     seen = []
     build = crawler._layer_rows
 
-    def both(session, metrics):
-        rows = build(session, metrics)
+    def both(session, metrics, handle=0):
+        rows = build(session, metrics, handle)
         seen.append((rows, json.loads(session.layers())))
         return rows
 
@@ -217,6 +217,79 @@ def test_layer_rows_equal_the_layers_json(monkeypatch, case):
     if case == "wide_counts":
         assert layers[0]["metrics"]["module_flops"]["value"] == 2**65 - 2**34
         assert layers[0]["metrics"]["macs"]["value"] == 2**64
+
+
+def _same_objects(a, b, where="rows"):
+    """a and b hold the same values with the same types (1 == 1.0 == True in Python)."""
+    assert type(a) is type(b), (where, a, b)
+    if isinstance(a, dict):
+        assert list(a) == list(b), where
+        for k in a:
+            _same_objects(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same_objects(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, (where, a, b)
+
+
+class _Upsampled(nn.Module):
+    """A fractional effective stride (0.5 after a 2x upsample: a float in the
+    rows) and a path outside ASCII."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.up = nn.Upsample(scale_factor=2)
+        self.add_module("tête", nn.Conv2d(4, 4, 3))
+
+    def forward(self, x):
+        return getattr(self, "tête")(self.up(self.conv(x)))
+
+
+@pytest.mark.parametrize("case", ["mobilenet", "failed_and_axes_differ", "tokens", "wide_counts", "upsampled",
+                                  "handlers"])
+def test_pickled_rows_are_the_json_rows_type_for_type(monkeypatch, case):
+    """crawl_module loads the rows from the engine's pickle stream (Note [Row
+    encodings]); the JSON text of the same rows gives the same objects."""
+    import json
+
+    from torchscan import _layers
+
+    kwargs = {}
+    if case == "mobilenet":
+        model, args = mobilenet_v3_small().eval(), (torch.rand(1, 3, 64, 64),)
+    elif case == "failed_and_axes_differ":
+        model, args = _CatchesChild(), (torch.rand(1, 3, 12, 12),)
+    elif case == "tokens":
+        model, args = _Tokens(), (torch.rand(1, 8, 4, 4),)
+    elif case == "wide_counts":  # counts past 2^64 (test_layer_rows_equal_the_layers_json)
+        model, args = nn.Linear(2**30, 2**30, bias=False, device="meta"), (torch.empty(16, 2**30, device="meta"),)
+    elif case == "upsampled":
+        model, args = _Upsampled(), (torch.rand(1, 3, 9, 9),)
+    else:  # metric_owners and metric_ownership from a custom module handler
+        model, args = _CatchesChild(), (torch.rand(1, 3, 12, 12),)
+        kwargs["custom_modules"] = {nn.Conv2d: lambda m, a, k, out: {"module_flops": 7, "macs": 3, "dmas": 11}}
+    loaded = []
+    native = _layers._module_rows
+
+    def both(session, handle=0):
+        assert handle, "the crawl has a native handle"
+        rows = native(session, handle)
+        loaded.append((rows, json.loads(session.module_layers())))
+        return rows
+
+    monkeypatch.setattr(_layers, "_module_rows", both)
+    torchscan.crawl_module(model, args=args, **kwargs)
+    (pickled, text), = loaded
+    assert pickled and pickled is not text
+    _same_objects(pickled, text)
+    if case == "upsampled":
+        assert any(type(r["metrics"]["effective_stride"]["value"]) is float for r in pickled)
+        assert "tête" in [r["path"] for r in pickled]
+    if case == "handlers":
+        assert any("metric_ownership" in r for r in pickled)
 
 
 # ---- the hooks are written into the modules' hook dicts directly

@@ -1,0 +1,247 @@
+#include "reports/row_encoders.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace torchscan::reports {
+
+namespace {
+
+bool Utf8Valid(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      n = 1, cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 2, cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;  // truncated
+    for (size_t k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are invalid.
+    static constexpr uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+// The text DumpJson writes for each value: printable ASCII strings as they
+// are, any other string through nlohmann (escapes; invalid UTF-8 replaced).
+void AppendString(std::string_view s, std::string& out) {
+  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u >= 0x20 && u < 0x7f && c != '"' && c != '\\';
+  });
+  if (plain) {
+    out += '"';
+    out.append(s);
+    out += '"';
+    return;
+  }
+  out += nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Whole values as integers (exact in both types).
+bool Whole(double v) { return std::abs(v) < 9e15 && v == std::trunc(v); }
+
+}  // namespace
+
+std::string ValidUtf8(std::string_view s) {
+  if (Utf8Valid(s)) return std::string(s);
+  const std::string text = nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return nlohmann::json::parse(text).get<std::string>();
+}
+
+// ---- JsonText
+
+void JsonText::Separate() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (first_.empty()) return;
+  if (!first_.back()) out_ += ',';
+  first_.back() = false;
+}
+
+void JsonText::Open(char c) {
+  Separate();
+  out_ += c;
+  first_.push_back(true);
+}
+
+void JsonText::Close(char c) {
+  out_ += c;
+  first_.pop_back();
+}
+
+void JsonText::Key(std::string_view k) {
+  Separate();
+  AppendString(k, out_);
+  out_ += ':';
+  after_key_ = true;
+}
+
+void JsonText::String(std::string_view s) {
+  Separate();
+  AppendString(s, out_);
+}
+
+void JsonText::Int(int64_t v) {
+  Separate();
+  absl::StrAppend(&out_, v);
+}
+
+void JsonText::CountValue(const Count& c) {
+  Separate();
+  if (auto v = c.ToUint64()) {
+    absl::StrAppend(&out_, *v);
+  } else {
+    out_ += c.Digits();
+  }
+}
+
+// Others as nlohmann writes a double (shortest round trip; JSON has no NaN
+// or infinity: null).
+void JsonText::Number(double v) {
+  Separate();
+  if (Whole(v)) {
+    absl::StrAppend(&out_, static_cast<int64_t>(v));
+  } else {
+    out_ += nlohmann::json(v).dump();
+  }
+}
+
+void JsonText::Null() {
+  Separate();
+  out_ += "null";
+}
+
+void JsonText::Bool(bool b) {
+  Separate();
+  out_ += b ? "true" : "false";
+}
+
+// ---- PickleStream (opcodes: Lib/pickletools.py)
+
+namespace {
+constexpr char kProto = '\x80', kStop = '.', kEmptyDict = '}', kEmptyList = ']', kMark = '(', kSetItems = 'u',
+               kAppends = 'e', kNone = 'N', kTrue = '\x88', kFalse = '\x89', kBinInt = 'J', kLong1 = '\x8a',
+               kBinFloat = 'G', kShortUnicode = '\x8c', kUnicode = 'X', kMemoize = '\x94', kBinGet = 'h',
+               kLongBinGet = 'j';
+constexpr size_t kMemoizedLength = 48;  // longer strings (paths) rarely repeat
+
+void Le32(uint32_t v, std::string& out) {
+  for (int i = 0; i < 4; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+}  // namespace
+
+PickleStream::PickleStream(std::string& out) : out_(out) {
+  out_ += kProto;
+  out_ += '\x04';
+}
+
+void PickleStream::Finish() { out_ += kStop; }
+void PickleStream::BeginObject() { (out_ += kEmptyDict) += kMark; }
+void PickleStream::EndObject() { out_ += kSetItems; }
+void PickleStream::BeginArray() { (out_ += kEmptyList) += kMark; }
+void PickleStream::EndArray() { out_ += kAppends; }
+void PickleStream::Null() { out_ += kNone; }
+void PickleStream::Bool(bool b) { out_ += b ? kTrue : kFalse; }
+
+void PickleStream::String(std::string_view s) {
+  const bool memoized = s.size() <= kMemoizedLength;
+  if (memoized) {
+    Recent& recent = recent_[(reinterpret_cast<uintptr_t>(s.data()) >> 3) % recent_.size()];
+    uint32_t index = 0;
+    bool found = false;
+    if (recent.data == s.data() && recent.text == s) {
+      index = recent.index, found = true;
+    } else if (auto it = memo_.find(absl::string_view(s.data(), s.size())); it != memo_.end()) {
+      index = it->second, found = true;
+      recent.data = s.data();
+      recent.text.assign(s);
+      recent.index = index;
+    }
+    if (found) {
+      if (index < 256) {
+        (out_ += kBinGet) += static_cast<char>(index);
+      } else {
+        out_ += kLongBinGet;
+        Le32(index, out_);
+      }
+      return;
+    }
+  }
+  const std::string valid = ValidUtf8(s);
+  if (valid.size() < 256) {
+    (out_ += kShortUnicode) += static_cast<char>(valid.size());
+  } else {
+    out_ += kUnicode;
+    Le32(static_cast<uint32_t>(valid.size()), out_);
+  }
+  out_ += valid;
+  if (memoized) {
+    out_ += kMemoize;
+    const auto index = static_cast<uint32_t>(memo_.size());
+    memo_.emplace(std::string(s), index);
+  }
+}
+
+void PickleStream::Int(int64_t v) {
+  if (v >= INT32_MIN && v <= INT32_MAX) {
+    out_ += kBinInt;
+    Le32(static_cast<uint32_t>(static_cast<int32_t>(v)), out_);
+    return;
+  }
+  // Eight bytes of two's complement.
+  (out_ += kLong1) += '\x08';
+  for (int i = 0; i < 8; ++i) out_ += static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff);
+}
+
+void PickleStream::Long(bool negative, Count::Wide magnitude) {
+  if (!negative && magnitude <= INT32_MAX) {
+    Int(static_cast<int64_t>(magnitude));
+    return;
+  }
+  // Seventeen bytes of two's complement: 128 bits and a sign byte.
+  const Count::Wide bits = negative ? ~magnitude + 1 : magnitude;
+  (out_ += kLong1) += '\x11';
+  for (int i = 0; i < 16; ++i) out_ += static_cast<char>(static_cast<uint8_t>(bits >> (8 * i)));
+  out_ += negative ? '\xff' : '\x00';
+}
+
+void PickleStream::CountValue(const Count& c) { Long(false, c.wide()); }
+
+void PickleStream::Number(double v) {
+  if (!std::isfinite(v)) {
+    Null();
+  } else if (Whole(v)) {
+    Int(static_cast<int64_t>(v));
+  } else {
+    uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    out_ += kBinFloat;  // big-endian
+    for (int i = 7; i >= 0; --i) out_ += static_cast<char>((bits >> (8 * i)) & 0xff);
+  }
+}
+
+}  // namespace torchscan::reports
