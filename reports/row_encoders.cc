@@ -149,8 +149,11 @@ constexpr char kProto = '\x80', kStop = '.', kEmptyDict = '}', kEmptyList = ']',
                kLongBinGet = 'j';
 constexpr size_t kMemoizedLength = 48;  // longer strings (paths) rarely repeat
 
-void Le32(uint32_t v, std::string& out) {
-  for (int i = 0; i < 4; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+// An opcode and a 4-byte little-endian argument, appended at once.
+void OpLe32(char op, uint32_t v, std::string& out) {
+  const char bytes[5] = {op, static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff),
+                         static_cast<char>((v >> 16) & 0xff), static_cast<char>((v >> 24) & 0xff)};
+  out.append(bytes, sizeof bytes);
 }
 }  // namespace
 
@@ -177,16 +180,14 @@ void PickleStream::String(std::string_view s) {
       index = recent.index, found = true;
     } else if (auto it = memo_.find(absl::string_view(s.data(), s.size())); it != memo_.end()) {
       index = it->second, found = true;
-      recent.data = s.data();
-      recent.text.assign(s);
-      recent.index = index;
+      recent = {s.data(), it->first, index};
     }
     if (found) {
       if (index < 256) {
-        (out_ += kBinGet) += static_cast<char>(index);
+        const char get[2] = {kBinGet, static_cast<char>(index)};
+        out_.append(get, 2);
       } else {
-        out_ += kLongBinGet;
-        Le32(index, out_);
+        OpLe32(kLongBinGet, index, out_);
       }
       return;
     }
@@ -195,8 +196,7 @@ void PickleStream::String(std::string_view s) {
   if (valid.size() < 256) {
     (out_ += kShortUnicode) += static_cast<char>(valid.size());
   } else {
-    out_ += kUnicode;
-    Le32(static_cast<uint32_t>(valid.size()), out_);
+    OpLe32(kUnicode, static_cast<uint32_t>(valid.size()), out_);
   }
   out_ += valid;
   if (memoized) {
@@ -208,8 +208,7 @@ void PickleStream::String(std::string_view s) {
 
 void PickleStream::Int(int64_t v) {
   if (v >= INT32_MIN && v <= INT32_MAX) {
-    out_ += kBinInt;
-    Le32(static_cast<uint32_t>(static_cast<int32_t>(v)), out_);
+    OpLe32(kBinInt, static_cast<uint32_t>(static_cast<int32_t>(v)), out_);
     return;
   }
   // Eight bytes of two's complement.

@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "formulas/count.h"
 
 namespace torchscan::reports {
@@ -71,16 +71,16 @@ class PickleStream {
  private:
   void Long(bool negative, Count::Wide magnitude);
   std::string& out_;
-  absl::flat_hash_map<std::string, uint32_t> memo_;  // short strings already loaded
+  absl::node_hash_map<std::string, uint32_t> memo_;  // short strings already loaded (stable keys)
   // The writer passes most strings from the same few places (literals, the
   // scan's scope, the tallies' methods): a string at an address seen
   // before, with the same text, is found here without hashing its text.
   struct Recent {
     const char* data = nullptr;
-    std::string text;
+    std::string_view text;  // memo_'s key
     uint32_t index = 0;
   };
-  std::array<Recent, 64> recent_;
+  std::array<Recent, 256> recent_;
 };
 
 // Text a JSON writer would give for `s`, as valid UTF-8: `s` itself, or

@@ -92,6 +92,10 @@ def _batch_first(module: nn.Module):
         stack: Any = module  # a stack type: it has .layers, or an .encoder with them
         layers = stack.layers if hasattr(stack, "layers") else stack.encoder.layers
         return bool(layers[0].self_attn.batch_first) if len(layers) else None
+    # Looked up only where it exists: a missing attribute goes through
+    # Module.__getattr__, which builds an AttributeError (microseconds).
+    if "batch_first" not in module.__dict__ and not hasattr(type(module), "batch_first"):
+        return None
     flag = getattr(module, "batch_first", None)
     return flag if isinstance(flag, bool) else None
 
@@ -276,6 +280,13 @@ class TokenFlow:
 
     @staticmethod
     def _primary(output):
+        # The common forms first (tree_flatten costs more than the rest of
+        # a call's analysis): a tensor, or a tuple or list starting with one,
+        # whose first leaf is that tensor.
+        if type(output) is torch.Tensor:
+            return output
+        if type(output) in (tuple, list) and output and type(output[0]) is torch.Tensor:
+            return output[0]
         flat, _ = tree_flatten(output)
         for t in flat:  # a loop, not next(generator): no suspended generator is left to finalize
             if isinstance(t, torch.Tensor):
