@@ -66,7 +66,8 @@ bool Whole(double v) { return std::abs(v) < 9e15 && v == std::trunc(v); }
 
 std::string ValidUtf8(std::string_view s) {
   if (Utf8Valid(s)) return std::string(s);
-  const std::string text = nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string text =
+      nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return nlohmann::json::parse(text).get<std::string>();
 }
 

@@ -42,31 +42,42 @@ TEST(RowEncoders, PickleStreamHasTheProtocolFourOpcodes) {
   PickleStream w(out);
   WriteSample(w);
   w.Finish();
-  const std::string expected =
-      std::string("\x80\x04", 2)                 // PROTO 4
-      + "}("                                     // EMPTY_DICT, MARK
-      + std::string("\x8c\x01" "a" "\x94", 4)    // SHORT_BINUNICODE "a", MEMOIZE (memo 0)
-      + "]("                                     // EMPTY_LIST, MARK
-      + std::string("J\x01\x00\x00\x00", 5)      // BININT 1
-      + "N"                                      // NONE
-      + std::string("\x8a\x11", 2)               // LONG1, 17 bytes little-endian: 2^64 and a sign byte
-      + std::string(8, '\0') + "\x01" + std::string(8, '\0')  //
-      + std::string("G\x3f\xe0\0\0\0\0\0\0", 9)  // BINFLOAT 0.5, big-endian IEEE 754
-      + std::string("h\x00", 2)                  // BINGET memo 0: "a" again
-      + std::string("J\x03\x00\x00\x00", 5)      // BININT 3
-      + "e"                                      // APPENDS
-      + std::string("\x8c\x01" "b" "\x94", 4)    // "b" (memo 1)
-      + "\x88"                                   // NEWTRUE
-      + std::string("\x8c\x01" "c" "\x94", 4)    // "c" (memo 2)
-      + std::string("\x8c\x03\xef\xbf\xbd\x94", 6)  // U+FFFD (memo 3)
-      + "u"                                      // SETITEMS
-      + ".";                                     // STOP
+  const std::string expected = std::string("\x80\x04", 2)  // PROTO 4
+                               + "}("                      // EMPTY_DICT, MARK
+                               + std::string(
+                                     "\x8c\x01"
+                                     "a"
+                                     "\x94",
+                                     4)                               // SHORT_BINUNICODE "a", MEMOIZE (memo 0)
+                               + "]("                                 // EMPTY_LIST, MARK
+                               + std::string("J\x01\x00\x00\x00", 5)  // BININT 1
+                               + "N"                                  // NONE
+                               + std::string("\x8a\x11", 2)  // LONG1, 17 bytes little-endian: 2^64 and a sign byte
+                               + std::string(8, '\0') + "\x01" + std::string(8, '\0')  //
+                               + std::string("G\x3f\xe0\0\0\0\0\0\0", 9)  // BINFLOAT 0.5, big-endian IEEE 754
+                               + std::string("h\x00", 2)                  // BINGET memo 0: "a" again
+                               + std::string("J\x03\x00\x00\x00", 5)      // BININT 3
+                               + "e"                                      // APPENDS
+                               + std::string(
+                                     "\x8c\x01"
+                                     "b"
+                                     "\x94",
+                                     4)  // "b" (memo 1)
+                               + "\x88"  // NEWTRUE
+                               + std::string(
+                                     "\x8c\x01"
+                                     "c"
+                                     "\x94",
+                                     4)                                      // "c" (memo 2)
+                               + std::string("\x8c\x03\xef\xbf\xbd\x94", 6)  // U+FFFD (memo 3)
+                               + "u"                                         // SETITEMS
+                               + ".";                                        // STOP
   EXPECT_EQ(out, expected);
 }
 
 TEST(RowEncoders, ValidUtf8KeepsValidTextAndReplacesTheRest) {
   EXPECT_EQ(ValidUtf8("layer.ü"), "layer.ü");
-  EXPECT_EQ(ValidUtf8("a\xc3"), "a\xef\xbf\xbd");          // truncated sequence
+  EXPECT_EQ(ValidUtf8("a\xc3"), "a\xef\xbf\xbd");  // truncated sequence
   // An encoded surrogate (U+D800) is not UTF-8: replaced, and the result is valid.
   const std::string surrogate = ValidUtf8("\xed\xa0\x80");
   EXPECT_NE(surrogate, "\xed\xa0\x80");
