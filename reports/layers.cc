@@ -221,7 +221,7 @@ void WriteLayer(const std::vector<LayerTally>& layers, const LayerTally& l, std:
   w.Key("parent");
   l.parent >= 0 ? w.Int(l.parent) : w.Null();
   w.Key("path");
-  w.String(l.path);
+  w.UniqueString(l.path);
   if (!l.request.empty()) {
     w.Key("request");
     w.String(l.request);

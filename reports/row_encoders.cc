@@ -193,18 +193,29 @@ void PickleStream::String(std::string_view s) {
       return;
     }
   }
-  const std::string valid = ValidUtf8(s);
-  if (valid.size() < 256) {
-    (out_ += kShortUnicode) += static_cast<char>(valid.size());
-  } else {
-    OpLe32(kUnicode, static_cast<uint32_t>(valid.size()), out_);
-  }
-  out_ += valid;
+  Text(s);
   if (memoized) {
     out_ += kMemoize;
     const auto index = static_cast<uint32_t>(memo_.size());
     memo_.emplace(std::string(s), index);
   }
+}
+
+void PickleStream::UniqueString(std::string_view s) { Text(s); }
+
+void PickleStream::Text(std::string_view s) {
+  std::string replaced;
+  if (!Utf8Valid(s)) {
+    replaced = ValidUtf8(s);
+    s = replaced;
+  }
+  if (s.size() < 256) {
+    const char head[2] = {kShortUnicode, static_cast<char>(s.size())};
+    out_.append(head, 2);
+  } else {
+    OpLe32(kUnicode, static_cast<uint32_t>(s.size()), out_);
+  }
+  out_.append(s);
 }
 
 void PickleStream::Int(int64_t v) {

@@ -36,6 +36,7 @@ class JsonText {
   void EndArray() { Close(']'); }
   void Key(std::string_view k);
   void String(std::string_view s);
+  void UniqueString(std::string_view s) { String(s); }  // text that rarely repeats (a path)
   void Int(int64_t v);
   void CountValue(const Count& c);  // an exact count, digit for digit
   void Number(double v);            // whole values as integers; non-finite as null
@@ -60,7 +61,8 @@ class PickleStream {
   void BeginArray();
   void EndArray();
   void Key(std::string_view k) { String(k); }
-  void String(std::string_view s);
+  void String(std::string_view s);        // loaded once, then referred to (the memo)
+  void UniqueString(std::string_view s);  // not memoized: text that rarely repeats (a path)
   void Int(int64_t v);
   void CountValue(const Count& c);
   void Number(double v);
@@ -70,6 +72,7 @@ class PickleStream {
 
  private:
   void Long(bool negative, Count::Wide magnitude);
+  void Text(std::string_view s);  // SHORT_BINUNICODE / BINUNICODE, valid UTF-8
   std::string& out_;
   absl::node_hash_map<std::string, uint32_t> memo_;  // short strings already loaded (stable keys)
   // The writer passes most strings from the same few places (literals, the

@@ -10,7 +10,7 @@
 namespace torchscan::reports {
 namespace {
 
-// {"a": [1, null, 2^64, 0.5, "a", 3.0], "b": true, "c": "\xff"}
+// {"a": [1, null, 2^64, 0.5, "a", 3.0], "b": true, "c": "\xff", "d": "x.y"}
 template <class W>
 void WriteSample(W& w) {
   w.BeginObject();
@@ -27,6 +27,8 @@ void WriteSample(W& w) {
   w.Bool(true);
   w.Key("c");
   w.String("\xff");  // invalid UTF-8: replaced by U+FFFD
+  w.Key("d");
+  w.UniqueString("x.y");  // a path: not memoized
   w.EndObject();
 }
 
@@ -34,7 +36,7 @@ TEST(RowEncoders, JsonTextIsCompactJson) {
   std::string out;
   JsonText w(out);
   WriteSample(w);
-  EXPECT_EQ(out, "{\"a\":[1,null,18446744073709551616,0.5,\"a\",3],\"b\":true,\"c\":\"\xef\xbf\xbd\"}");
+  EXPECT_EQ(out, "{\"a\":[1,null,18446744073709551616,0.5,\"a\",3],\"b\":true,\"c\":\"\xef\xbf\xbd\",\"d\":\"x.y\"}");
 }
 
 TEST(RowEncoders, PickleStreamHasTheProtocolFourOpcodes) {
@@ -70,8 +72,17 @@ TEST(RowEncoders, PickleStreamHasTheProtocolFourOpcodes) {
                                      "\x94",
                                      4)                                      // "c" (memo 2)
                                + std::string("\x8c\x03\xef\xbf\xbd\x94", 6)  // U+FFFD (memo 3)
-                               + "u"                                         // SETITEMS
-                               + ".";                                        // STOP
+                               + std::string(
+                                     "\x8c\x01"
+                                     "d"
+                                     "\x94",
+                                     4)  // "d" (memo 4)
+                               + std::string(
+                                     "\x8c\x03"
+                                     "x.y",
+                                     5)  // "x.y", no MEMOIZE
+                               + "u"     // SETITEMS
+                               + ".";    // STOP
   EXPECT_EQ(out, expected);
 }
 
