@@ -21,9 +21,6 @@ def _memory_metrics(session, layers: list) -> dict:
     return report
 
 
-_NO_OWNERS: dict = {}  # read only
-
-
 _NATIVE_ROWS: list = []  # [torchscan_module_layers_pickle or None], once loaded
 
 
@@ -55,22 +52,3 @@ def _module_rows(session, handle: int = 0) -> list:
         if fn(handle, ctypes.byref(data), ctypes.byref(size)) == 0 and data.value:
             return pickle.loads(ctypes.string_at(data.value, size.value))
     return json.loads(session.module_layers())
-
-
-def _layer_rows(session, metrics: bool, handle: int = 0) -> list:
-    """(path, call_index, depth, failed, metrics, owners) per layer call, in
-    call order, as the layers' JSON (Session::LayersJson) writes them. The
-    operator view's per-row figure is left out (the engine neither computes
-    nor writes it): crawl_module reports that view once, as a whole.
-    metrics False: None instead of the metrics.
-    owners: the row's metric_owners and metric_ownership (custom module
-    handlers), an empty mapping for most rows."""
-    rows = _module_rows(session, handle)
-    out = []
-    for row in rows:
-        values = row["metrics"]
-        owners = _NO_OWNERS
-        if "metric_owners" in row or "metric_ownership" in row:
-            owners = {k: row[k] for k in ("metric_owners", "metric_ownership") if k in row}
-        out.append((row["path"], row["call_index"], row["depth"], row["failed"], values if metrics else None, owners))
-    return out

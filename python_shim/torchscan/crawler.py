@@ -22,7 +22,7 @@ from torchscan import distributed as _distributed
 from torchscan import handlers as _handlers
 from torchscan import token_flow, tokens
 from torchscan._inputs import _dimension, _input_shapes, _generated_inputs, _caller_inputs
-from torchscan._layers import _FIELDS, _layer_rows, _memory_metrics
+from torchscan._layers import _FIELDS, _memory_metrics, _module_rows
 from torchscan._library import _library_path
 from torchscan._modules import AnalysisPause, ForwardHooks, forward_raised, safe_text
 from torchscan.flops import FlopScan
@@ -186,11 +186,16 @@ def _snapshots(args: tuple) -> Optional[list]:
     return out
 
 
+_TENSOR_NAMES: dict = {}  # (dtype, device) -> their names (few pairs in a process)
+
+
 def _tensor_metadata(shape, dtype, device, requires_grad) -> dict:
     """What metadata.describe gives for a dense tensor with this snapshot
     (test_crawl_fast_paths checks the two agree)."""
-    return {"kind": "tensor", "shape": list(shape), "dtype": _dtype_name(dtype), "device": _device_name(device),
-            "requires_grad": requires_grad}
+    n = _TENSOR_NAMES.get((dtype, device))
+    if n is None:
+        n = _TENSOR_NAMES[(dtype, device)] = (_dtype_name(dtype), _device_name(device))
+    return {"kind": "tensor", "shape": list(shape), "dtype": n[0], "device": n[1], "requires_grad": requires_grad}
 
 
 _NO_PATH = (b"", 0)  # a module outside the crawled tree (not hooked: never looked up in practice)
@@ -468,39 +473,46 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     import torchscan
 
     full = mode == "full"
-    rows = _layer_rows(scan._session, full, handle)
+    rows = _module_rows(scan._session, handle)
     flop_report = scan.report() if full else None
     module_report = scan.module_report() if full else None
     diagnostics = []
     layers = []
     stats: dict = {}  # per module, not per call: a module called in a loop has many rows
     type_names: dict = {}  # per module class
-    for (path, call_index, depth, failed, metrics, owners), (mod, inputs, output, in_snapshots, out_snapshot) in zip(
-            rows, calls):
+    tensor = _tensor_metadata
+    for row, (mod, inputs, output, in_snapshots, out_snapshot) in zip(rows, calls):
+        path = row["path"]
         if in_snapshots is not None:
-            inputs = {"kind": "tuple", "items": [_tensor_metadata(*in_snapshots[0])] if len(in_snapshots) == 1 else
-                      [_tensor_metadata(*t) for t in in_snapshots]}
+            inputs = {"kind": "tuple", "items": [tensor(*t) for t in in_snapshots]}
         if out_snapshot is not None:
-            output = _tensor_metadata(*out_snapshot)
-        if not full:
+            output = tensor(*out_snapshot)
+        if full:
+            metrics = row["metrics"]
+        else:
             metrics = {name: _metric("unavailable", unit="MACs" if name == "macs" else "FLOPs") for name in _COMPUTE}
             for name in _FIELDS:
                 metrics[name] = _metric("unavailable", unit="positions")
-        if failed:
+        if row["failed"]:
             diagnostics.append({"code": "module_forward_error", "severity": "error", "metric": "module_flops",
                                 "message": f"{path or '(root)'} raised inside its forward; "
                                            "its estimates are unavailable", "path": path})
-        type_name = type_names.get(type(mod))
+        cls = type(mod)
+        type_name = type_names.get(cls)
         if type_name is None:
-            type_name = type_names[type(mod)] = safe_text(type(mod).__name__)
+            type_name = type_names[cls] = safe_text(cls.__name__)
         mod_stats = stats.get(mod)
         if mod_stats is None:
             mod_stats = stats[mod] = _parameter_stats(mod)
-        layers.append({
-            "path": path, "call_index": call_index, "name": path.rsplit(".", 1)[-1] or
-            type_name, "depth": depth, "type": type_name, "inputs": inputs,
-            "output": output, **mod_stats, "metrics": metrics, **owners,
-        })
+        layer = {"path": path, "call_index": row["call_index"], "name": path.rsplit(".", 1)[-1] or type_name,
+                 "depth": row["depth"], "type": type_name, "inputs": inputs, "output": output, **mod_stats,
+                 "metrics": metrics}
+        # Custom module handlers' ownership, on the few rows that have it.
+        if "metric_owners" in row:
+            layer["metric_owners"] = row["metric_owners"]
+        if "metric_ownership" in row:
+            layer["metric_ownership"] = row["metric_ownership"]
+        layers.append(layer)
 
     memory_report = _memory_metrics(scan._session, layers) if memory else None
     if token_results:
@@ -512,7 +524,8 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
             tokens.not_applicable_fields(layer["metrics"], "forward")
             if reason is not None:
                 diagnostics.append(tokens.diagnostic(layer["path"], reason))
-    unique_params = {id(p): p for m in modules for p in m._parameters.values() if p is not None}.values()
+    registered = [p for m in modules for p in m._parameters.values() if p is not None]
+    unique_params = {id(p): p for p in registered}.values()
     unique_buffers = {id(b): b for m in modules for b in m._buffers.values() if b is not None}.values()
     parameters = trainable = parameter_bytes = 0
     for p in unique_params:
@@ -521,7 +534,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
         parameter_bytes += n * p.element_size()
         if p.requires_grad:
             trainable += n
-    if sum(len(m._parameters) for m in modules) > len(unique_params):  # some tensor is in two modules, or None
+    if len(registered) > len(unique_params):  # some tensor is registered twice (tied weights)
         _mark_shared_parameters(layers, calls)
     buffer_elements = buffer_bytes = 0
     for b in unique_buffers:

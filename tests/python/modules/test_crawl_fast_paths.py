@@ -155,14 +155,14 @@ def _crawl_with_json_rows(monkeypatch, model, *args, **kwargs):
     from torchscan import crawler
 
     seen = []
-    build = crawler._layer_rows
+    build = crawler._module_rows
 
-    def both(session, metrics, handle=0):
-        rows = build(session, metrics, handle)
+    def both(session, handle=0):
+        rows = build(session, handle)
         seen.append((rows, json.loads(session.layers())))
         return rows
 
-    monkeypatch.setattr(crawler, "_layer_rows", both)
+    monkeypatch.setattr(crawler, "_module_rows", both)
     report = torchscan.crawl_module(model, *args, **kwargs)
     (rows, expected), = seen
     return report, rows, expected
@@ -193,11 +193,15 @@ def test_layer_rows_equal_the_layers_json(monkeypatch, case):
         model, args, mode = _CatchesChild(), (torch.rand(1, 3, 12, 12),), "structure"
     report, rows, expected = _crawl_with_json_rows(monkeypatch, model, args=args, mode=mode)
     assert len(rows) == len(expected) == len(report["layers"]) > 0
-    for (path, call_index, depth, failed, metrics, owners), row in zip(rows, expected):
-        assert (path, call_index, depth, failed) == (row["path"], row["call_index"], row["depth"], row["failed"])
-        assert owners == {k: row[k] for k in ("metric_owners", "metric_ownership") if k in row}
+    for got, row, layer in zip(rows, expected, report["layers"]):
+        assert [got[k] for k in ("path", "call_index", "depth", "failed")] == [
+            row[k] for k in ("path", "call_index", "depth", "failed")]
+        assert [layer[k] for k in ("path", "call_index", "depth")] == [row[k] for k in ("path", "call_index", "depth")]
+        owners = {k: row[k] for k in ("metric_owners", "metric_ownership") if k in row}
+        assert {k: layer[k] for k in ("metric_owners", "metric_ownership") if k in layer} == owners
+        metrics = layer["metrics"]
         if mode == "structure":
-            assert metrics is None
+            assert {m["status"] for m in metrics.values()} == {"unavailable"}
             continue
         want = {name: value for name, value in row["metrics"].items() if name != "operator_flops"}
         assert set(want) == set(_ROW_METRICS)
@@ -255,7 +259,7 @@ def test_pickled_rows_are_the_json_rows_type_for_type(monkeypatch, case):
     encodings]); the JSON text of the same rows gives the same objects."""
     import json
 
-    from torchscan import _layers
+    from torchscan import crawler
 
     kwargs = {}
     if case == "mobilenet":
@@ -272,7 +276,7 @@ def test_pickled_rows_are_the_json_rows_type_for_type(monkeypatch, case):
         model, args = _CatchesChild(), (torch.rand(1, 3, 12, 12),)
         kwargs["custom_modules"] = {nn.Conv2d: lambda m, a, k, out: {"module_flops": 7, "macs": 3, "dmas": 11}}
     loaded = []
-    native = _layers._module_rows
+    native = crawler._module_rows
 
     def both(session, handle=0):
         assert handle, "the crawl has a native handle"
@@ -280,7 +284,7 @@ def test_pickled_rows_are_the_json_rows_type_for_type(monkeypatch, case):
         loaded.append((rows, json.loads(session.module_layers())))
         return rows
 
-    monkeypatch.setattr(_layers, "_module_rows", both)
+    monkeypatch.setattr(crawler, "_module_rows", both)
     torchscan.crawl_module(model, args=args, **kwargs)
     (pickled, text), = loaded
     assert pickled and pickled is not text
