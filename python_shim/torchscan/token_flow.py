@@ -87,6 +87,91 @@ def _native_query():
     return _NATIVE_QUERY[0]
 
 
+_NATIVE_WORDS: list = []  # [torchscan_token_flow_words or None], once loaded
+# Relation kinds by number (kRelationKinds in analyses/token_flow.h).
+_KINDS = ("none", "same_position", "prefix", "all")
+_KIND_CODES = {kind: code for code, kind in enumerate(_KINDS)}
+_ANSWER_WORDS = 5 + 4 * 64  # an answer with up to 64 sources; more: the JSON request
+
+
+def _native_words():
+    """The library's C entry point torchscan_token_flow_words (integrations/
+    bindings.cc) through ctypes, or None (JSON requests instead)."""
+    if not _NATIVE_WORDS:
+        fn = None
+        try:
+            from torchscan._library import _library_path
+
+            fn = ctypes.PyDLL(_library_path()).torchscan_token_flow_words
+        except (OSError, AttributeError, ImportError):
+            pass
+        _NATIVE_WORDS.append(fn)
+    return _NATIVE_WORDS[0]
+
+
+class _WordRequests:
+    """Token-flow requests as 64-bit words (Note [Token-flow requests without
+    JSON] in torchscan_dispatch/analyses/token_flow.h), answered as the JSON
+    request's answer would be, as a dict."""
+
+    def __init__(self, fn):
+        self._fn = fn
+        self._answer = (ctypes.c_int64 * _ANSWER_WORDS)()
+        self._reason = ctypes.c_void_p()
+        self._reason_length = ctypes.c_int64()
+
+    def ask(self, scope: int, path: str, out: torch.Tensor, sources: list, steps: list) -> Optional[dict]:
+        """The answer, or None when the request cannot be put this way (the
+        caller asks in JSON)."""
+        texts: list = []
+        size = 0
+
+        def text(value: str) -> tuple:
+            nonlocal size
+            data = value.encode("utf-8", "surrogateescape")
+            texts.append(data)
+            size += len(data)
+            return size - len(data), len(data)
+
+        sizes = list(out.shape)
+        words = [scope, *text(path), out._cdata, len(sizes), *sizes, len(sources)]
+        for k, src in enumerate(sources):
+            words += (src["identity"], k, src["sequence_axis"], src["length"])
+        words.append(len(steps))
+        for step in steps:
+            if "reason" in step:
+                words += (step["scope"], step["output"], 1, *text(step["reason"]))
+                continue
+            words += (step["scope"], step["output"], 0, step["output_axis"], step["output_length"],
+                      len(step["inputs"]))
+            for i in step["inputs"]:
+                rel = i["relation"]
+                kind = _KIND_CODES.get(rel["kind"])
+                if kind is None:
+                    return None
+                words += (i["identity"], i["axis"], i["length"], kind, rel.get("limit", -1),
+                          rel.get("first_position", 0))
+        blob = b"".join(texts)
+        n = self._fn((ctypes.c_int64 * len(words))(*words), len(words), blob, len(blob), self._answer,
+                     _ANSWER_WORDS, ctypes.byref(self._reason), ctypes.byref(self._reason_length))
+        if n < 5:
+            return None
+        a = self._answer[:n]
+        if a[0] != 1:
+            reason = ctypes.string_at(self._reason.value, self._reason_length.value) if self._reason.value else b""
+            return {"status": "unavailable", "reason": reason.decode("utf-8", "replace"),
+                    "explicit_attention": a[1] == 1}
+        found = []
+        for at in range(5, 5 + 4 * a[4], 4):
+            relation: Dict[str, Any] = {"kind": _KINDS[a[at + 1]]}
+            if a[at + 2] >= 0:
+                relation["limit"] = a[at + 2]
+            if a[at + 3] > 0:
+                relation["first_position"] = a[at + 3]
+            found.append({"source": a[at], "relation": relation})
+        return {"status": "complete", "output_axis": a[2], "output_length": a[3], "sources": found}
+
+
 def _batch_first(module: nn.Module):
     if isinstance(module, STACKS):
         stack: Any = module  # a stack type: it has .layers, or an .encoder with them
@@ -215,6 +300,8 @@ class TokenFlow:
         self._pause = pause
         self._query = _native_query() if native else None
         self._masks = (ctypes.c_uint64 * _MASK_CAPACITY)() if self._query is not None else None
+        words = _native_words() if native else None
+        self._words = _WordRequests(words) if words is not None else None
         self._Session = _session()
 
     def _found(self, path: str, scope: int) -> dict:
@@ -340,11 +427,15 @@ class TokenFlow:
         elif out.is_nested:
             reason = "the output is a nested tensor: no rectangular token axis"
         else:
-            request = {"scope": scope, "path": path, "output": out._cdata, "output_sizes": list(out.shape),
-                       "inputs": [{"identity": s["identity"], "source": k, "axis": s["sequence_axis"],
-                                   "length": s["length"]} for k, s in enumerate(sources)],
-                       "masks": masks, "steps": inside}
-            answer = json.loads(Session.token_flow(json.dumps(request)))
+            answer = None
+            if not masks and self._words is not None:  # masks: JSON, their one reader
+                answer = self._words.ask(scope, path, out, sources, inside)
+            if answer is None:
+                request = {"scope": scope, "path": path, "output": out._cdata, "output_sizes": list(out.shape),
+                           "inputs": [{"identity": s["identity"], "source": k, "axis": s["sequence_axis"],
+                                       "length": s["length"]} for k, s in enumerate(sources)],
+                           "masks": masks, "steps": inside}
+                answer = json.loads(Session.token_flow(json.dumps(request)))
             if explicit_only and not answer.get("explicit_attention"):
                 return None
             if answer["status"] == "complete":

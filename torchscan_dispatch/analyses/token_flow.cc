@@ -283,4 +283,120 @@ std::string TokenFlowJson(std::string_view text) {
   return out.dump();
 }
 
+namespace {
+
+// The words of a request, read with bounds checks: a malformed one is
+// refused, never read past its end.
+struct Words {
+  const int64_t* w;
+  int64_t n, i = 0;
+  std::string_view text;
+  bool ok = true;
+  int64_t Next() {
+    if (i >= n) {
+      ok = false;
+      return 0;
+    }
+    return w[i++];
+  }
+  int64_t Count() {  // a list's length: at most the words left
+    const int64_t c = Next();
+    if (c < 0 || c > n - i) ok = false;
+    return ok ? c : 0;
+  }
+  std::string Text() {
+    const int64_t offset = Next(), length = Next();
+    if (offset < 0 || length < 0 || offset > static_cast<int64_t>(text.size()) ||
+        length > static_cast<int64_t>(text.size()) - offset) {
+      ok = false;
+      return {};
+    }
+    return std::string(text.substr(static_cast<size_t>(offset), static_cast<size_t>(length)));
+  }
+};
+
+int KindCode(std::string_view kind) {
+  for (int k = 0; k < 4; ++k) {
+    if (kind == kRelationKinds[k]) return k;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t TokenFlowWords(const int64_t* words, int64_t count, std::string_view text, int64_t* answer, int64_t capacity,
+                       std::string* reason) {
+  Words in{words, count, 0, text};
+  TokenFlowRequest req;
+  req.scope = static_cast<int32_t>(in.Next());
+  const std::string path = in.Text();
+  req.output = static_cast<uintptr_t>(in.Next());
+  for (int64_t k = in.Count(); k > 0; --k) req.output_sizes.push_back(in.Next());
+  for (int64_t k = in.Count(); k > 0; --k) {
+    TokenInput t;
+    t.identity = static_cast<uintptr_t>(in.Next());
+    t.source = static_cast<int32_t>(in.Next());
+    t.axis = static_cast<int32_t>(in.Next());
+    t.length = in.Next();
+    req.inputs.push_back(t);
+  }
+  for (int64_t k = in.Count(); k > 0; --k) {
+    TokenStep step;
+    step.scope = static_cast<int32_t>(in.Next());
+    step.output = static_cast<uintptr_t>(in.Next());
+    if (in.Next() != 0) {
+      step.reason = in.Text();
+    } else {
+      step.output_axis = static_cast<int32_t>(in.Next());
+      step.output_length = in.Next();
+      for (int64_t j = in.Count(); j > 0; --j) {
+        TokenStep::Input t;
+        t.identity = static_cast<uintptr_t>(in.Next());
+        t.axis = static_cast<int32_t>(in.Next());
+        t.length = in.Next();
+        const int64_t kind = in.Next();
+        if (kind < 0 || kind > 3) return -1;
+        t.relation.kind = kRelationKinds[kind];
+        t.relation.limit = in.Next();
+        t.relation.first_position = in.Next();
+        step.inputs.push_back(std::move(t));
+      }
+    }
+    req.steps.push_back(std::move(step));
+  }
+  if (!in.ok || in.i != in.n) return -1;
+  // As TokenFlowJson: this thread's innermost scan, the scope named by its path.
+  const Recorder* recorder = ThreadTopRecorder();
+  const bool ours =
+      recorder != nullptr && ClosedScope(*recorder, req.scope) && recorder->scopes()[req.scope].path == path;
+  TokenFlowResult r;
+  if (ours) {
+    r = AnalyseTokenFlow(*recorder, req);
+  } else {
+    r.reason = "the module call's recorded calls were not found";
+  }
+  const int64_t size = 5 + (r.complete ? 4 * static_cast<int64_t>(r.sources.size()) : 0);
+  if (capacity < size) return -1;
+  answer[0] = r.complete ? 1 : 0;
+  // TokenFlowJson says explicit_attention only with an unavailable answer.
+  answer[1] = !r.complete && r.explicit_attention ? 1 : 0;
+  answer[2] = r.output_axis;
+  answer[3] = r.output_length;
+  answer[4] = r.complete ? static_cast<int64_t>(r.sources.size()) : 0;
+  if (!r.complete) {
+    *reason = r.reason;
+    return size;
+  }
+  int64_t at = 5;
+  for (const auto& [source, rel] : r.sources) {
+    const int kind = KindCode(rel.kind);
+    if (kind < 0) return -1;
+    answer[at++] = source;
+    answer[at++] = kind;
+    answer[at++] = rel.limit;
+    answer[at++] = rel.first_position;
+  }
+  return size;
+}
+
 }  // namespace torchscan

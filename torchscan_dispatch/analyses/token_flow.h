@@ -190,4 +190,27 @@ NativeLayerResult AnalyseNativeLayer(const NativeLayerRequest& request);
 // "output_axis", "output_length", "sources"} (JSON text).
 std::string TokenFlowJson(std::string_view request);
 
+// Note [Token-flow requests without JSON]
+// The crawl asks for a module call's token dependencies after every call
+// that ran attention; as JSON text the request and answer cost about as much
+// as the pass itself (writing, parsing and reading them back on both sides).
+// TokenFlowWords takes the same request (for this thread's innermost scan,
+// as TokenFlowJson) as 64-bit words, with its strings in `text` named by
+// (offset, length) pairs, and writes the answer as words; the relation kinds
+// are numbered kRelationKinds. Requests with attention masks go as JSON
+// (their summaries are nested), so the masks have one reader.
+//   request: scope, path (offset, length), output, sizes (count, then each),
+//     inputs (count, then identity, source, axis, length each),
+//     steps (count, then scope, output, has_reason; then the reason
+//     (offset, length), or output_axis, output_length and inputs (count, then
+//     identity, axis, length, kind, limit, first_position each)).
+//   answer: complete (1/0), explicit_attention (1/0), output_axis,
+//     output_length, sources (count, then source, kind, limit,
+//     first_position each); an unavailable answer's reason in `*reason`.
+// Returns the answer's word count, or -1 for a malformed request or one
+// whose answer does not fit `capacity` (the caller then asks in JSON).
+inline constexpr const char* kRelationKinds[4] = {"none", "same_position", "prefix", "all"};
+int64_t TokenFlowWords(const int64_t* words, int64_t count, std::string_view text, int64_t* answer, int64_t capacity,
+                       std::string* reason);
+
 }  // namespace torchscan

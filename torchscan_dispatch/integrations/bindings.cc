@@ -278,6 +278,30 @@ __attribute__((visibility("default"))) int torchscan_pop_module_scope_1(int hand
   return torchscan_pop_module_scope(handle, scope, failed, &output, 1);
 }
 
+// The token analysis's request as words (Note [Token-flow requests without
+// JSON] in analyses/token_flow.h): `count` words and `text_length` bytes of
+// text in, the answer's words out (at most `capacity`), and an unavailable
+// answer's reason in `*reason` / `*reason_length`, kept for the calling
+// thread until its next call here. The answer's word count, or -1 (the
+// caller then asks through the custom class's JSON method).
+__attribute__((visibility("default"))) int torchscan_token_flow_words(const int64_t* words, int count, const char* text,
+                                                                      int text_length, int64_t* answer, int capacity,
+                                                                      const char** reason,
+                                                                      int64_t* reason_length) noexcept {
+  thread_local std::string held;
+  try {
+    if (count < 0 || text_length < 0 || capacity < 0) return -1;
+    held.clear();
+    const int64_t n = torchscan::TokenFlowWords(words, count, std::string_view(text, static_cast<size_t>(text_length)),
+                                                answer, capacity, &held);
+    *reason = held.data();
+    *reason_length = static_cast<int64_t>(held.size());
+    return static_cast<int>(n);
+  } catch (...) {
+    return -1;
+  }
+}
+
 // crawl_module's layer rows (Session::LayersPickle, without the operator
 // view): `*data` and `*size` then name bytes kept for the calling thread
 // until its next call here. 0 on success; -1 when refused (the caller reads

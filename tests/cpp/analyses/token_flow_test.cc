@@ -373,5 +373,38 @@ TEST(TokenFlowJson, RefusesAScopeItCannotFind) {
   EXPECT_EQ(j["attention"], false);
 }
 
+// Note [Token-flow requests without JSON]: a malformed request is refused
+// (-1) without reading past its words or text; a well-formed one for a scope
+// this thread does not hold is answered unavailable, as in JSON.
+TEST(TokenFlowWords, RefusesMalformedRequestsAndAnswersAnUnknownScope) {
+  int64_t answer[16];
+  std::string reason;
+  // scope 3, path "ab" (text offset 0, length 2), output 7, sizes [1, 4], no inputs, no steps.
+  const std::vector<int64_t> good = {3, 0, 2, 7, 2, 1, 4, 0, 0};
+  ASSERT_EQ(TokenFlowWords(good.data(), static_cast<int64_t>(good.size()), "ab", answer, 16, &reason), 5);
+  EXPECT_EQ(answer[0], 0);  // unavailable
+  EXPECT_EQ(reason, "the module call's recorded calls were not found");
+  EXPECT_EQ(TokenFlowWords(good.data(), static_cast<int64_t>(good.size()), "ab", answer, 4, &reason), -1)
+      << "an answer that does not fit";
+  for (size_t cut = 0; cut < good.size(); ++cut) {
+    EXPECT_EQ(TokenFlowWords(good.data(), static_cast<int64_t>(cut), "ab", answer, 16, &reason), -1) << cut;
+  }
+  std::vector<int64_t> longer = good;
+  longer.push_back(0);  // a word left over
+  EXPECT_EQ(TokenFlowWords(longer.data(), static_cast<int64_t>(longer.size()), "ab", answer, 16, &reason), -1);
+  std::vector<int64_t> bad = good;
+  bad[2] = 3;  // the path runs past the text
+  EXPECT_EQ(TokenFlowWords(bad.data(), static_cast<int64_t>(bad.size()), "ab", answer, 16, &reason), -1);
+  bad = good;
+  bad[4] = int64_t{1} << 40;  // a count past the words
+  EXPECT_EQ(TokenFlowWords(bad.data(), static_cast<int64_t>(bad.size()), "ab", answer, 16, &reason), -1);
+  // One step with inputs whose relation kind is not one of the four.
+  const std::vector<int64_t> kind = {3, 0, 2, 7, 0, 0, 1, 5, 9, 0, 1, 4, 1, 11, 1, 4, 7, -1, 0};
+  EXPECT_EQ(TokenFlowWords(kind.data(), static_cast<int64_t>(kind.size()), "ab", answer, 16, &reason), -1);
+  std::vector<int64_t> known = kind;
+  known[known.size() - 3] = 3;  // "all"
+  EXPECT_EQ(TokenFlowWords(known.data(), static_cast<int64_t>(known.size()), "ab", answer, 16, &reason), 5);
+}
+
 }  // namespace
 }  // namespace torchscan

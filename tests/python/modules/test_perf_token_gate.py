@@ -3,7 +3,9 @@ call run attention or a softmax, and with which masks?", is answered
 without JSON: closing the call's scope (the C pop) says whether it did,
 and only then does the C query (torchscan_token_flow_masks) name the
 masks. Both must give the JSON query's answer for every call, and a model
-without attention must make no JSON request at all."""
+without attention must make no JSON request at all. The dependency request
+itself goes as 64-bit words where no masks are involved; its answer must be
+the JSON request's."""
 
 import json
 
@@ -58,6 +60,14 @@ def _cases():
             hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100,
             max_position_embeddings=64, attn_implementation=implementation)).eval()
         yield f"bert_{implementation}", bert, {"kwargs": {"input_ids": ids, "attention_mask": torch.ones_like(ids)}}
+    # A decoder step with a KV cache: its attention's relation is unavailable,
+    # so the enclosing calls' requests carry steps with reasons.
+    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, attn_implementation="sdpa")).eval()
+    with torch.no_grad():
+        past = llama(input_ids=ids, use_cache=True).past_key_values
+    yield "llama", llama, {"kwargs": {"input_ids": ids[:, :1], "past_key_values": past, "use_cache": True}}
 
 
 @pytest.mark.parametrize("name,model,options", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
@@ -109,3 +119,36 @@ def test_a_model_without_attention_makes_no_json_request(monkeypatch):
     monkeypatch.setattr(token_flow, "_session", lambda: Counting)
     report = torchscan.crawl_module(models.small_cnn(), (3, 32, 32))
     assert len(report["layers"]) > 5 and calls == []
+
+
+@pytest.mark.parametrize("name,model,options", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
+def test_a_request_as_words_is_answered_as_the_json_request(name, model, options, monkeypatch):
+    """Note [Token-flow requests without JSON]: for every request the crawl
+    sends as words, the same request in JSON gets the same answer."""
+    if token_flow._native_words() is None:
+        pytest.skip("a library built before torchscan_token_flow_words")
+    ask = token_flow._WordRequests.ask
+    asked = []
+
+    def both(self, scope, path, out, sources, steps):
+        answer = ask(self, scope, path, out, sources, steps)
+        request = {"scope": scope, "path": path, "output": out._cdata, "output_sizes": list(out.shape),
+                   "inputs": [{"identity": s["identity"], "source": k, "axis": s["sequence_axis"],
+                               "length": s["length"]} for k, s in enumerate(sources)],
+                   "masks": [], "steps": steps}
+        by_json = json.loads(token_flow._session().token_flow(json.dumps(request)))
+        # TokenFlowJson names explicit_attention only where it can be true.
+        assert answer is not None and bool(answer.pop("explicit_attention", False)) == \
+            bool(by_json.pop("explicit_attention", False)), (name, path)
+        assert answer == by_json, (name, path)
+        asked.append((path, answer["status"], any("reason" in s for s in steps)))
+        return ask(self, scope, path, out, sources, steps)
+
+    monkeypatch.setattr(token_flow._WordRequests, "ask", both)
+    torchscan.crawl_module(model, **options)
+    if name in ("cnn", "attention_masks"):  # no attention / masks: nothing asked as words
+        assert asked == []
+    elif name == "llama":
+        assert any(has_reason for _, _, has_reason in asked)
+    elif name in ("attention", "bert_sdpa"):
+        assert any(status == "complete" for _, status, _ in asked)
