@@ -146,6 +146,11 @@ struct ScanOptions {
   // formulas, and reports filtered by request (they need every call).
   bool streaming = false;
   size_t fold_every = 4096;
+  // false: the scan takes no module scopes (PushModuleScope and ModuleScope
+  // are refused, and torchscript_scopes must be off), so a streaming scan's
+  // folds skip the receptive-field data flow, which only module calls'
+  // fields read: a streamed call costs less.
+  bool module_scopes = true;
   // kAggregated: the report's "aggregate" holds one row per module identity
   // (path and call index within its request) and call signature (operators
   // and shapes: calls of other shapes or batch sizes are rows of their own)

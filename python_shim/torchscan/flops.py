@@ -80,7 +80,8 @@ class FlopScan:
 
     def __init__(self, custom_mapping: Optional[Mapping[Any, Callable]] = None, *, modules: bool = False,
                  scope: str = "workload", memory: bool = False, trace: bool = False, streaming: bool = False,
-                 _fold_every: int = 4096, threads: str = "current", _record_owned_children: Optional[bool] = None):
+                 _fold_every: int = 4096, threads: str = "current", _record_owned_children: Optional[bool] = None,
+                 _module_scopes: Optional[bool] = None):
         if not isinstance(modules, bool):
             raise TypeError(f"torchscan: modules must be True or False, got {type(modules).__name__}")
         if not isinstance(memory, bool):
@@ -110,10 +111,14 @@ class FlopScan:
         # calls inside a call that owns its subtree are recorded only for a
         # trace, memory or caller formulas; the coverage audit asks for all.
         record = bool(trace or memory or self._formulas) if _record_owned_children is None else _record_owned_children
+        # A streaming scan of the public API never takes module scopes (only
+        # crawl_module and the roofline push them, on scans of their own), so
+        # its folds skip the receptive-field flow (ScanOptions::module_scopes).
+        scopes = not streaming if _module_scopes is None else bool(_module_scopes)
         if threads == "all":
-            self._session = Session.all_threads(scope, trace, streaming, int(_fold_every), record)
+            self._session = Session.all_threads(scope, trace, streaming, int(_fold_every), record, scopes)
         else:
-            self._session = Session(scope, memory, trace, streaming, int(_fold_every), record)
+            self._session = Session(scope, memory, trace, streaming, int(_fold_every), record, scopes)
         for name in self._formulas:
             self._session.defer_formula(name)
         self._report: Optional[dict] = None

@@ -75,8 +75,10 @@ struct ScriptSession : torch::CustomClassHolder {
   // Python pushes its own module scopes (hooks), so TorchScript scopes stay
   // off: a scripted submodule is one layer call, as its hooks see it (named
   // fields: a positional `false` here once landed on join_on_first_call).
+  // module_scopes false: a scan whose hooks push none (Python's scan()), so
+  // its folds skip the receptive-field flow (ScanOptions::module_scopes).
   ScriptSession(std::string scope, bool memory, bool timestamps, bool streaming, int64_t fold_every,
-                bool record_owned_children)
+                bool record_owned_children, bool module_scopes)
       : session(ScanOptions{.scope = std::move(scope),
                             .threads = Threads::kCurrent,
                             .torchscript_scopes = false,
@@ -84,7 +86,8 @@ struct ScriptSession : torch::CustomClassHolder {
                             .memory = memory,
                             .timestamps = timestamps,
                             .streaming = streaming,
-                            .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0))}) {}
+                            .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0)),
+                            .module_scopes = module_scopes}) {}
   explicit ScriptSession(ScanOptions options) : session(std::move(options)) {}
   ~ScriptSession() override {
     if (handle == 0) return;
@@ -117,7 +120,7 @@ TORCH_LIBRARY(torchscan, m) {
   m.def("compiled_region(str backend) -> ()");
   m.impl("compiled_region", c10::DispatchKey::CompositeExplicitAutograd, [](std::string) {});
   m.class_<ScriptSession>("Session")
-      .def(torch::init<std::string, bool, bool, bool, int64_t, bool>())
+      .def(torch::init<std::string, bool, bool, bool, int64_t, bool, bool>())
       .def("defer_formula", [](const Self& s, std::string op) { Raise(s->session.DeferOperatorFormula(op)); })
       .def("start", [](const Self& s) { Raise(s->session.Start()); })
       .def("stop", [](const Self& s) { Raise(s->session.Stop()); })
@@ -157,20 +160,21 @@ TORCH_LIBRARY(torchscan, m) {
       // active joins on its first call. A factory, not a second constructor
       // (a custom class has one __init__), so Session(scope, memory, trace)
       // keeps its meaning.
-      .def_static(
-          "all_threads",
-          [](std::string scope, bool timestamps, bool streaming, int64_t fold_every, bool record_owned_children) {
-            return c10::make_intrusive<ScriptSession>(
-                ScanOptions{.scope = std::move(scope),
-                            .threads = Threads::kAll,
-                            .torchscript_scopes = false,
-                            .record_owned_children = record_owned_children,
-                            .timestamps = timestamps,
-                            .streaming = streaming,
-                            .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0)),
-                            // Python scans report one row per module call, as crawl_module does.
-                            .layer_rows = LayerRowMode::kPerCall});
-          })
+      .def_static("all_threads",
+                  [](std::string scope, bool timestamps, bool streaming, int64_t fold_every, bool record_owned_children,
+                     bool module_scopes) {
+                    return c10::make_intrusive<ScriptSession>(
+                        ScanOptions{.scope = std::move(scope),
+                                    .threads = Threads::kAll,
+                                    .torchscript_scopes = false,
+                                    .record_owned_children = record_owned_children,
+                                    .timestamps = timestamps,
+                                    .streaming = streaming,
+                                    .fold_every = static_cast<size_t>(std::max<int64_t>(fold_every, 0)),
+                                    .module_scopes = module_scopes,
+                                    // Python scans report one row per module call, as crawl_module does.
+                                    .layer_rows = LayerRowMode::kPerCall});
+                  })
       .def_static("install", []() { Raise(EnsureFallbackInstalled()); })
       .def_static("coverage_audit", []() { return CoverageAuditJson(); })
       .def_static("formula_table", []() { return FormulaTableJson(); })

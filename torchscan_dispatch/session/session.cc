@@ -159,6 +159,11 @@ Status Session::Start() {
           "Threads::kCurrent with ScanOptions::memory = true");
     }
     if (auto st = CheckStreaming(s); !st.ok()) return st;
+    if (!s.options.module_scopes && s.options.torchscript_scopes) {
+      return absl::InvalidArgumentError(
+          "torchscan: TorchScript scopes (ScanOptions::torchscript_scopes) are module scopes; a scan without them "
+          "(ScanOptions::module_scopes = false) needs torchscript_scopes = false");
+    }
     if (auto st = EnsureFallbackInstalled(); !st.ok()) return st;
     if (ThreadRecordingPaused()) {
       // Every call of this thread would pass unrecorded: a complete zero.
@@ -182,8 +187,9 @@ Status Session::Start() {
         const Overrides* overrides = &s.overrides;
         std::shared_ptr<const std::atomic<int>> paused = s.folds_paused;
         const size_t keep_requests = s.options.per_request_rows;
-        s.all->make_folder = [overrides, paused, keep_requests](int64_t thread) {
-          auto folder = std::make_shared<ViewFolder>(overrides, paused);
+        const bool fields = s.options.module_scopes;
+        s.all->make_folder = [overrides, paused, keep_requests, fields](int64_t thread) {
+          auto folder = std::make_shared<ViewFolder>(overrides, paused, fields);
           folder->thread = thread;
           folder->aggregate().keep_requests = keep_requests;
           return folder;
@@ -206,7 +212,7 @@ Status Session::Start() {
     s.recorder.record_owned_children = s.options.record_owned_children;
     s.recorder.timestamps = s.options.timestamps;
     if (s.options.streaming) {
-      s.recorder.folder = std::make_shared<ViewFolder>(&s.overrides);
+      s.recorder.folder = std::make_shared<ViewFolder>(&s.overrides, nullptr, s.options.module_scopes);
       s.recorder.fold_every = s.options.fold_every;
     }
     if (s.options.torchscript_scopes) AcquireTorchScriptCallback();
@@ -412,6 +418,11 @@ Status Session::EndRequest() {
 
 StatusOr<int32_t> Session::PushModuleScope(std::string_view path) {
   return Public([&]() -> absl::StatusOr<int32_t> {
+    if (!state_->options.module_scopes) {
+      return absl::FailedPreconditionError(
+          "torchscan: this scan was started without module scopes (ScanOptions::module_scopes = false); start "
+          "one with them to attribute calls to modules");
+    }
     int32_t id = -1;
     absl::Status st = WithThreadRecorder(*state_, [&](Recorder& r) {
       id = r.PushScope(std::string(path));

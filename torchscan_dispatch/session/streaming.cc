@@ -72,7 +72,10 @@ void ViewFolder::Fold(const Recorder& r) {
     const Recorder::Scope& sc = scopes[first_scope + i];
     queries[i] = {sc.end_event - base, sc.outputs};
   }
-  std::vector<std::optional<Field>> fields = fields_.Run(events, 0, events.size(), module_plan, catalog_, queries);
+  // Without module scopes no field is ever asked for: the flow is skipped.
+  std::vector<std::optional<Field>> fields = fields_wanted_
+                                                 ? fields_.Run(events, 0, events.size(), module_plan, catalog_, queries)
+                                                 : std::vector<std::optional<Field>>(queries.size());
 
   if (r.aggregate_layers) {
     // Aggregated: the rows are grouped now and the recorder drops the scopes and requests.
@@ -115,7 +118,10 @@ void ViewFolder::Fold(const Recorder& r) {
       if (q >= first_request) ++folded_.requests[q].calls;
     }
   }
+  const c10::OperatorHandle* last = nullptr;  // a loop repeats operators: most events repeat the last one
   for (size_t i = 0; i < events.size(); ++i) {
+    if (last != nullptr && *last == events[i].op()) continue;
+    last = &events[i].op();
     if (!seen_.insert(events[i].op()).second) continue;
     const auto& n = events[i].op().operator_name();
     folded_.operators_seen.insert(n.overload_name.empty() ? n.name : absl::StrCat(n.name, ".", n.overload_name));

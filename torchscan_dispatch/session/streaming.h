@@ -79,8 +79,10 @@ class ViewFolder final : public Folder {
  public:
   // `paused`: while it is nonzero no fold starts (a snapshot is reading the
   // threads' logs at cuts it took, see Session::ScanReportJson).
-  ViewFolder(const Overrides* overrides, std::shared_ptr<const std::atomic<int>> paused = nullptr)
-      : overrides_(overrides), paused_(std::move(paused)) {}
+  // `fields` false: the scan has no module scopes (ScanOptions::module_scopes),
+  // so folds skip the receptive-field data flow.
+  ViewFolder(const Overrides* overrides, std::shared_ptr<const std::atomic<int>> paused = nullptr, bool fields = true)
+      : overrides_(overrides), paused_(std::move(paused)), fields_wanted_(fields) {}
   bool paused() const override { return paused_ && paused_->load() != 0; }
   void Fold(const Recorder& r) override;
   size_t folded_scopes() const override { return folded_.scopes.size(); }
@@ -100,6 +102,7 @@ class ViewFolder final : public Folder {
  private:
   const Overrides* overrides_;  // the session's caller formulas (fixed while the scan runs)
   std::shared_ptr<const std::atomic<int>> paused_;
+  bool fields_wanted_;
   OpCatalog catalog_;  // this recorder's own: folds run on the recording thread
   Folded folded_;
   std::unordered_set<c10::OperatorHandle> seen_;  // operators named in folded_.operators_seen

@@ -243,5 +243,33 @@ TEST(Streaming, ARaisingCallIsPartialAndTheScanRecovers) {
   EXPECT_LT(s.held_calls(), s.recorded_calls());  // the raised call was folded when the next one started
 }
 
+// ScanOptions::module_scopes = false: the folds skip the receptive-field
+// flow; a module scope is refused (not silently given no field), TorchScript
+// scopes with it are refused at Start, and the reports equal a full scan's.
+TEST(Streaming, WithoutModuleScopesRefusesThemAndReportsAlike) {
+  ScanOptions o = Streaming(1);
+  o.module_scopes = false;
+  {
+    Session bad(o);  // torchscript_scopes stays on by default
+    EXPECT_EQ(bad.Start().code(), StatusCode::kInvalidArgument);
+  }
+  o.torchscript_scopes = false;
+  ScanOptions full_options;
+  full_options.torchscript_scopes = false;
+  Session full(full_options), streamed(o);
+  ASSERT_TRUE(full.Start().ok());
+  ASSERT_TRUE(streamed.Start().ok());
+  const at::Tensor a = at::ones({2, 3}), b = at::ones({3, 4});
+  for (int i = 0; i < 3; ++i) at::relu(at::mm(a, b));
+  const auto pushed = streamed.PushModuleScope("layer");
+  EXPECT_EQ(pushed.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(pushed.status().message().find("without module scopes"), std::string::npos);
+  ASSERT_TRUE(streamed.Stop().ok());
+  ASSERT_TRUE(full.Stop().ok());
+  const json f = json::parse(full.FlopReportJson().value()), s = json::parse(streamed.FlopReportJson().value());
+  EXPECT_EQ(f["total"]["value"], 3 * 2 * 2 * 3 * 4 + 3 * 8);  // mm 2*m*k*n; relu one per element of 2x4
+  EXPECT_EQ(Without(f, "streaming"), Without(s, "streaming"));
+}
+
 }  // namespace
 }  // namespace torchscan

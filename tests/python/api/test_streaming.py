@@ -50,7 +50,10 @@ def _reports(run, modes, repeats=3):
     the same tensors (receptive fields follow tensor identities, which
     differ from one run to the next)."""
     torch.manual_seed(0)
-    scans = [FlopScan(modules=True, streaming=streaming, _fold_every=fold_every) for streaming, fold_every in modes]
+    # Module scopes are pushed below, so every scan takes them (a public
+    # streaming scan does not, and refuses them: see the test at the end).
+    scans = [FlopScan(modules=True, streaming=streaming, _fold_every=fold_every, _module_scopes=True)
+             for streaming, fold_every in modes]
     with contextlib.ExitStack() as stack:
         for s in scans:
             stack.enter_context(s)
@@ -182,3 +185,23 @@ def test_python_requests_are_totalled_alike_in_full_and_streaming_scans():
     with pytest.raises(RuntimeError, match="not active"):
         with s.request("late"):
             pass
+
+
+def test_a_streaming_scan_without_module_scopes_refuses_them_and_reports_alike():
+    """scan(streaming=True) takes no module scopes (ScanOptions::module_scopes),
+    so its folds skip the receptive-field flow; pushing one is refused with
+    the reason, and its reports equal a full scan's."""
+    a, b = torch.ones(2, 3), torch.ones(3, 4)
+    reports = []
+    for streaming in (False, True):
+        with FlopScan(streaming=streaming, _fold_every=1) as s:
+            for _ in range(3):
+                torch.relu(torch.mm(a, b))
+            if streaming:
+                with pytest.raises(RuntimeError, match="without module scopes"):
+                    s._session.push_module_scope("layer")
+        r = s.scan_report()
+        r["context"].pop("streaming")
+        reports.append(r)
+    assert reports[0] == reports[1]
+    assert reports[1]["operator_flops"]["total"]["value"] == 3 * 48 + 3 * 8  # mm: 2*2*3*4; relu: one per element
