@@ -198,6 +198,26 @@ def _tensor_metadata(shape, dtype, device, requires_grad) -> dict:
     return {"kind": "tensor", "shape": list(shape), "dtype": n[0], "device": n[1], "requires_grad": requires_grad}
 
 
+_LEAVES = (bool, int, float, str)  # leaves of a pytree that are not tensors
+
+
+def _tensor_ids(output) -> list:
+    """Identities of the output's tensors, in tree_flatten's order; a flat
+    tuple or list (what most modules return that is not a tensor) without
+    tree_flatten, which costs more than the rest of a module call's hook."""
+    if type(output) in (tuple, list):
+        ids = []
+        for x in output:
+            if type(x) is torch.Tensor:
+                ids.append(x._cdata)
+            elif not (x is None or type(x) in _LEAVES):
+                break  # nested, or a tensor subclass: tree_flatten decides
+        else:
+            return ids
+    flat, _ = tree_flatten(output)
+    return [t._cdata for t in flat if isinstance(t, torch.Tensor)]
+
+
 _NO_PATH = (b"", 0)  # a module outside the crawled tree (not hooked: never looked up in practice)
 
 
@@ -376,8 +396,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
                     flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output, ran != 0)
                 return
         else:
-            flat, _ = tree_flatten(output)
-            ids = [t._cdata for t in flat if isinstance(t, Tensor)]
+            ids = _tensor_ids(output)
             ran = pop(handle, scope, failed, (ctypes.c_uint64 * len(ids))(*ids), len(ids))
             if ran < 0:
                 session.pop_module_scope(scope, failed, ids)

@@ -554,3 +554,19 @@ def test_crawl_without_the_c_entry_points_gives_the_same_report(monkeypatch):
     fast = torchscan.crawl_module(model, args=(x,))
     monkeypatch.setattr(crawler, "_NATIVE_SCOPES", [None])  # the session's methods instead
     assert json.dumps(torchscan.crawl_module(model, args=(x,))) == json.dumps(fast)
+
+
+def test_tensor_ids_of_an_output_are_tree_flattens():
+    """The post-hook's identities of a module's output tensors (flat tuples
+    and lists without tree_flatten) are tree_flatten's, in its order."""
+    from torch.utils._pytree import tree_flatten
+
+    from torchscan import crawler
+
+    a, b = torch.rand(2), torch.rand(3)
+    p = nn.Parameter(torch.rand(1))
+    outputs = [(a, b), [a, None, 3, "x", b], (a, (b, a)), (a, {"k": b}), (p, a), (), [None], {"x": a, "y": [b]},
+               (a, 2.5, True)]
+    for output in outputs:
+        flat, _ = tree_flatten(output)
+        assert crawler._tensor_ids(output) == [t._cdata for t in flat if isinstance(t, torch.Tensor)], output
