@@ -34,7 +34,7 @@ def test_every_bound_method_is_typed():
 
 def test_the_class_has_those_methods():
     cls = torch.classes.torchscan.Session
-    session = cls("workload", False, False, False, 4096, False)  # NativeSession.__init__'s arguments
+    session = cls("workload", False, False, False, 4096, False, True)  # NativeSession.__init__'s arguments
     methods, statics = _bound()
     for name in sorted(methods):
         assert callable(getattr(session, name)), name
