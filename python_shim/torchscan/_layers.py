@@ -21,23 +21,13 @@ def _memory_metrics(session, layers: list) -> dict:
     return report
 
 
-_NATIVE_ROWS: list = []  # [torchscan_module_layers_pickle or None], once loaded
-
-
 def _native_rows():
     """The library's C entry point torchscan_module_layers_pickle
     (integrations/bindings.cc) through ctypes, or None (the rows' JSON text
     instead)."""
-    if not _NATIVE_ROWS:
-        fn = None
-        try:
-            from torchscan._library import _library_path
+    from torchscan._library import entry_point
 
-            fn = ctypes.PyDLL(_library_path()).torchscan_module_layers_pickle
-        except (OSError, AttributeError, ImportError):
-            pass
-        _NATIVE_ROWS.append(fn)
-    return _NATIVE_ROWS[0]
+    return entry_point("torchscan_module_layers_pickle")
 
 
 def _module_rows(session, handle: int = 0) -> list:

@@ -1,5 +1,6 @@
 """Loads libtorchscan.so into the running torch and installs the fallback."""
 
+import ctypes
 import importlib.metadata
 import os
 import re
@@ -28,6 +29,26 @@ def _library_path() -> str:
     if explicit:
         return explicit
     return os.path.join(_HERE, "_lib", "libtorchscan.so.0")
+
+
+_ENTRY_POINTS: dict = {}  # name -> the C function, or None; each looked up once
+
+
+def entry_point(name: str):
+    """The library's C entry point `name` (integrations/bindings.cc) through
+    ctypes, or None where it cannot be reached (its caller then uses the
+    custom class's methods). The library is the one torch.ops loaded. PyDLL
+    keeps the GIL (the calls are short); no argtypes: ints, bytes and arrays
+    pass as C ints and pointers, which is what the functions take, and
+    declared conversions would cost more than the calls."""
+    if name not in _ENTRY_POINTS:
+        fn = None
+        try:
+            fn = getattr(ctypes.PyDLL(_library_path()), name)
+        except (OSError, AttributeError):
+            pass
+        _ENTRY_POINTS[name] = fn
+    return _ENTRY_POINTS[name]
 
 
 def release(version: str) -> str:

@@ -23,7 +23,7 @@ from torchscan import handlers as _handlers
 from torchscan import token_flow, tokens
 from torchscan._inputs import _dimension, _input_shapes, _generated_inputs, _caller_inputs
 from torchscan._layers import _FIELDS, _memory_metrics, _module_rows
-from torchscan._library import _library_path
+from torchscan._library import entry_point
 from torchscan._modules import AnalysisPause, ForwardHooks, forward_raised, safe_text
 from torchscan.flops import FlopScan
 from torchscan.metadata import _device_name, _dtype_name, describe
@@ -113,18 +113,9 @@ def _native_scopes():
     ctypes, or None when they cannot be reached (the hooks then use the
     session's methods)."""
     if not _NATIVE_SCOPES:
-        native = None
-        try:
-            # The library torch.ops loaded. PyDLL keeps the GIL (the calls are
-            # short); no argtypes: ints, bytes and arrays pass as C ints and
-            # pointers, which is what the functions take, and declared
-            # conversions would cost more than the calls.
-            lib = ctypes.PyDLL(_library_path())
-            native = (lib.torchscan_push_module_scope, lib.torchscan_pop_module_scope,
-                      lib.torchscan_pop_module_scope_1)
-        except (OSError, AttributeError):
-            pass
-        _NATIVE_SCOPES.append(native)
+        fns = tuple(entry_point(name) for name in ("torchscan_push_module_scope", "torchscan_pop_module_scope",
+                                                   "torchscan_pop_module_scope_1"))
+        _NATIVE_SCOPES.append(fns if all(fn is not None for fn in fns) else None)
     return _NATIVE_SCOPES[0]
 
 

@@ -63,9 +63,6 @@ def _session():
 
 
 _MASK_CAPACITY = 64  # mask identities one native query returns; more: the JSON query
-_NATIVE_QUERY: list = []  # [torchscan_token_flow_masks or None], once loaded
-
-
 def _native_query():
     """The library's C entry point torchscan_token_flow_masks (integrations/
     bindings.cc) through ctypes, or None (the JSON query instead). It answers
@@ -75,19 +72,11 @@ def _native_query():
     Arguments: scope, path (bytes) and its length, a uint64 buffer for the
     masks' identities and its capacity; the result: bit 0 attention, bit 1
     softmax, the mask count from bit 2, or -1."""
-    if not _NATIVE_QUERY:
-        fn = None
-        try:
-            from torchscan._library import _library_path
+    from torchscan._library import entry_point
 
-            fn = ctypes.PyDLL(_library_path()).torchscan_token_flow_masks
-        except (OSError, AttributeError, ImportError):
-            pass
-        _NATIVE_QUERY.append(fn)
-    return _NATIVE_QUERY[0]
+    return entry_point("torchscan_token_flow_masks")
 
 
-_NATIVE_WORDS: list = []  # [torchscan_token_flow_words or None], once loaded
 # Relation kinds by number (kRelationKinds in analyses/token_flow.h).
 _KINDS = ("none", "same_position", "prefix", "all")
 _KIND_CODES = {kind: code for code, kind in enumerate(_KINDS)}
@@ -97,16 +86,9 @@ _ANSWER_WORDS = 5 + 4 * 64  # an answer with up to 64 sources; more: the JSON re
 def _native_words():
     """The library's C entry point torchscan_token_flow_words (integrations/
     bindings.cc) through ctypes, or None (JSON requests instead)."""
-    if not _NATIVE_WORDS:
-        fn = None
-        try:
-            from torchscan._library import _library_path
+    from torchscan._library import entry_point
 
-            fn = ctypes.PyDLL(_library_path()).torchscan_token_flow_words
-        except (OSError, AttributeError, ImportError):
-            pass
-        _NATIVE_WORDS.append(fn)
-    return _NATIVE_WORDS[0]
+    return entry_point("torchscan_token_flow_words")
 
 
 class _WordRequests:

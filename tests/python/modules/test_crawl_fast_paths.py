@@ -171,27 +171,38 @@ def _crawl_with_json_rows(monkeypatch, model, *args, **kwargs):
 _ROW_METRICS = ("module_flops", "macs", "dmas", "receptive_field", "effective_stride", "effective_padding")
 
 
-@pytest.mark.parametrize("case", ["mobilenet", "failed_and_axes_differ", "tokens", "wide_counts", "structure"])
-def test_layer_rows_equal_the_layers_json(monkeypatch, case):
-    import json
-
-    mode = "full"
+def _rows_case(case: str) -> tuple:
+    """(model, args, crawl options) of a layer-row test case."""
     if case == "mobilenet":
-        model, args = mobilenet_v3_small().eval(), (torch.rand(1, 3, 64, 64),)
-    elif case == "failed_and_axes_differ":
-        model, args = _CatchesChild(), (torch.rand(1, 3, 12, 12),)
-    elif case == "tokens":
-        model, args = _Tokens(), (torch.rand(1, 8, 4, 4),)
-    elif case == "wide_counts":
+        return mobilenet_v3_small().eval(), (torch.rand(1, 3, 64, 64),), {}
+    if case == "failed_and_axes_differ":
+        return _CatchesChild(), (torch.rand(1, 3, 12, 12),), {}
+    if case == "tokens":
+        return _Tokens(), (torch.rand(1, 8, 4, 4),), {}
+    if case == "wide_counts":
         # On meta, a (16 x 2^30) input to a 2^30 -> 2^30 linear layer: 16 * 2^30
         # dot products of 2^30 terms. Module view (formulas/matmul.cc): a dot is
         # 2^30 multiplies and 2^30 - 1 adds, so 2^34 * (2^31 - 1) = 2^65 - 2^34
         # FLOPs and 2^34 * 2^30 = 2^64 MACs, past 2^63 - 1 (the rows carry
         # them as digits).
-        model, args = nn.Linear(2**30, 2**30, bias=False, device="meta"), (torch.empty(16, 2**30, device="meta"),)
-    else:
-        model, args, mode = _CatchesChild(), (torch.rand(1, 3, 12, 12),), "structure"
-    report, rows, expected = _crawl_with_json_rows(monkeypatch, model, args=args, mode=mode)
+        return nn.Linear(2**30, 2**30, bias=False, device="meta"), (torch.empty(16, 2**30, device="meta"),), {}
+    if case == "structure":
+        return _CatchesChild(), (torch.rand(1, 3, 12, 12),), {"mode": "structure"}
+    if case == "upsampled":
+        return _Upsampled(), (torch.rand(1, 3, 9, 9),), {}
+    if case == "handlers":  # metric_owners and metric_ownership from a custom module handler
+        return _CatchesChild(), (torch.rand(1, 3, 12, 12),), {
+            "custom_modules": {nn.Conv2d: lambda m, a, k, out: {"module_flops": 7, "macs": 3, "dmas": 11}}}
+    raise ValueError(case)
+
+
+@pytest.mark.parametrize("case", ["mobilenet", "failed_and_axes_differ", "tokens", "wide_counts", "structure"])
+def test_layer_rows_equal_the_layers_json(monkeypatch, case):
+    import json
+
+    model, args, options = _rows_case(case)
+    mode = options.get("mode", "full")
+    report, rows, expected = _crawl_with_json_rows(monkeypatch, model, args=args, **options)
     assert len(rows) == len(expected) == len(report["layers"]) > 0
     for got, row, layer in zip(rows, expected, report["layers"]):
         assert [got[k] for k in ("path", "call_index", "depth", "failed")] == [
@@ -261,20 +272,7 @@ def test_pickled_rows_are_the_json_rows_type_for_type(monkeypatch, case):
 
     from torchscan import crawler
 
-    kwargs = {}
-    if case == "mobilenet":
-        model, args = mobilenet_v3_small().eval(), (torch.rand(1, 3, 64, 64),)
-    elif case == "failed_and_axes_differ":
-        model, args = _CatchesChild(), (torch.rand(1, 3, 12, 12),)
-    elif case == "tokens":
-        model, args = _Tokens(), (torch.rand(1, 8, 4, 4),)
-    elif case == "wide_counts":  # counts past 2^64 (test_layer_rows_equal_the_layers_json)
-        model, args = nn.Linear(2**30, 2**30, bias=False, device="meta"), (torch.empty(16, 2**30, device="meta"),)
-    elif case == "upsampled":
-        model, args = _Upsampled(), (torch.rand(1, 3, 9, 9),)
-    else:  # metric_owners and metric_ownership from a custom module handler
-        model, args = _CatchesChild(), (torch.rand(1, 3, 12, 12),)
-        kwargs["custom_modules"] = {nn.Conv2d: lambda m, a, k, out: {"module_flops": 7, "macs": 3, "dmas": 11}}
+    model, args, kwargs = _rows_case(case)
     loaded = []
     native = crawler._module_rows
 
