@@ -63,6 +63,8 @@ def _session():
 
 
 _MASK_CAPACITY = 64  # mask identities one native query returns; more: the JSON query
+
+
 def _native_query():
     """The library's C entry point torchscan_token_flow_masks (integrations/
     bindings.cc) through ctypes, or None (the JSON query instead). It answers
