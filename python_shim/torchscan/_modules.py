@@ -290,21 +290,36 @@ class AnalysisPause:
     when that scan stops. `depth` is this crawl's alone, so a stale value
     dies with the crawl."""
 
-    __slots__ = ("depth", "thread")
+    __slots__ = ("depth", "thread", "_pause", "_resume")
 
     def __init__(self):
         self.depth = 0
         self.thread = get_ident()
+        self._pause, self._resume = _pause_calls()
 
     def __enter__(self):
         self.depth += 1
-        Session.pause_thread_recording()
+        self._pause()
         return self
 
     def __exit__(self, *exc) -> Literal[False]:
-        Session.resume_thread_recording()
+        self._resume()
         self.depth -= 1
         return False
+
+
+def _pause_calls() -> tuple:
+    """Pause and resume as the library's C entry points (one plain C call
+    each; the custom class's static methods cost microseconds, and the token
+    analysis pauses around every attention call), else as those methods."""
+    from torchscan._library import entry_point
+
+    pause = entry_point("torchscan_pause_thread_recording")
+    resume = entry_point("torchscan_resume_thread_recording")
+    if pause is None or resume is None:
+        return Session.pause_thread_recording, Session.resume_thread_recording
+    pause.restype = resume.restype = None
+    return pause, resume
 
 
 def forward_raised(output) -> bool:

@@ -228,6 +228,9 @@ def _named_tensors(module: nn.Module, args: tuple, kwargs: dict) -> list:
             continue
         if isinstance(value, _PLAIN):
             continue
+        if type(value) is tuple and value and all(type(v) is Tensor for v in value):  # rotary (cos, sin), ...
+            out.extend(((name if len(value) == 1 else f"{name}[{k}]", t) for k, t in enumerate(value)))
+            continue
         flat, _ = tree_flatten(value)
         ts = [t for t in flat if isinstance(t, torch.Tensor)]
         for k, t in enumerate(ts):

@@ -5,7 +5,7 @@
 #include <optional>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace torchscan {
@@ -58,7 +58,8 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
   reports::ModuleTally& t = sums.t;
   Gaps& gaps = sums.gaps;
   auto& issues = sums.issues;
-  absl::flat_hash_map<const CallSig*, SigCosts> memo;
+  // Node storage: a SigCosts holds evaluated results, costly to move on each rehash.
+  absl::node_hash_map<const CallSig*, SigCosts> memo;
 
   for (size_t i = 0; i < events.size(); ++i) {
     if (plan.covered[i]) continue;

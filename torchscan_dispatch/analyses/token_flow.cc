@@ -174,6 +174,12 @@ bool ClosedScope(const Recorder& r, int32_t scope) {
 
 }  // namespace
 
+const Recorder* ClosedScopeRecorder(int32_t scope, std::string_view path) {
+  const Recorder* recorder = ThreadTopRecorder();
+  return recorder != nullptr && ClosedScope(*recorder, scope) && recorder->scopes()[scope].path == path ? recorder
+                                                                                                        : nullptr;
+}
+
 nlohmann::json token_flow_internal::RelationJson(const TokenRelation& r) {
   nlohmann::json j = {{"kind", r.kind}};
   if (r.limit >= 0) j["limit"] = r.limit;
@@ -225,12 +231,9 @@ std::string TokenFlowJson(std::string_view text) {
   const nlohmann::json j = nlohmann::json::parse(text);
   // A native layer's relation needs no recorded calls: what it ran with is in the request.
   if (j.value("query", "") == "native") return token_flow_internal::NativeLayerJson(j);
-  const Recorder* recorder = ThreadTopRecorder();
   const int32_t scope = j.at("scope").get<int32_t>();
-  // The crawl's scan is this thread's innermost one; a scan the model opened
-  // inside it would hold other scopes: refuse rather than read those.
-  const bool ours = recorder != nullptr && ClosedScope(*recorder, scope) &&
-                    recorder->scopes()[scope].path == j.at("path").get<std::string>();
+  const Recorder* recorder = ClosedScopeRecorder(scope, j.at("path").get<std::string>());
+  const bool ours = recorder != nullptr;
   if (j.value("query", "") == "masks") {
     nlohmann::json out = {{"attention", false}, {"masks", nlohmann::json::array()}};
     if (!ours) return out.dump();
@@ -365,12 +368,9 @@ int64_t TokenFlowWords(const int64_t* words, int64_t count, std::string_view tex
     req.steps.push_back(std::move(step));
   }
   if (!in.ok || in.i != in.n) return -1;
-  // As TokenFlowJson: this thread's innermost scan, the scope named by its path.
-  const Recorder* recorder = ThreadTopRecorder();
-  const bool ours =
-      recorder != nullptr && ClosedScope(*recorder, req.scope) && recorder->scopes()[req.scope].path == path;
+  const Recorder* recorder = ClosedScopeRecorder(req.scope, path);
   TokenFlowResult r;
-  if (ours) {
+  if (recorder != nullptr) {
     r = AnalyseTokenFlow(*recorder, req);
   } else {
     r.reason = "the module call's recorded calls were not found";

@@ -143,6 +143,10 @@ struct TokenMaskQuery {
   std::vector<uintptr_t> masks;
 };
 TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope);
+// The recorder holding `scope`, closed and still unfolded, with this `path`:
+// this thread's innermost scan, the crawl's (a scan the model opened inside
+// it would hold other scopes: those are refused, never read); or nullptr.
+const Recorder* ClosedScopeRecorder(int32_t scope, std::string_view path);
 
 TokenFlowResult AnalyseTokenFlow(const Recorder& recorder, const TokenFlowRequest& request);
 

@@ -282,6 +282,18 @@ __attribute__((visibility("default"))) int torchscan_pop_module_scope_1(int hand
   return torchscan_pop_module_scope(handle, scope, failed, &output, 1);
 }
 
+// The analysis pause of crawl_module (torchscan/_modules.py AnalysisPause)
+// around TorchScan's own tensor work inside a module hook: what the custom
+// class's pause_thread_recording / resume_thread_recording do, each as one
+// plain C call (an interrupt cannot split it).
+__attribute__((visibility("default"))) void torchscan_pause_thread_recording() noexcept {
+  torchscan::PauseThreadRecordingForScan();
+}
+
+__attribute__((visibility("default"))) void torchscan_resume_thread_recording() noexcept {
+  torchscan::ResumeThreadRecordingForScan();
+}
+
 // The token analysis's request as words (Note [Token-flow requests without
 // JSON] in analyses/token_flow.h): `count` words and `text_length` bytes of
 // text in, the answer's words out (at most `capacity`), and an unavailable
@@ -334,17 +346,16 @@ __attribute__((visibility("default"))) int torchscan_module_layers_pickle(int ha
 // token analysis (torchscan/token_flow.py), which asks after every module
 // call: bit 0 attention, bit 1 a softmax, and from bit 2 the number of
 // attention masks, whose identities (TensorImpl addresses) fill `masks` up
-// to `capacity`. 0 when the scope is not that scan's (another `path`) or not
-// closed; -1 when it fails. The "masks" query of TokenFlowJson, without its
-// JSON.
+// to `capacity`. 0 when the scope is not that scan's (another `path`), not
+// closed, or folded; -1 when it fails. The "masks" query of TokenFlowJson,
+// without its JSON.
 __attribute__((visibility("default"))) int torchscan_token_flow_masks(int scope, const char* path, int length,
                                                                       uint64_t* masks, int capacity) noexcept {
   try {
-    const torchscan::Recorder* recorder = torchscan::ThreadTopRecorder();
-    if (recorder == nullptr || length < 0 || scope < 0 || scope >= static_cast<int>(recorder->scopes().size()) ||
-        recorder->scopes()[scope].path != std::string_view(path, static_cast<size_t>(length))) {
-      return 0;
-    }
+    if (length < 0) return 0;
+    const torchscan::Recorder* recorder =
+        torchscan::ClosedScopeRecorder(scope, std::string_view(path, static_cast<size_t>(length)));
+    if (recorder == nullptr) return 0;
     const torchscan::TokenMaskQuery q = torchscan::FindAttentionMasks(*recorder, scope);
     if (q.masks.size() > static_cast<size_t>(std::numeric_limits<int>::max() >> 2)) return -1;
     for (size_t i = 0; i < q.masks.size() && i < static_cast<size_t>(std::max(capacity, 0)); ++i) {

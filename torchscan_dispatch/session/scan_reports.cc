@@ -28,8 +28,9 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, boo
 
 nlohmann::json ModuleJson(Session::State& s, Planned& p) {
   const Folded* folded = p.set->folded();
-  reports::ModuleTally t = TallyModuleView(p.set->events(), p.ModulePlan(s.catalog), s.catalog, s.Context(), nullptr,
-                                           folded ? &folded->modules : nullptr);
+  reports::ModuleTally t = folded ? TallyModuleView(p.set->events(), p.ModulePlan(s.catalog), s.catalog, s.Context(),
+                                                    nullptr, &folded->modules)
+                                  : FinishModuleView(p.Modules(s.catalog).sums, s.Context());
   if (HasHandlers(s, p)) {
     // LayerTallies applies the handlers to the layers; the totals take them from the built-in rows.
     std::vector<reports::LayerTally> layers = LayerTallies(s, p, /*handlers=*/false);
@@ -71,7 +72,18 @@ std::vector<reports::LayerTally> LayerTallies(Session::State& s, Planned& p, boo
       AccumulateOperatorView(set.events(), set.label_sets, p.Plan(s.catalog, s.overrides), s.catalog, s.overrides,
                              op_sums, TallyRows{&layers});
     }
-    AccumulateModuleView(set.events(), p.ModulePlan(s.catalog), s.catalog, module_sums, TallyRows{&layers});
+    if (folded) {
+      AccumulateModuleView(set.events(), p.ModulePlan(s.catalog), s.catalog, module_sums, TallyRows{&layers});
+    } else {
+      // The pass the module report shares; each row starts from zero here.
+      const auto& pass = p.Modules(s.catalog).scopes;
+      for (size_t i = 0; i < scopes.size(); ++i) {
+        for (int m = 1; m < 4; ++m) {
+          layers[i].known[m] = pass[i].known[m];
+          layers[i].complete[m] = pass[i].complete[m];
+        }
+      }
+    }
   }
   std::vector<FieldQuery> queries(scopes.size());
   for (size_t i = 0; i < scopes.size(); ++i) {

@@ -58,6 +58,14 @@ struct Planned {
   std::optional<OperatorPlan> module_plan;  // module view
   std::optional<HandlerOutcome> handlers;   // module handlers' results (Session::SetModuleHandler)
   std::optional<MemoryResult> memory;       // ScanOptions::memory, borrowed sets only (EventSet::memory)
+  // The module view's pass over the calls of a set with no folded calls:
+  // its sums and every scope's values (LayerTally indices 1..3), made once
+  // for both the module report and the layer rows (a crawl asks for both).
+  struct ModulePass {
+    ModuleSums sums;
+    std::vector<reports::LayerTally> scopes;
+  };
+  std::optional<ModulePass> module_pass;
 
   const OperatorPlan& Plan(OpCatalog& catalog, const Overrides& overrides) {
     if (!plan) plan = PlanOperatorView(set->events(), catalog, overrides);
@@ -66,6 +74,15 @@ struct Planned {
   const OperatorPlan& ModulePlan(OpCatalog& catalog) {
     if (!module_plan) module_plan = PlanModuleView(set->events(), catalog);
     return *module_plan;
+  }
+  const ModulePass& Modules(OpCatalog& catalog) {
+    if (!module_pass) {
+      module_pass.emplace();
+      module_pass->scopes.resize(set->scopes.size());
+      AccumulateModuleView(set->events(), ModulePlan(catalog), catalog, module_pass->sums,
+                           TallyRows{&module_pass->scopes});
+    }
+    return *module_pass;
   }
   const MemoryResult& Memory(OpCatalog& catalog) {
     if (!memory) memory = ComputeMemory(set->events(), set->scopes, *set->memory, catalog);

@@ -419,6 +419,11 @@ def test_argument_names_are_those_bind_gives(args, kwargs):
         assert [n for n, _ in named] == expected
         for name, tensor in named:  # each name goes with its own tensor
             assert any(tensor is v for v in (*args, *kwargs.values()))
-    # A container argument: its tensors are numbered within it.
+    # A container argument: its tensors are numbered within it, a tuple of
+    # tensors (rotary (cos, sin)) as tree_flatten numbers it, a tuple of one
+    # tensor under the argument's own name.
     named = token_flow._named_tensors(module, (t(1), [t(2), t(3)]), {})
     assert [n for n, _ in named] == ["x", "y[0]", "y[1]"]
+    named = token_flow._named_tensors(module, (t(1), (t(2), t(3))), {"mask": (t(4),)})
+    assert [n for n, _ in named] == ["x", "y[0]", "y[1]", "mask"]
+    assert all(v is t(k) for (_, v), k in zip(named, (1, 2, 3, 4)))

@@ -195,3 +195,30 @@ def test_a_pause_left_open_under_an_all_threads_scan_ends_with_it(torchscan):
     with torchscan.scan() as s:
         torch.mm(torch.ones(2, 3), torch.ones(3, 4))
     assert s.report()["total"] == {**s.report()["total"], "status": "complete", "value": 48}
+
+
+def test_the_analysis_pause_is_one_library_call_each_way_and_nests(torchscan):
+    # crawl_module's AnalysisPause pauses through the library's C entry
+    # points where it has them: the same pause as the custom class's
+    # (nested pauses resume in order; the outer one still holds).
+    from torchscan._library import entry_point
+    from torchscan._modules import AnalysisPause
+
+    pause = AnalysisPause()
+    if entry_point("torchscan_pause_thread_recording") is not None:
+        assert pause._pause is entry_point("torchscan_pause_thread_recording")
+        assert pause._resume is entry_point("torchscan_resume_thread_recording")
+    x = torch.ones(2, 3)
+    with torchscan.scan() as s:
+        torch.add(x, x)  # counted
+        with pause:
+            assert Session.thread_recording_paused() and pause.depth == 1
+            torch.add(x, x)
+            with pause:
+                torch.add(x, x)
+            assert Session.thread_recording_paused() and pause.depth == 1
+            torch.add(x, x)
+        assert not Session.thread_recording_paused() and pause.depth == 0
+        torch.add(x, x)  # counted
+    # Two adds of 2*3 elements, one FLOP each: 12.
+    assert s.report()["total"] == {**s.report()["total"], "status": "complete", "value": 12}
