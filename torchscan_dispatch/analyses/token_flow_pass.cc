@@ -98,9 +98,8 @@ const Flow* Pass::Get(const TensorMeta& t) {
   // 0-d tensors hold no token axis; Python scalars wrapped as tensors are
   // made without a recorded call and may reuse a freed tracked address.
   if (t.ndim == 0) return nullptr;
-  auto it = flows_.find(t.identity);
-  if (it != flows_.end()) {
-    Flow& f = it->second;
+  if (Flow* held = Held(t.identity)) {
+    Flow& f = *held;
     if (f.lost.empty() && (t.nested || f.dim >= t.ndim || t.size(f.dim) != f.length)) {
       f = Lost("a tensor changed shape outside the recorded calls");
     }
@@ -115,8 +114,7 @@ const Flow* Pass::Get(const TensorMeta& t) {
 
 // By identity, for steps and the output (whose shapes the caller gave).
 const Flow* Pass::GetId(uintptr_t id, int32_t axis, int64_t length) {
-  auto it = flows_.find(id);
-  if (it != flows_.end()) return &it->second;
+  if (const Flow* held = Held(id)) return held;
   if (written_.count(id)) return nullptr;
   auto s = seeds_.find(id);
   if (s == seeds_.end()) return nullptr;
@@ -124,8 +122,7 @@ const Flow* Pass::GetId(uintptr_t id, int32_t axis, int64_t length) {
 }
 
 const Flow* Pass::Output() {
-  auto it = flows_.find(req_.output);
-  if (it != flows_.end()) return &it->second;
+  if (const Flow* held = Held(req_.output)) return held;
   if (written_.count(req_.output)) return nullptr;
   auto s = seeds_.find(req_.output);  // the module returned an input
   if (s == seeds_.end()) return nullptr;
@@ -214,6 +211,11 @@ void Pass::Unlink(uintptr_t id) {
 // alias: contiguous, to) made nothing new.
 // The calling event's own outputs (`parent`, -1: none) are its rule's.
 void Pass::Forget(int64_t from, int64_t to, const std::string& lost, int64_t parent) {
+  int32_t reason = -1;  // Note [Deferred lost marks]
+  if (!lost.empty()) {
+    reason = static_cast<int32_t>(reasons_.size());
+    reasons_.push_back(lost);
+  }
   absl::InlinedVector<uintptr_t, 4> keep;  // by address: a few outputs
   if (parent >= 0) {
     const Event& p = events_[parent];
@@ -228,10 +230,10 @@ void Pass::Forget(int64_t from, int64_t to, const std::string& lost, int64_t par
       const uintptr_t id = e.identity(t);
       if (std::find(keep.begin(), keep.end(), id) != keep.end()) return;
       Unlink(id);
-      if (lost.empty()) {
+      if (reason < 0) {
         Clear(id);
       } else {
-        Set(id, Lost(lost));
+        MarkLost(id, reason);
       }
     });
   }

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "formulas/op_traits.h"
@@ -125,10 +127,30 @@ class Pass {
   void Set(uintptr_t id, Flow f) {
     written_[id] = ++generation_;
     flows_[id] = std::move(f);
+    if (!lost_.empty()) lost_.erase(id);
   }
   void Clear(uintptr_t id) {
     written_[id] = ++generation_;
     flows_.erase(id);
+    if (!lost_.empty()) lost_.erase(id);
+  }
+  // Note [Deferred lost marks]
+  // A step forgets every tensor made inside its module call (Forget): each
+  // becomes lost, with one reason for them all. Most are never read again,
+  // so the mark is the reason's index until one is: Held makes its Flow then.
+  void MarkLost(uintptr_t id, int32_t reason) {
+    written_[id] = ++generation_;
+    flows_.erase(id);
+    lost_[id] = reason;
+  }
+  Flow* Held(uintptr_t id) {
+    auto it = flows_.find(id);
+    if (it != flows_.end()) return &it->second;
+    auto l = lost_.find(id);
+    if (l == lost_.end()) return nullptr;
+    Flow& f = flows_[id] = Lost(reasons_[l->second]);
+    lost_.erase(l);
+    return &f;
   }
 
   uintptr_t Root(uintptr_t id) const {
@@ -182,12 +204,16 @@ class Pass {
 
  private:
   const TokenFlowRequest& req_;
-  std::unordered_map<uintptr_t, Flow> flows_;
-  std::unordered_map<uintptr_t, TokenInput> seeds_;
-  std::unordered_map<uintptr_t, int64_t> written_;  // made by a call (no longer a seed): when
+  // Open addressing where no reference outlives an insertion; flows_ keeps
+  // its nodes (Get hands out pointers the caller holds while others are set).
+  absl::node_hash_map<uintptr_t, Flow> flows_;
+  absl::flat_hash_map<uintptr_t, TokenInput> seeds_;
+  absl::flat_hash_map<uintptr_t, int64_t> written_;  // made by a call (no longer a seed): when
   int64_t generation_ = 0;
-  std::unordered_map<uintptr_t, uintptr_t> root_;                // a view -> the tensor it views
-  std::unordered_map<uintptr_t, std::vector<uintptr_t>> group_;  // a base -> its views
+  absl::flat_hash_map<uintptr_t, uintptr_t> root_;                // a view -> the tensor it views
+  absl::flat_hash_map<uintptr_t, std::vector<uintptr_t>> group_;  // a base -> its views
+  absl::flat_hash_map<uintptr_t, int32_t> lost_;                  // lost, not yet read: index into reasons_ (MarkLost)
+  std::vector<std::string> reasons_;
 };
 
 }  // namespace torchscan::token_flow_internal

@@ -218,6 +218,34 @@ def test_custom_blocks_compose():
         assert _sources(report, path)[0]["relation"] == {"kind": "prefix"}, path
 
 
+def test_a_tensor_made_inside_a_known_call_other_than_its_output_is_not_followed():
+    # The inner call's relation covers its primary output only: another
+    # tensor it made and returned (here its attention's value input) holds
+    # positions the outer call's data flow cannot see, so the outer call's
+    # dependencies are unavailable, never "same_position" from the residual.
+    class Inner(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = SelfAttention()
+
+        def forward(self, x):
+            v = x * 2.0
+            return self.attn(v, is_causal=True), v.cumsum(dim=1)  # the second: prefix sums over tokens
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            y, made = self.inner(x)
+            return y + made
+
+    report = torchscan.crawl_module(Outer().eval(), args=(torch.randn(2, L, E),))
+    assert _sources(report, "inner")[0]["relation"] == {"kind": "prefix"}
+    _unavailable(report, "", "a tensor made inside inner other than its primary output")
+
+
 def test_self_attention_padding_next_to_a_residual_is_unavailable():
     class Padded(nn.Module):
         def __init__(self):
