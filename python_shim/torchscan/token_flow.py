@@ -39,7 +39,7 @@ from typing import Any, Dict, Optional
 
 import torch
 import torch.nn as nn
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_iter
 
 from torchscan import tokens
 
@@ -368,10 +368,16 @@ class TokenFlow:
             return output
         if type(output) in (tuple, list) and output and type(output[0]) is torch.Tensor:
             return output[0]
-        flat, _ = tree_flatten(output)
-        for t in flat:  # a loop, not next(generator): no suspended generator is left to finalize
-            if isinstance(t, torch.Tensor):
-                return t
+        # Leaves in tree_flatten's order, up to the first tensor (a model's
+        # output holds many); closed here, so that no suspended generator is
+        # left to finalize later.
+        leaves = tree_iter(output)
+        try:
+            for t in leaves:
+                if isinstance(t, torch.Tensor):
+                    return t
+        finally:
+            leaves.close()
         return None
 
     def _native_step(self, scope, output, deps, identities) -> Optional[dict]:

@@ -455,3 +455,17 @@ def test_argument_names_are_those_bind_gives(args, kwargs):
     named = token_flow._named_tensors(module, (t(1), (t(2), t(3))), {"mask": (t(4),)})
     assert [n for n, _ in named] == ["x", "y[0]", "y[1]", "mask"]
     assert all(v is t(k) for (_, v), k in zip(named, (1, 2, 3, 4)))
+
+
+def test_the_primary_output_is_tree_flattens_first_tensor():
+    from collections import OrderedDict, namedtuple
+
+    from torch.utils._pytree import tree_flatten
+
+    a, b = torch.ones(2, 3), torch.zeros(2, 3)
+    pair = namedtuple("pair", "x y")
+    cases = [a, (a, b), [None, 1, (b, a)], {"z": b, "a": a}, OrderedDict(h=None, s=(b,)), pair(None, a),
+             ((), {}), (1, "x", None), torch.nn.Parameter(a), {"k": [{"m": b}]}]
+    for output in cases:
+        expected = next((t for t in tree_flatten(output)[0] if isinstance(t, torch.Tensor)), None)
+        assert token_flow.TokenFlow._primary(output) is expected, output
