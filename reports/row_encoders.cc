@@ -150,26 +150,36 @@ constexpr char kProto = '\x80', kStop = '.', kEmptyDict = '}', kEmptyList = ']',
                kLongBinGet = 'j';
 constexpr size_t kMemoizedLength = 48;  // longer strings (paths) rarely repeat
 
-// An opcode and a 4-byte little-endian argument, appended at once.
-void OpLe32(char op, uint32_t v, std::string& out) {
-  const char bytes[5] = {op, static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff),
-                         static_cast<char>((v >> 16) & 0xff), static_cast<char>((v >> 24) & 0xff)};
-  out.append(bytes, sizeof bytes);
-}
 }  // namespace
 
-PickleStream::PickleStream(std::string& out) : out_(out) {
-  out_ += kProto;
-  out_ += '\x04';
+void PickleStream::Grow(size_t n) { out_.resize(std::max({out_.capacity(), out_.size() * 2, at_ + n + 4096})); }
+
+void PickleStream::Get(uint32_t index) {
+  if (index < 256) {
+    Put(kBinGet, static_cast<char>(index));
+  } else {
+    PutLe32(kLongBinGet, index);
+  }
 }
 
-void PickleStream::Finish() { out_ += kStop; }
-void PickleStream::BeginObject() { (out_ += kEmptyDict) += kMark; }
-void PickleStream::EndObject() { out_ += kSetItems; }
-void PickleStream::BeginArray() { (out_ += kEmptyList) += kMark; }
-void PickleStream::EndArray() { out_ += kAppends; }
-void PickleStream::Null() { out_ += kNone; }
-void PickleStream::Bool(bool b) { out_ += b ? kTrue : kFalse; }
+void PickleStream::PutLe32(char op, uint32_t v) {
+  char* p = Room(5);
+  p[0] = op;
+  for (int i = 0; i < 4; ++i) p[1 + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+PickleStream::PickleStream(std::string& out) : out_(out), at_(out.size()) { Put(kProto, '\x04'); }
+
+void PickleStream::Finish() {
+  Put(kStop);
+  out_.resize(at_);
+}
+void PickleStream::BeginObject() { Put(kEmptyDict, kMark); }
+void PickleStream::EndObject() { Put(kSetItems); }
+void PickleStream::BeginArray() { Put(kEmptyList, kMark); }
+void PickleStream::EndArray() { Put(kAppends); }
+void PickleStream::Null() { Put(kNone); }
+void PickleStream::Bool(bool b) { Put(b ? kTrue : kFalse); }
 
 void PickleStream::String(std::string_view s) {
   const bool memoized = s.size() <= kMemoizedLength;
@@ -184,21 +194,27 @@ void PickleStream::String(std::string_view s) {
       recent = {s.data(), it->first, index};
     }
     if (found) {
-      if (index < 256) {
-        const char get[2] = {kBinGet, static_cast<char>(index)};
-        out_.append(get, 2);
-      } else {
-        OpLe32(kLongBinGet, index, out_);
-      }
+      Get(index);
       return;
     }
   }
   Text(s);
   if (memoized) {
-    out_ += kMemoize;
+    Put(kMemoize);
     const auto index = static_cast<uint32_t>(memo_.size());
     memo_.emplace(std::string(s), index);
   }
+}
+
+void PickleStream::Key(std::string_view k) {
+  const Recent& recent = recent_[(reinterpret_cast<uintptr_t>(k.data()) >> 3) % recent_.size()];
+  // The same address and length: the same static text (no other text is
+  // at a literal's address while it is written).
+  if (recent.data == k.data() && recent.text.size() == k.size()) {
+    Get(recent.index);
+    return;
+  }
+  String(k);
 }
 
 void PickleStream::UniqueString(std::string_view s) { Text(s); }
@@ -210,22 +226,22 @@ void PickleStream::Text(std::string_view s) {
     s = replaced;
   }
   if (s.size() < 256) {
-    const char head[2] = {kShortUnicode, static_cast<char>(s.size())};
-    out_.append(head, 2);
+    Put(kShortUnicode, static_cast<char>(s.size()));
   } else {
-    OpLe32(kUnicode, static_cast<uint32_t>(s.size()), out_);
+    PutLe32(kUnicode, static_cast<uint32_t>(s.size()));
   }
-  out_.append(s);
+  Put(s);
 }
 
 void PickleStream::Int(int64_t v) {
   if (v >= INT32_MIN && v <= INT32_MAX) {
-    OpLe32(kBinInt, static_cast<uint32_t>(static_cast<int32_t>(v)), out_);
+    PutLe32(kBinInt, static_cast<uint32_t>(static_cast<int32_t>(v)));
     return;
   }
   // Eight bytes of two's complement.
-  (out_ += kLong1) += '\x08';
-  for (int i = 0; i < 8; ++i) out_ += static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff);
+  Put(kLong1, '\x08');
+  char* p = Room(8);
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff);
 }
 
 void PickleStream::Long(bool negative, Count::Wide magnitude) {
@@ -235,9 +251,10 @@ void PickleStream::Long(bool negative, Count::Wide magnitude) {
   }
   // Seventeen bytes of two's complement: 128 bits and a sign byte.
   const Count::Wide bits = negative ? ~magnitude + 1 : magnitude;
-  (out_ += kLong1) += '\x11';
-  for (int i = 0; i < 16; ++i) out_ += static_cast<char>(static_cast<uint8_t>(bits >> (8 * i)));
-  out_ += negative ? '\xff' : '\x00';
+  Put(kLong1, '\x11');
+  char* p = Room(17);
+  for (int i = 0; i < 16; ++i) p[i] = static_cast<char>(static_cast<uint8_t>(bits >> (8 * i)));
+  p[16] = negative ? '\xff' : '\x00';
 }
 
 void PickleStream::CountValue(const Count& c) { Long(false, c.wide()); }
@@ -250,8 +267,9 @@ void PickleStream::Number(double v) {
   } else {
     uint64_t bits;
     std::memcpy(&bits, &v, sizeof bits);
-    out_ += kBinFloat;  // big-endian
-    for (int i = 7; i >= 0; --i) out_ += static_cast<char>((bits >> (8 * i)) & 0xff);
+    char* p = Room(9);
+    p[0] = kBinFloat;  // big-endian
+    for (int i = 0; i < 8; ++i) p[1 + i] = static_cast<char>((bits >> (8 * (7 - i))) & 0xff);
   }
 }
 

@@ -15,8 +15,10 @@
 // and refers to it afterwards.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,7 +62,9 @@ class PickleStream {
   void EndObject();
   void BeginArray();
   void EndArray();
-  void Key(std::string_view k) { String(k); }
+  // A key is a literal or a static table's name: text that stays at its
+  // address while the stream is written, so the address alone finds it again.
+  void Key(std::string_view k);
   void String(std::string_view s);        // loaded once, then referred to (the memo)
   void UniqueString(std::string_view s);  // not memoized: text that rarely repeats (a path)
   void Int(int64_t v);
@@ -73,7 +77,28 @@ class PickleStream {
  private:
   void Long(bool negative, Count::Wide magnitude);
   void Text(std::string_view s);  // SHORT_BINUNICODE / BINUNICODE, valid UTF-8
+  // Bytes are written at out_[at_]: out_ grows in chunks and Finish cuts it
+  // to at_ (a row is a few hundred opcodes of one to a few bytes, where
+  // string appends cost a call each).
+  char* Room(size_t n) {
+    if (__builtin_expect(out_.size() - at_ < n, 0)) Grow(n);
+    char* p = out_.data() + at_;
+    at_ += n;
+    return p;
+  }
+  void Put(char c) { *Room(1) = c; }
+  void Put(char a, char b) {
+    char* p = Room(2);
+    p[0] = a, p[1] = b;
+  }
+  void Put(std::string_view bytes) {
+    if (!bytes.empty()) std::memcpy(Room(bytes.size()), bytes.data(), bytes.size());
+  }
+  void Grow(size_t n);
+  void PutLe32(char op, uint32_t v);  // an opcode and a 4-byte little-endian argument
+  void Get(uint32_t index);           // the memo's entry `index`
   std::string& out_;
+  size_t at_;
   absl::node_hash_map<std::string, uint32_t> memo_;  // short strings already loaded (stable keys)
   // The writer passes most strings from the same few places (literals, the
   // scan's scope, the tallies' methods): a string at an address seen

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace torchscan::reports {
 namespace {
@@ -84,6 +85,37 @@ TEST(RowEncoders, PickleStreamHasTheProtocolFourOpcodes) {
                                + "u"     // SETITEMS
                                + ".";    // STOP
   EXPECT_EQ(out, expected);
+}
+
+// Past the first chunk of its buffer, after bytes already there: a list of
+// 3000 (key, int) pairs, the key a literal (loaded once, then BINGET memo 0),
+// then 300 distinct short strings (memo 1..300: LONG_BINGET past 255).
+TEST(RowEncoders, PickleStreamGrowsAndKeepsWhatWasInItsOutput) {
+  std::string out = "prefix";
+  PickleStream w(out);
+  w.BeginArray();
+  for (uint32_t i = 0; i < 3000; ++i) {
+    w.Key("k");
+    w.Int(i);
+  }
+  std::vector<std::string> names;
+  for (int i = 0; i < 300; ++i) names.push_back("n" + std::to_string(i));
+  for (const std::string& n : names) w.String(n);
+  w.String(names[299]);  // memo 300
+  w.EndArray();
+  w.Finish();
+  auto le32 = [](char op, uint32_t v) {
+    return std::string{op, static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff),
+                       static_cast<char>((v >> 16) & 0xff), static_cast<char>(v >> 24)};
+  };
+  std::string expected = std::string("prefix\x80\x04](", 10) + std::string("\x8c\x01k\x94", 4) + le32('J', 0);
+  for (uint32_t i = 1; i < 3000; ++i) expected += std::string("h\x00", 2) + le32('J', i);
+  for (const std::string& n : names) {
+    expected += std::string{'\x8c', static_cast<char>(n.size())} + n + "\x94";
+  }
+  expected += le32('j', 300) + "e.";
+  EXPECT_EQ(out, expected);
+  EXPECT_EQ(out.size(), expected.size());  // nothing of the buffer's last chunk is left past STOP
 }
 
 TEST(RowEncoders, ValidUtf8KeepsValidTextAndReplacesTheRest) {
