@@ -122,7 +122,13 @@ class FlopScan:
         for name in self._formulas:
             self._session.defer_formula(name)
         self._report: Optional[dict] = None
+        self._stopped = False  # this object's stop() returned: a session scans once, so it is over
         self._modules = ModuleLabels(self._session, all_threads=threads == "all") if modules else None
+
+    def _active(self) -> bool:
+        # Asked only until this object stopped the scan (a library call costs
+        # microseconds, and a crawl asks four times).
+        return not self._stopped and self._session.active()
 
     def __enter__(self) -> "FlopScan":
         _compiled.prepare()
@@ -134,7 +140,7 @@ class FlopScan:
             if self._modules is not None:
                 self._modules.install()
         except BaseException:  # Ctrl-C included: leave no hook and no TLS bit behind
-            if self._session.active():
+            if self._active():
                 self._close(failing=True)
             raise
         return self
@@ -168,7 +174,7 @@ class FlopScan:
             if self._modules is not None:
                 self._modules.remove()
         finally:
-            if self._session.active():
+            if self._active():
                 self._close(failing)
 
     def _close(self, failing: bool) -> None:
@@ -179,6 +185,7 @@ class FlopScan:
         finally:
             try:
                 self._session.stop()
+                self._stopped = True
             except RuntimeError as e:
                 if not failing:
                     raise
@@ -187,7 +194,7 @@ class FlopScan:
 
     def report(self) -> dict:
         """The schema-v1 FlopReport, once the scan has stopped."""
-        if self._session.active():
+        if self._active():
             raise RuntimeError("torchscan: the report is available once the scan has stopped")
         if self._report is None:
             if self._formulas:
@@ -220,14 +227,14 @@ class FlopScan:
         """Everything the scan measured in one document (kind
         torchscan_scan_report): both views, the layers, the collectives
         (communication) and the requests, once the scan has stopped."""
-        if self._session.active():
+        if self._active():
             raise RuntimeError("torchscan: the report is available once the scan has stopped")
         return json.loads(self._session.scan_report())
 
     def module_report(self) -> dict:
         """The module view of the same calls: module_flops, macs and dmas
         (TorchScan's module conventions), once the scan has stopped."""
-        if self._session.active():
+        if self._active():
             raise RuntimeError("torchscan: the report is available once the scan has stopped")
         return json.loads(self._session.module_report())
 
@@ -238,7 +245,7 @@ class FlopScan:
         allocated while each top-level operator call ran (the operator the
         program called), split into those that outlived the call
         (allocated_bytes) and those freed before it returned (temporary_bytes)."""
-        if self._session.active():
+        if self._active():
             raise RuntimeError("torchscan: the report is available once the scan has stopped")
         return json.loads(self._session.memory_report())
 
@@ -247,7 +254,7 @@ class FlopScan:
         has stopped: {"traceEvents": [...]} with module and operator calls as
         nested slices, one track per thread; json.dump it and open it in
         ui.perfetto.dev or chrome://tracing."""
-        if self._session.active():
+        if self._active():
             raise RuntimeError("torchscan: the trace is available once the scan has stopped")
         return json.loads(self._session.trace())
 
