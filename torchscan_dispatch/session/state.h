@@ -77,10 +77,10 @@ struct Planned {
   }
   const ModulePass& Modules(OpCatalog& catalog) {
     if (!module_pass) {
-      module_pass.emplace();
-      module_pass->scopes.resize(set->scopes.size());
-      AccumulateModuleView(set->events(), ModulePlan(catalog), catalog, module_pass->sums,
-                           TallyRows{&module_pass->scopes});
+      ModulePass pass;  // kept only once whole: a pass that throws leaves no half of it behind
+      pass.scopes.resize(set->scopes.size());
+      AccumulateModuleView(set->events(), ModulePlan(catalog), catalog, pass.sums, TallyRows{&pass.scopes});
+      module_pass = std::move(pass);
     }
     return *module_pass;
   }
