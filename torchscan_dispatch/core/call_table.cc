@@ -160,6 +160,15 @@ absl::Span<const ArgMeta> RecordValues(Arena& arena, absl::Span<const c10::IValu
 // it, and the call is recorded as before. Clear drops every guess with the
 // signatures.
 
+// Shapes have a few dimensions: a loop the compiler keeps inline is cheaper
+// than a call to memcmp, which is most of a repeated call's matching.
+inline bool SameInts(const int64_t* a, const int64_t* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
 // `t` is what FillTensor recorded as `m`; numbers it in `ids` as FillTensor does.
 bool MatchTensor(const TensorMeta& m, const at::Tensor& t, CallTensors& ids) {
   if (!t.defined()) return !m.defined;  // an undefined one is always TensorMeta()
@@ -174,9 +183,9 @@ bool MatchTensor(const TensorMeta& m, const at::Tensor& t, CallTensors& ids) {
   const bool strided = impl->layout() == c10::kStrided;
   if (static_cast<size_t>(m.ndim) != n || m.strided != strided) return false;
   if (n == 0) return true;
-  if (std::memcmp(m.size_data, sizes.data(), n * sizeof(int64_t)) != 0) return false;
+  if (!SameInts(m.size_data, sizes.data(), n)) return false;
   // A strided tensor's recorded strides are never null (FillTensor).
-  return !strided || std::memcmp(m.stride_data, impl->strides().data(), n * sizeof(int64_t)) == 0;
+  return !strided || SameInts(m.stride_data, impl->strides().data(), n);
 }
 
 bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
@@ -265,7 +274,8 @@ bool MatchValues(absl::Span<const ArgMeta> recorded, absl::Span<const c10::IValu
 // ---- Call-local tensor numbers.
 
 void CallTensors::Reset(const uintptr_t* ids, size_t n) {
-  ids_.assign(ids, ids + n);
+  ids_.resize(n);
+  for (size_t i = 0; i < n; ++i) ids_[i] = ids[i];  // a few addresses: no memmove call
   if (!index_.empty()) index_.clear();
   if (ids_.size() > kLinear) IndexAll();
 }

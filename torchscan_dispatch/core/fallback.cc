@@ -4,11 +4,58 @@
 #include "torchscan_dispatch/core/fallback.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/add_ops.h>
+#include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/batch_norm_ops.h>
+#include <ATen/ops/bmm_ops.h>
+#include <ATen/ops/contiguous_ops.h>
+#include <ATen/ops/conv2d_ops.h>
+#include <ATen/ops/cos_ops.h>
+#include <ATen/ops/div_ops.h>
+#include <ATen/ops/dropout_ops.h>
+#include <ATen/ops/embedding_ops.h>
+#include <ATen/ops/exp_ops.h>
+#include <ATen/ops/expand_ops.h>
+#include <ATen/ops/flatten_ops.h>
+#include <ATen/ops/gelu_ops.h>
+#include <ATen/ops/hardsigmoid_ops.h>
+#include <ATen/ops/hardswish_ops.h>
+#include <ATen/ops/layer_norm_ops.h>
+#include <ATen/ops/linear_ops.h>
+#include <ATen/ops/matmul_ops.h>
+#include <ATen/ops/mean_ops.h>
+#include <ATen/ops/mm_ops.h>
+#include <ATen/ops/mul_ops.h>
+#include <ATen/ops/neg_ops.h>
+#include <ATen/ops/permute_ops.h>
+#include <ATen/ops/pow_ops.h>
+#include <ATen/ops/relu_ops.h>
+#include <ATen/ops/reshape_ops.h>
+#include <ATen/ops/rsqrt_ops.h>
+#include <ATen/ops/scaled_dot_product_attention_ops.h>
+#include <ATen/ops/select_ops.h>
+#include <ATen/ops/sigmoid_ops.h>
+#include <ATen/ops/silu_ops.h>
+#include <ATen/ops/sin_ops.h>
+#include <ATen/ops/slice_ops.h>
+#include <ATen/ops/softmax_ops.h>
+#include <ATen/ops/sub_ops.h>
+#include <ATen/ops/t_ops.h>
+#include <ATen/ops/tanh_ops.h>
+#include <ATen/ops/transpose_ops.h>
+#include <ATen/ops/unsqueeze_ops.h>
+#include <ATen/ops/view_ops.h>
 #include <ATen/core/stack.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
 #include <memory>
 #include <mutex>
 
@@ -29,11 +76,16 @@ thread_local int tls_paused __attribute__((tls_model("initial-exec"))) = 0;
 // Runs the call below the mode key; when no recorder wants them, the calls
 // its kernel makes skip the fallback (they would add nothing to a report).
 // `op_owner`: the operator's cached part of OwnsSubtreeInBothViews (CallSig::owner), if known.
+bool SkipsChildren(const c10::OperatorHandle& op, c10::DispatchKeySet after, absl::Span<const c10::IValue> args,
+                   bool skip_children, int8_t* op_owner) {
+  // A torch.func call's physical work is in its children (see PlanView).
+  return skip_children && !after.has(c10::DispatchKey::FuncTorchBatched) &&
+         !after.has(c10::DispatchKey::FuncTorchGradWrapper) && OwnsSubtreeInBothViews(op, after, args, op_owner);
+}
+
 void Redispatch(const c10::OperatorHandle& op, c10::DispatchKeySet after, torch::jit::Stack* stack,
                 absl::Span<const c10::IValue> args, bool skip_children, int8_t* op_owner = nullptr) {
-  // A torch.func call's physical work is in its children (see PlanView).
-  if (skip_children && !after.has(c10::DispatchKey::FuncTorchBatched) &&
-      !after.has(c10::DispatchKey::FuncTorchGradWrapper) && OwnsSubtreeInBothViews(op, after, args, op_owner)) {
+  if (SkipsChildren(op, after, args, skip_children, op_owner)) {
     c10::impl::ExcludeDispatchKeyGuard no_children(kModeKey);
     op.redispatchBoxed(after, stack);
     return;
@@ -116,6 +168,190 @@ void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
   top->End(index, absl::Span<const c10::IValue>(stack->data() + stack->size() - num_out, num_out));
 }
 
+// Note [Typed kernels]
+// The fallback is boxed: PyTorch copies a call's arguments into a heap stack
+// of IValues to reach it and unboxes them again below it, which costs about
+// a third of what recording the call costs. The operators models call most
+// get an unboxed kernel on the mode key instead. In the common case (one
+// scan of this thread, no all-threads scan, not paused) it records the very
+// IValues boxing would make (the same constructors), from the C stack, and
+// continues below the mode key unboxed; in every other case it boxes the
+// call and runs the fallback itself. Both paths record the same call.
+// TORCHSCAN_TYPED_KERNELS=0 in the environment, when the library loads,
+// leaves every operator to the fallback (tests compare the two).
+// A call's operands as the IValues boxing would make, except that tensors
+// are borrowed (no reference count traffic): the recorder copies metadata
+// and keeps no IValue, and a copy of a borrowed IValue owns its tensor.
+template <class... Args>
+class CallValues {
+ public:
+  explicit CallValues(const Args&... args) {
+    try {
+      size_t i = 0;
+      ((values_[i++] = Value(args)), ...);
+    } catch (...) {  // a list operand's allocation; the borrowed ones must not be released
+      Forget();
+      throw;
+    }
+  }
+  ~CallValues() { Forget(); }
+  CallValues(const CallValues&) = delete;
+  CallValues& operator=(const CallValues&) = delete;
+
+  absl::Span<const c10::IValue> span() const { return values_; }
+
+  template <class T>
+  static c10::IValue Value(const T& v) {
+    if constexpr (std::is_same_v<T, at::Tensor>) {
+      return c10::IValue(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(v));
+    } else {
+      return c10::IValue(v);
+    }
+  }
+
+ private:
+  void Forget() {
+    for (size_t i = 0; i < sizeof...(Args); ++i) {
+      if (kBorrowed[i]) c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow(values_[i]);
+    }
+  }
+  static constexpr std::array<bool, sizeof...(Args)> kBorrowed{std::is_same_v<Args, at::Tensor>...};
+  std::array<c10::IValue, sizeof...(Args)> values_;
+};
+
+template <class Op, class Sig = typename Op::schema>
+struct Typed;
+
+template <class Op, class R, class... Args>
+struct Typed<Op, R(Args...)> {
+  // A functional operator returns a new tensor; an in-place one its first
+  // operand (what PyTorch's boxing assumes of it too).
+  static_assert(std::is_same_v<R, at::Tensor> || std::is_same_v<R, at::Tensor&>);
+
+  static const c10::OperatorHandle& Handle() {
+    static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
+    return op;
+  }
+
+  static R Boxed(const c10::OperatorHandle& op, c10::DispatchKeySet ks, Args... args) {
+    torch::jit::Stack stack;
+    stack.reserve(sizeof...(Args));
+    (stack.emplace_back(args), ...);
+    ScanFallback(op, ks, &stack);
+    if constexpr (std::is_same_v<R, at::Tensor>) {
+      return std::move(stack.back()).toTensor();
+    } else {
+      return std::get<0>(std::forward_as_tuple(args...));
+    }
+  }
+
+  static R Run(c10::DispatchKeySet ks, Args... args) {
+    const c10::OperatorHandle& op = Handle();
+    Recorder* top = ThreadTopRecorder();
+    if (C10_UNLIKELY(top == nullptr || top->outer != nullptr || tls_paused > 0 ||
+                     AllThreadsGeneration().load(std::memory_order_relaxed) != 0)) {
+      return Boxed(op, ks, args...);
+    }
+    const c10::DispatchKeySet after = ks & kAfterMode;
+    const CallValues<std::decay_t<Args>...> operands(args...);
+    const absl::Span<const c10::IValue> values = operands.span();
+    const int32_t index = top->Begin(op, after, values);
+    int8_t* owner = &top->events()[index].sig->owner;
+    R out = [&]() -> R {
+      try {
+        if (SkipsChildren(op, after, values, !top->record_owned_children, owner)) {
+          c10::impl::ExcludeDispatchKeyGuard no_children(kModeKey);
+          return Op::redispatch(after, args...);
+        }
+        return Op::redispatch(after, args...);
+      } catch (...) {
+        top->Abort(index);
+        throw;
+      }
+    }();
+    const CallValues<at::Tensor> result(out);
+    top->End(index, result.span());
+    return out;
+  }
+
+  static void Register(torch::Library& lib) {
+    std::string name = std::string(Op::name).substr(std::string_view("aten::").size());
+    if (*Op::overload_name) name = absl::StrCat(name, ".", Op::overload_name);
+    lib.impl(name.c_str(), torch::CppFunction::makeFromUnboxedFunction(
+                               c10::CompileTimeFunctionPointer<R(c10::DispatchKeySet, Args...), &Run>()));
+  }
+};
+
+// An operator this PyTorch does not have, or has with another signature,
+// stays with the fallback, which records it the same way.
+template <class Op>
+void Add(torch::Library& lib) {
+  try {
+    Typed<Op>::Register(lib);
+  } catch (const c10::Error&) {
+  }
+}
+
+// The operators of Note [Typed kernels]: those that models built from
+// torchvision, timm and transformers code call most, as the mode key sees
+// them (composites before they decompose).
+void RegisterTypedKernels(torch::Library& lib) {
+  // Elementwise arithmetic and activations.
+  Add<at::_ops::add_Tensor>(lib);
+  Add<at::_ops::sub_Tensor>(lib);
+  Add<at::_ops::mul_Tensor>(lib);
+  Add<at::_ops::div_Tensor>(lib);
+  Add<at::_ops::pow_Tensor_Scalar>(lib);
+  Add<at::_ops::neg>(lib);
+  Add<at::_ops::exp>(lib);
+  Add<at::_ops::rsqrt>(lib);
+  Add<at::_ops::sin>(lib);
+  Add<at::_ops::cos>(lib);
+  Add<at::_ops::tanh>(lib);
+  Add<at::_ops::sigmoid>(lib);
+  Add<at::_ops::relu>(lib);
+  Add<at::_ops::gelu>(lib);
+  Add<at::_ops::silu>(lib);
+  Add<at::_ops::hardswish>(lib);
+  Add<at::_ops::hardsigmoid>(lib);
+  Add<at::_ops::add__Tensor>(lib);
+  Add<at::_ops::mul__Tensor>(lib);
+  Add<at::_ops::relu_>(lib);
+  Add<at::_ops::silu_>(lib);
+  Add<at::_ops::hardswish_>(lib);
+  // Layers and reductions.
+  Add<at::_ops::linear>(lib);
+  Add<at::_ops::addmm>(lib);
+  Add<at::_ops::mm>(lib);
+  Add<at::_ops::bmm>(lib);
+  Add<at::_ops::matmul>(lib);
+  Add<at::_ops::conv2d>(lib);
+  Add<at::_ops::batch_norm>(lib);
+  Add<at::_ops::layer_norm>(lib);
+  Add<at::_ops::embedding>(lib);
+  Add<at::_ops::scaled_dot_product_attention>(lib);
+  Add<at::_ops::softmax_int>(lib);
+  Add<at::_ops::dropout>(lib);
+  Add<at::_ops::mean_dim>(lib);
+  // Views and layout.
+  Add<at::_ops::view>(lib);
+  Add<at::_ops::reshape>(lib);
+  Add<at::_ops::t>(lib);
+  Add<at::_ops::transpose_int>(lib);
+  Add<at::_ops::permute>(lib);
+  Add<at::_ops::unsqueeze>(lib);
+  Add<at::_ops::expand>(lib);
+  Add<at::_ops::slice_Tensor>(lib);
+  Add<at::_ops::select_int>(lib);
+  Add<at::_ops::flatten_using_ints>(lib);
+  Add<at::_ops::contiguous>(lib);
+}
+
+bool TypedKernelsWanted() {
+  const char* v = std::getenv("TORCHSCAN_TYPED_KERNELS");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
 }  // namespace
 
 void PauseThreadRecording() { ++tls_paused; }
@@ -138,6 +374,7 @@ void NoteControlFlowStop() {
 absl::Status EnsureFallbackInstalled() {
   static std::mutex mu;
   static std::unique_ptr<torch::Library> library;
+  static std::unique_ptr<torch::Library> typed_library;
   static absl::Status failure = absl::OkStatus();
   std::lock_guard<std::mutex> lock(mu);
   if (library || !failure.ok()) return failure;
@@ -152,6 +389,11 @@ absl::Status EnsureFallbackInstalled() {
   try {
     auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "_", kModeKey, __FILE__, __LINE__);
     lib->fallback(torch::CppFunction::makeFromBoxedFunction<&ScanFallback>());
+    if (TypedKernelsWanted()) {
+      auto typed = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", kModeKey, __FILE__, __LINE__);
+      RegisterTypedKernels(*typed);
+      typed_library = std::move(typed);
+    }
     library = std::move(lib);
   } catch (const c10::Error& e) {
     failure = absl::FailedPreconditionError(absl::StrCat("torchscan: cannot register the fallback on ",

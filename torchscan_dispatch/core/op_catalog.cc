@@ -130,25 +130,20 @@ namespace {
 // keeps metadata to track its base even when nothing requires grad (the
 // transposed weight aten::linear passes to addmm): that alone is inert.
 // Forward-mode AD has one level (PyTorch refuses nested ones), level 0.
-bool AutogradLive(const at::Tensor& t, bool grad_mode) {
+// Grad mode is read only for a tensor with autograd metadata (a thread-local
+// read per call otherwise, for the common tensors that have none).
+bool AutogradLive(const at::Tensor& t) {
   if (!t.defined()) return false;
   const c10::AutogradMetaInterface* meta = t.unsafeGetTensorImpl()->autograd_meta();
   if (meta == nullptr) return false;
-  return (grad_mode && meta->requires_grad()) || meta->fw_grad(0, t).defined();
+  return (meta->requires_grad() && c10::GradMode::is_enabled()) || meta->fw_grad(0, t).defined();
 }
 
-bool AutogradLive(const c10::IValue& v, bool grad_mode) {
-  if (v.isTensor()) return AutogradLive(v.toTensor(), grad_mode);
-  if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList().vec()) {
-      if (AutogradLive(t, grad_mode)) return true;
-    }
-    return false;
-  }
-  if (v.isList()) {
-    for (const c10::IValue& e : v.toListRef()) {
-      if (AutogradLive(e, grad_mode)) return true;
-    }
+bool AutogradLive(const c10::IValue& v) {
+  if (v.isTensor()) return AutogradLive(v.toTensor());
+  if (!v.isList()) return false;
+  for (const c10::IValue& e : v.toListRef()) {  // Tensor[] and Tensor?[] alike
+    if (AutogradLive(e)) return true;
   }
   return false;
 }
@@ -197,9 +192,7 @@ bool OwnsSubtreeInBothViews(const c10::OperatorHandle& op, c10::DispatchKeySet k
   }
   // See Note [Owned children]: an autograd kernel may make calls of its own.
   if (!keys.has_any(c10::autograd_dispatch_keyset)) return true;
-  const bool grad_mode = c10::GradMode::is_enabled();
-  if (std::none_of(args.begin(), args.end(), [&](const c10::IValue& v) { return AutogradLive(v, grad_mode); }))
-    return true;
+  if (std::none_of(args.begin(), args.end(), [](const c10::IValue& v) { return AutogradLive(v); })) return true;
   if (tls_catalog == nullptr) tls_catalog = new OpCatalog();  // one per thread that needs it
   return !tls_catalog->RanAutogradKernel(op, keys);
 }

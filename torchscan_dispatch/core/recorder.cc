@@ -293,7 +293,7 @@ const uintptr_t* Recorder::KeepIds(const uintptr_t* kept, size_t had, const std:
   uintptr_t* out = const_cast<uintptr_t*>(kept);
   // A call that made no call of its own was the last to keep any: in place.
   if (!arena_.Grow(out, had, ids.size())) out = arena_.Alloc<uintptr_t>(ids.size());
-  std::memcpy(out, ids.data(), ids.size() * sizeof(uintptr_t));
+  for (size_t i = 0; i < ids.size(); ++i) out[i] = ids[i];  // a few addresses: no memcpy call
   return out;
 }
 

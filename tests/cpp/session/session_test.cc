@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/add.h>
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/conv2d.h>
 #include <ATen/ops/empty.h>
@@ -13,6 +14,7 @@
 #include <ATen/ops/relu.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <ATen/ops/softmax.h>
+#include <ATen/ops/sum.h>
 #include <ATen/ops/var.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
@@ -138,6 +140,38 @@ TEST(Session, ExceptionPropagatesUnchangedAndRestoresTls) {
   const auto r = Report(s);
   EXPECT_NE(FindDiagnostic(r, "operator_raised", "aten.mm"), nullptr) << r.dump(1);
   EXPECT_EQ(r["total"]["status"], "partial");
+}
+
+// Note [Typed kernels] (core/fallback.cc): the operands' tensors are borrowed
+// while a typed kernel records them, so no call leaves a reference behind or
+// takes one away, whether it returns, raises or runs in place.
+TEST(Session, TypedKernelsLeaveReferenceCountsAsTheyWere) {
+  const c10::OperatorHandle add = c10::Dispatcher::singleton().findSchemaOrThrow("aten::add", "Tensor");
+  ASSERT_TRUE(add.hasKernelForDispatchKey(kModeKey));  // the typed kernel, not the fallback alone
+  at::Tensor a = at::ones({2, 3}), b = at::ones({2, 3}), c = at::ones({4});
+  const size_t a_uses = a.use_count(), b_uses = b.use_count();
+  at::Tensor sum, product;
+  bool raised = false;
+  const auto r = Scan([&] {
+    sum = at::add(a, b);
+    product = at::mul(a, b);
+    a.relu_();
+    try {
+      at::add(a, c);  // 2x3 and 4 do not broadcast: the kernel throws
+    } catch (const c10::Error&) {
+      raised = true;
+    }
+  });
+  EXPECT_TRUE(raised);
+  EXPECT_EQ(a.use_count(), a_uses);
+  EXPECT_EQ(b.use_count(), b_uses);
+  EXPECT_EQ(sum.use_count(), 1u);
+  EXPECT_EQ(product.use_count(), 1u);
+  EXPECT_EQ(sum.sum().item<float>(), 12.0f);  // still the tensors they were: 6 x (1 + 1)
+  // By hand: add and mul on 2x3 floats, 6 FLOPs each; relu_ 6 comparisons.
+  EXPECT_EQ(r["by_operator"]["aten.add"], 6) << r.dump(1);
+  EXPECT_EQ(r["by_operator"]["aten.mul"], 6) << r.dump(1);
+  EXPECT_NE(FindDiagnostic(r, "operator_raised", "aten.add"), nullptr) << r.dump(1);
 }
 
 TEST(Session, NestedScansNest) {
