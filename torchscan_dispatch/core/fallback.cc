@@ -4,28 +4,40 @@
 #include "torchscan_dispatch/core/fallback.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/abs_ops.h>
+#include <ATen/ops/adaptive_avg_pool2d_ops.h>
 #include <ATen/ops/add_ops.h>
 #include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/avg_pool2d_ops.h>
 #include <ATen/ops/batch_norm_ops.h>
 #include <ATen/ops/bmm_ops.h>
+#include <ATen/ops/clamp_min_ops.h>
 #include <ATen/ops/contiguous_ops.h>
 #include <ATen/ops/conv2d_ops.h>
+#include <ATen/ops/copy_ops.h>
 #include <ATen/ops/cos_ops.h>
+#include <ATen/ops/detach_ops.h>
 #include <ATen/ops/div_ops.h>
 #include <ATen/ops/dropout_ops.h>
 #include <ATen/ops/embedding_ops.h>
 #include <ATen/ops/exp_ops.h>
 #include <ATen/ops/expand_ops.h>
+#include <ATen/ops/fill_ops.h>
 #include <ATen/ops/flatten_ops.h>
 #include <ATen/ops/gelu_ops.h>
 #include <ATen/ops/hardsigmoid_ops.h>
 #include <ATen/ops/hardswish_ops.h>
+#include <ATen/ops/hardtanh_ops.h>
+#include <ATen/ops/index_select_ops.h>
 #include <ATen/ops/layer_norm_ops.h>
 #include <ATen/ops/linear_ops.h>
+#include <ATen/ops/masked_fill_ops.h>
 #include <ATen/ops/matmul_ops.h>
+#include <ATen/ops/max_pool2d_ops.h>
 #include <ATen/ops/mean_ops.h>
 #include <ATen/ops/mm_ops.h>
 #include <ATen/ops/mul_ops.h>
+#include <ATen/ops/narrow_ops.h>
 #include <ATen/ops/neg_ops.h>
 #include <ATen/ops/permute_ops.h>
 #include <ATen/ops/pow_ops.h>
@@ -39,12 +51,16 @@
 #include <ATen/ops/sin_ops.h>
 #include <ATen/ops/slice_ops.h>
 #include <ATen/ops/softmax_ops.h>
+#include <ATen/ops/sqrt_ops.h>
 #include <ATen/ops/sub_ops.h>
+#include <ATen/ops/sum_ops.h>
 #include <ATen/ops/t_ops.h>
 #include <ATen/ops/tanh_ops.h>
+#include <ATen/ops/to_ops.h>
 #include <ATen/ops/transpose_ops.h>
 #include <ATen/ops/unsqueeze_ops.h>
 #include <ATen/ops/view_ops.h>
+#include <ATen/ops/where_ops.h>
 #include <ATen/core/stack.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
@@ -143,6 +159,13 @@ void RecordEverywhere(Recorder* top, const c10::OperatorHandle& op, c10::Dispatc
   finish([outs](Recorder& r, int32_t i) { r.End(i, outs); });
 }
 
+// The common case: one scan of this thread (`top`), not paused, and no
+// all-threads scan.
+inline bool OnlyThisScan(const Recorder* top) {
+  return top != nullptr && top->outer == nullptr && tls_paused == 0 &&
+         AllThreadsGeneration().load(std::memory_order_relaxed) == 0;
+}
+
 void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const c10::DispatchKeySet after = ks & kAfterMode;
   const auto& schema = op.schema();
@@ -151,9 +174,7 @@ void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
   absl::Span<const c10::IValue> args(stack->data() + stack->size() - num_args, num_args);
 
   Recorder* top = ThreadTopRecorder();
-  // The common case: one scan of this thread and no all-threads scan.
-  if (C10_UNLIKELY(top == nullptr || top->outer != nullptr || tls_paused > 0 ||
-                   AllThreadsGeneration().load(std::memory_order_relaxed) != 0)) {
+  if (C10_UNLIKELY(!OnlyThisScan(top))) {
     RecordEverywhere(top, op, after, stack, args, num_returns);
     return;
   }
@@ -248,8 +269,7 @@ struct Typed<Op, R(Args...)> {
   static R Run(c10::DispatchKeySet ks, Args... args) {
     const c10::OperatorHandle& op = Handle();
     Recorder* top = ThreadTopRecorder();
-    if (C10_UNLIKELY(top == nullptr || top->outer != nullptr || tls_paused > 0 ||
-                     AllThreadsGeneration().load(std::memory_order_relaxed) != 0)) {
+    if (C10_UNLIKELY(!OnlyThisScan(top))) {
       return Boxed(op, ks, args...);
     }
     const c10::DispatchKeySet after = ks & kAfterMode;
@@ -292,9 +312,9 @@ void Add(torch::Library& lib) {
   }
 }
 
-// The operators of Note [Typed kernels]: those that models built from
-// torchvision, timm and transformers code call most, as the mode key sees
-// them (composites before they decompose).
+// The operators of Note [Typed kernels]: those the CNNs and transformers of
+// the benchmark and the zoo call most, as the mode key sees them
+// (composites before they decompose).
 void RegisterTypedKernels(torch::Library& lib) {
   // Elementwise arithmetic and activations.
   Add<at::_ops::add_Tensor>(lib);
@@ -314,11 +334,23 @@ void RegisterTypedKernels(torch::Library& lib) {
   Add<at::_ops::silu>(lib);
   Add<at::_ops::hardswish>(lib);
   Add<at::_ops::hardsigmoid>(lib);
+  Add<at::_ops::hardtanh>(lib);
+  Add<at::_ops::abs>(lib);
+  Add<at::_ops::sqrt>(lib);
+  Add<at::_ops::clamp_min>(lib);
+  Add<at::_ops::where_self>(lib);
+  Add<at::_ops::masked_fill_Scalar>(lib);
   Add<at::_ops::add__Tensor>(lib);
   Add<at::_ops::mul__Tensor>(lib);
   Add<at::_ops::relu_>(lib);
   Add<at::_ops::silu_>(lib);
   Add<at::_ops::hardswish_>(lib);
+  Add<at::_ops::hardtanh_>(lib);
+  Add<at::_ops::clamp_min_>(lib);
+  Add<at::_ops::div__Tensor>(lib);
+  Add<at::_ops::div__Scalar>(lib);
+  Add<at::_ops::copy_>(lib);
+  Add<at::_ops::fill__Scalar>(lib);
   // Layers and reductions.
   Add<at::_ops::linear>(lib);
   Add<at::_ops::addmm>(lib);
@@ -333,6 +365,12 @@ void RegisterTypedKernels(torch::Library& lib) {
   Add<at::_ops::softmax_int>(lib);
   Add<at::_ops::dropout>(lib);
   Add<at::_ops::mean_dim>(lib);
+  Add<at::_ops::sum>(lib);
+  Add<at::_ops::sum_dim_IntList>(lib);
+  Add<at::_ops::max_pool2d>(lib);
+  Add<at::_ops::avg_pool2d>(lib);
+  Add<at::_ops::adaptive_avg_pool2d>(lib);
+  Add<at::_ops::index_select>(lib);
   // Views and layout.
   Add<at::_ops::view>(lib);
   Add<at::_ops::reshape>(lib);
@@ -345,6 +383,11 @@ void RegisterTypedKernels(torch::Library& lib) {
   Add<at::_ops::select_int>(lib);
   Add<at::_ops::flatten_using_ints>(lib);
   Add<at::_ops::contiguous>(lib);
+  Add<at::_ops::narrow>(lib);
+  Add<at::_ops::detach>(lib);
+  Add<at::_ops::to_dtype>(lib);
+  Add<at::_ops::to_dtype_layout>(lib);
+  Add<at::_ops::to_device>(lib);
 }
 
 bool TypedKernelsWanted() {

@@ -64,6 +64,11 @@ def ops(x, w):
     y.mean(-1)
     y.view(32); y.reshape(8, 4); y.t(); y.transpose(0, 1); y.permute(1, 0); y.unsqueeze(0)
     y[None].expand(2, 4, 8); y[1]; y.flatten(); y.t().contiguous()
+    F.hardtanh(y); F.relu6(z.clone()); y.abs().sqrt(); y.clamp_min(0.1); torch.where(y > 0.5, y, x)
+    y.masked_fill(y > 0.5, 0.0); F.hardtanh(z, inplace=True); z.clamp_min_(0.0); z.div_(x.abs() + 1); z.div_(2)
+    z.copy_(y); z[0].fill_(1.5); y.sum(); y.sum(0); y.narrow(1, 2, 3); y.index_select(0, ids); y.detach()
+    F.max_pool2d(img, 2); F.avg_pool2d(img, 2); F.adaptive_avg_pool2d(img, 1)
+    y.to(torch.float64); y.to("cpu", torch.float64); y.to(dtype=torch.float64, copy=True)
     return z
 
 out = {}
@@ -106,7 +111,13 @@ out["all_threads"] = s.report()
 
 with torchscan.scan(trace=True, memory=True) as s:
     ops(x, w)
-out["trace_memory"] = [s.report(), trace_shape(s.trace()), s.memory_report()]
+trace = s.trace()
+out["trace_memory"] = [s.report(), trace_shape(trace), s.memory_report()]
+# Operators with a typed kernel (by name: the trace does not name overloads)
+# that ops() never called.
+typed = {n.split("::")[1].split(".")[0]
+         for n in torch._C._dispatch_get_registrations_for_dispatch_key("TESTING_ONLY_GenericMode")}
+out["uncalled"] = sorted(typed - {e["name"].split(".")[1] for e in trace["traceEvents"] if e.get("ph") == "X"})
 
 with torchscan.scan(streaming=True) as s:
     for _ in range(3):
@@ -164,10 +175,15 @@ def test_the_switch_takes_effect(both):
     assert typed["typed"] is True and boxed["typed"] is False
 
 
+def test_every_typed_operator_is_called(both):
+    typed, _ = both
+    assert typed["uncalled"] == []
+
+
 def test_each_condition_records_the_same_reports(both):
     typed, boxed = both
     for case in sorted(typed):
-        if case != "typed":
+        if case not in ("typed", "uncalled"):
             diffs = _differences(typed[case], boxed[case], case)
             assert not diffs, "typed (A) and boxed (B) recordings differ:\n" + "\n".join(diffs)
     # A hand check that the scans counted what they ran: the outer scan saw
