@@ -89,9 +89,9 @@ namespace {
 // engine TLS variable.
 thread_local int tls_paused __attribute__((tls_model("initial-exec"))) = 0;
 
-// Runs the call below the mode key; when no recorder wants them, the calls
-// its kernel makes skip the fallback (they would add nothing to a report).
-// `op_owner`: the operator's cached part of OwnsSubtreeInBothViews (CallSig::owner), if known.
+// Whether the calls the kernel makes may run below the mode key: no recorder
+// wants them (they would add nothing to a report). `op_owner`: the
+// operator's cached part of OwnsSubtreeInBothViews (CallSig::owner), if known.
 bool SkipsChildren(const c10::OperatorHandle& op, c10::DispatchKeySet after, absl::Span<const c10::IValue> args,
                    bool skip_children, int8_t* op_owner) {
   // A torch.func call's physical work is in its children (see PlanView).
@@ -99,6 +99,7 @@ bool SkipsChildren(const c10::OperatorHandle& op, c10::DispatchKeySet after, abs
          !after.has(c10::DispatchKey::FuncTorchGradWrapper) && OwnsSubtreeInBothViews(op, after, args, op_owner);
 }
 
+// Runs the call below the mode key, its kernel's calls too when SkipsChildren.
 void Redispatch(const c10::OperatorHandle& op, c10::DispatchKeySet after, torch::jit::Stack* stack,
                 absl::Span<const c10::IValue> args, bool skip_children, int8_t* op_owner = nullptr) {
   if (SkipsChildren(op, after, args, skip_children, op_owner)) {
@@ -191,8 +192,8 @@ void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
 
 // Note [Typed kernels]
 // The fallback is boxed: PyTorch copies a call's arguments into a heap stack
-// of IValues to reach it and unboxes them again below it, which costs about
-// a third of what recording the call costs. The operators models call most
+// of IValues to reach it and unboxes them again below it, which costs more
+// than half of what recording a small call costs. The operators models call most
 // get an unboxed kernel on the mode key instead. In the common case (one
 // scan of this thread, no all-threads scan, not paused) it records the very
 // IValues boxing would make (the same constructors), from the C stack, and
@@ -200,6 +201,7 @@ void ScanFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
 // call and runs the fallback itself. Both paths record the same call.
 // TORCHSCAN_TYPED_KERNELS=0 in the environment, when the library loads,
 // leaves every operator to the fallback (tests compare the two).
+
 // A call's operands as the IValues boxing would make, except that tensors
 // are borrowed (no reference count traffic): the recorder copies metadata
 // and keeps no IValue, and a copy of a borrowed IValue owns its tensor.
