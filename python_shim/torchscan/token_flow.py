@@ -258,16 +258,36 @@ def _axis(t: torch.Tensor, batch_first):
     return t.dim() - 1 if t.dim() >= 1 else None
 
 
+def _find_buffers(module: nn.Module, missing: set, known: dict) -> None:
+    """Adds to `known` the buffers of the module and its descendants whose
+    identities are in `missing` (emptied as they are found), as
+    module.buffers() would find them. Walked with one stack over the
+    modules' dicts: buffers() nests a generator per level and runs for every
+    attention call whose mask was made inside it (most outer modules of a
+    transformer), where nothing is found."""
+    stack = [module]
+    seen = set()
+    while stack and missing:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        for b in m._buffers.values():
+            if b is not None and b._cdata in missing:
+                missing.discard(b._cdata)
+                known[b._cdata] = b
+        stack.extend(c for c in m._modules.values() if c is not None)
+
+
 def _masks(module: nn.Module, named: list, identities: list) -> list:
     """Summaries of the attention masks the engine found, where this call
     holds them (an argument, or a buffer of the module or its children)."""
     if not identities:
         return []
     known = {t._cdata: t for _, t in named}
-    wanted = set(identities)
-    for b in module.buffers():
-        if b._cdata in wanted:
-            known.setdefault(b._cdata, b)
+    missing = set(identities).difference(known)
+    if missing:
+        _find_buffers(module, missing, known)
     out = []
     with torch.no_grad():
         for identity in identities:

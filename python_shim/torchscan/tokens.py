@@ -104,15 +104,21 @@ def read_mask(mask: torch.Tensor, *, blocks_true: bool, padding: bool = False) -
     shape = list(mask.shape)
     if mask.device.type == "meta":
         return {"problem": "meta", "shape": shape}
+    # Few operators: on the small masks of most models each costs more
+    # than its arithmetic.
     m = mask.detach().cpu()
     if m.dtype == torch.bool:
         allowed = ~m if blocks_true else m
     elif not m.is_floating_point():
         return {"problem": "dtype", "dtype": str(m.dtype), "shape": shape}
-    elif bool(torch.isnan(m).any()) or bool((m == float("inf")).any()):
-        return {"problem": "non_finite", "shape": shape}
     else:
-        allowed = (m != float("-inf")) & (m != torch.finfo(m.dtype).min)
+        # NaN or +inf make the scores NaN; max propagates NaN. Without them,
+        # a key is blocked exactly where it is -inf or the dtype's minimum.
+        if m.numel():
+            top = float(m.amax())
+            if top != top or top == float("inf"):
+                return {"problem": "non_finite", "shape": shape}
+        allowed = m > torch.finfo(m.dtype).min
     if allowed.dim() == 0:
         return {"shape": shape}
     if padding:
@@ -120,14 +126,17 @@ def read_mask(mask: torch.Tensor, *, blocks_true: bool, padding: bool = False) -
     else:
         flat = allowed.reshape(-1, *allowed.shape[-2:]) if allowed.dim() > 2 else allowed.reshape(1, 1, -1) \
             if allowed.dim() == 1 else allowed.unsqueeze(0)
-    if not bool((flat == flat[0]).all()):
+    if flat.shape[0] > 1 and not bool((flat == flat[0]).all()):
         return {"problem": "differs", "shape": shape}
     rows = flat[0]
-    # Run edges: +1 where a run of allowed keys starts, -1 one past its end;
-    # nonzero() lists them row by row, left to right.
-    edges = torch.nn.functional.pad(rows.to(torch.int8), (1, 1)).diff(dim=1)
-    starts, ends = (edges == 1).nonzero(), (edges == -1).nonzero()
-    runs = torch.stack([starts[:, 0], starts[:, 1], ends[:, 1] - 1], dim=1).flatten().tolist()
+    # Run edges: where a key is let through and the one before it is not
+    # (a start), or the reverse (one past an end); diff of booleans is their
+    # exclusive or. nonzero() lists them row by row, left to right, so each
+    # row's edges alternate start, end: a run is two consecutive entries.
+    edges = iter(torch.nn.functional.pad(rows, (1, 1)).diff(dim=1).nonzero().tolist())
+    runs = []
+    for (row, start), (_, end) in zip(edges, edges):
+        runs += (row, start, end - 1)
     return {"shape": shape, "rows": int(rows.shape[0]), "cols": int(rows.shape[1]), "runs": runs}
 
 

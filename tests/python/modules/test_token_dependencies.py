@@ -385,3 +385,74 @@ def test_read_mask_gives_the_runs_of_keys_each_row_lets_through():
     assert tokens.read_mask(torch.zeros(2, 2, device="meta"), blocks_true=True) == {"problem": "meta", "shape": [2, 2]}
     # A row that lets nothing through has no runs.
     assert tokens.read_mask(torch.ones(2, 2, dtype=torch.bool), blocks_true=True)["runs"] == []
+
+
+
+def _reference_mask(values, shape, *, blocks_true, padding, minimum):
+    """read_mask's answer computed element by element from the mask's values
+    (nested lists), following its docstring. A boolean lets a key through
+    where it is True (False when blocks_true); a float (minimum: its dtype's
+    most negative value, None for booleans) blocks at -inf and at minimum,
+    and NaN or +inf anywhere make it unreadable."""
+    import math
+
+    def leaves(v):
+        return [x for item in v for x in leaves(item)] if isinstance(v, list) else [v]
+
+    flat = leaves(values)
+    if minimum is not None and any(math.isnan(x) or x == math.inf for x in flat):
+        return {"problem": "non_finite", "shape": shape}
+    if not shape:
+        return {"shape": shape}
+    through = [x != blocks_true if minimum is None else x not in (-math.inf, minimum) for x in flat]
+    cols = shape[-1]
+    n_rows = 1 if padding or len(shape) == 1 else shape[-2]
+    size = n_rows * cols  # every batch element and head must let the same keys through
+    slabs = [through[i:i + size] for i in range(0, len(through), size)]
+    if any(s != slabs[0] for s in slabs):
+        return {"problem": "differs", "shape": shape}
+    runs = []
+    for r in range(n_rows):
+        row = slabs[0][r * cols:(r + 1) * cols]
+        c = 0
+        while c < cols:
+            if not row[c]:
+                c += 1
+                continue
+            start = c
+            while c < cols and row[c]:
+                c += 1
+            runs += [r, start, c - 1]
+    return {"shape": shape, "rows": n_rows, "cols": cols, "runs": runs}
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_read_mask_agrees_with_an_element_by_element_reading_on_random_masks(dtype):
+    from torchscan import tokens
+
+    rng = torch.Generator().manual_seed(7)
+    specials = [0.0, -1.0, 3.0, float("-inf")]
+    checked = 0
+    for trial in range(150):
+        dims = int(torch.randint(1, 5, (), generator=rng))
+        shape = [int(n) for n in torch.randint(1, 6, (dims,), generator=rng)]
+        shared = dims > 2 and trial % 3 != 0  # most masks repeat one slab over batch and heads
+        slab_shape = shape[-2:] if shared else shape
+        if dtype == torch.bool:
+            mask = torch.rand(slab_shape, generator=rng) < 0.5
+        else:
+            minimum = torch.finfo(dtype).min
+            values = specials + [minimum] + ([float("nan")] if trial % 11 == 0 else []) + \
+                ([float("inf")] if trial % 13 == 0 else [])
+            picks = torch.randint(0, len(values), slab_shape, generator=rng)
+            mask = torch.tensor(values, dtype=dtype)[picks]
+        if shared:
+            mask = mask.expand(shape).clone()
+        for blocks_true in (False, True):
+            for padding in (False, True):
+                expected = _reference_mask(mask.tolist(), shape, blocks_true=blocks_true, padding=padding,
+                                           minimum=None if dtype == torch.bool else torch.finfo(dtype).min)
+                assert tokens.read_mask(mask, blocks_true=blocks_true, padding=padding) == expected, \
+                    (mask, blocks_true, padding)
+                checked += 1
+    assert checked == 600
