@@ -134,7 +134,7 @@ def read_mask(mask: torch.Tensor, *, blocks_true: bool, padding: bool = False) -
     # exclusive or. nonzero() lists them row by row, left to right, so each
     # row's edges alternate start, end: a run is two consecutive entries.
     edges = iter(torch.nn.functional.pad(rows, (1, 1)).diff(dim=1).nonzero().tolist())
-    runs = []
+    runs: list = []
     for (row, start), (_, end) in zip(edges, edges):
         runs += (row, start, end - 1)
     return {"shape": shape, "rows": int(rows.shape[0]), "cols": int(rows.shape[1]), "runs": runs}
