@@ -71,33 +71,71 @@ def _unique_modules(module: nn.Module) -> tuple:
     return named, list(dict.fromkeys([m for _, m in named]))
 
 
-def _parameter_stats(module: nn.Module) -> dict:
-    # parameters(recurse=False) and buffers(recurse=False), read directly
-    # (their generators cost more than the sums), in one pass each: each
-    # tensor once.
-    params, buffers = module._parameters, module._buffers
-    if not params and not buffers:  # most modules of a network (activations, containers)
-        return _NO_PARAMETERS
-    count = trainable = nbytes = 0
-    seen = set()
-    for p in params.values():
-        if p is not None and id(p) not in seen:
-            seen.add(id(p))
+class _Parameters:
+    """Parameter and buffer figures of a module tree, from one pass over
+    every module's own tensors: each module's (each tensor once per module:
+    its layer rows' figures) and the tree's (each tensor once: the totals,
+    where tied weights count once)."""
+
+    def __init__(self, modules: list) -> None:
+        self.by_module: Dict[nn.Module, dict] = {}
+        self.parameters: Dict[int, torch.Tensor] = {}  # id -> the tree's distinct parameters
+        self.buffers: Dict[int, torch.Tensor] = {}
+        self.registered = 0  # parameter registrations (more than distinct parameters: some are tied)
+        self.totals = {"parameters": 0, "trainable_parameters": 0, "frozen_parameters": 0, "parameter_bytes": 0,
+                       "buffer_elements": 0, "buffer_bytes": 0}
+        for m in modules:
+            params, buffers = m._parameters, m._buffers
+            if not params and not buffers:  # most modules of a network (activations, containers)
+                self.by_module[m] = _NO_PARAMETERS
+                continue
+            self.by_module[m] = self._add(params, buffers)
+        t = self.totals
+        t["frozen_parameters"] = t["parameters"] - t["trainable_parameters"]
+
+    def _add(self, params: dict, buffers: dict) -> dict:
+        # parameters(recurse=False) and buffers(recurse=False), read directly
+        # (their generators cost more than the sums).
+        t, tree = self.totals, self.parameters
+        count = trainable = nbytes = 0
+        seen = set()
+        for p in params.values():
+            if p is None:
+                continue
+            self.registered += 1
+            key = id(p)
+            if key in seen:
+                continue
+            seen.add(key)
             n = p.numel()
+            size = n * p.element_size()
             count += n
-            nbytes += n * p.element_size()
-            if p.requires_grad:
+            nbytes += size
+            grad = p.requires_grad
+            if grad:
                 trainable += n
-    buffer_count = buffer_bytes = 0
-    seen.clear()
-    for b in buffers.values():
-        if b is not None and id(b) not in seen:
+            if key not in tree:
+                tree[key] = p
+                t["parameters"] += n
+                t["parameter_bytes"] += size
+                if grad:
+                    t["trainable_parameters"] += n
+        buffer_count = buffer_bytes = 0
+        seen.clear()
+        for b in buffers.values():
+            if b is None or id(b) in seen:
+                continue
             seen.add(id(b))
             n = b.numel()
+            size = n * b.element_size()
             buffer_count += n
-            buffer_bytes += n * b.element_size()
-    return {"parameters": count, "trainable_parameters": trainable, "parameter_bytes": nbytes,
-            "buffers": buffer_count, "buffer_bytes": buffer_bytes}
+            buffer_bytes += size
+            if id(b) not in self.buffers:
+                self.buffers[id(b)] = b
+                t["buffer_elements"] += n
+                t["buffer_bytes"] += size
+        return {"parameters": count, "trainable_parameters": trainable, "parameter_bytes": nbytes,
+                "buffers": buffer_count, "buffer_bytes": buffer_bytes}
 
 
 # Read only (its items are copied into each row).
@@ -488,7 +526,8 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     module_report = scan.module_report() if full else None
     diagnostics = []
     layers = []
-    stats: dict = {}  # per module, not per call: a module called in a loop has many rows
+    figures = _Parameters(modules)
+    stats = figures.by_module
     type_names: dict = {}  # per module class
     tensor = _tensor_metadata
     for row, (mod, inputs, output, in_snapshots, out_snapshot) in zip(rows, calls):
@@ -512,8 +551,8 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
         if type_name is None:
             type_name = type_names[cls] = safe_text(cls.__name__)
         mod_stats = stats.get(mod)
-        if mod_stats is None:
-            mod_stats = stats[mod] = _parameter_stats(mod)
+        if mod_stats is None:  # a module outside the tree (its hooks are the tree's): its own figures
+            mod_stats = stats[mod] = _Parameters([mod]).by_module[mod]
         layer = {"path": path, "call_index": row["call_index"], "name": path.rsplit(".", 1)[-1] or type_name,
                  "depth": row["depth"], "type": type_name, "inputs": inputs, "output": output, **mod_stats,
                  "metrics": metrics}
@@ -534,31 +573,10 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
             tokens.not_applicable_fields(layer["metrics"], "forward")
             if reason is not None:
                 diagnostics.append(tokens.diagnostic(layer["path"], reason))
-    registered = [p for m in modules for p in m._parameters.values() if p is not None]
-    unique_params = {id(p): p for p in registered}.values()
-    unique_buffers = {id(b): b for m in modules for b in m._buffers.values() if b is not None}.values()
-    parameters = trainable = parameter_bytes = 0
-    for p in unique_params:
-        n = p.numel()
-        parameters += n
-        parameter_bytes += n * p.element_size()
-        if p.requires_grad:
-            trainable += n
-    if len(registered) > len(unique_params):  # some tensor is registered twice (tied weights)
+    unique_params, unique_buffers = figures.parameters.values(), figures.buffers.values()
+    if figures.registered > len(unique_params):  # some tensor is registered twice (tied weights)
         _mark_shared_parameters(layers, calls)
-    buffer_elements = buffer_bytes = 0
-    for b in unique_buffers:
-        n = b.numel()
-        buffer_elements += n
-        buffer_bytes += n * b.element_size()
-    totals: Dict[str, Any] = {
-        "parameters": parameters,
-        "trainable_parameters": trainable,
-        "frozen_parameters": parameters - trainable,
-        "parameter_bytes": parameter_bytes,
-        "buffer_elements": buffer_elements,
-        "buffer_bytes": buffer_bytes,
-    }
+    totals: Dict[str, Any] = dict(figures.totals)
     if flop_report is not None and module_report is not None:  # the full mode
         totals.update({name: module_report["totals"][name] for name in _COMPUTE})
         totals["operator_flops"] = flop_report["total"]
