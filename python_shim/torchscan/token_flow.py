@@ -35,7 +35,8 @@ import ctypes
 import inspect
 import json
 import struct
-from typing import Any, Dict, Optional
+import weakref
+from typing import Any, Dict, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -83,15 +84,17 @@ def _native_query():
 # Relation kinds by number (kRelationKinds in analyses/token_flow.h).
 _KINDS = ("none", "same_position", "prefix", "all")
 _KIND_CODES = {kind: code for code, kind in enumerate(_KINDS)}
+# TokenMask::Problem by its summary's name (kMaskProblemNames).
+_MASK_PROBLEMS = {name: code for code, name in enumerate(("", "meta", "dtype", "non_finite", "differs"))}
 _ANSWER_WORDS = 5 + 4 * 64  # an answer with up to 64 sources; more: the JSON request
 
 
 def _native_words():
-    """The library's C entry point torchscan_token_flow_words (integrations/
+    """The library's C entry point torchscan_token_flow_request (integrations/
     bindings.cc) through ctypes, or None (JSON requests instead)."""
     from torchscan._library import entry_point
 
-    return entry_point("torchscan_token_flow_words")
+    return entry_point("torchscan_token_flow_request")
 
 
 class _WordRequests:
@@ -106,7 +109,8 @@ class _WordRequests:
         self._reason_length = ctypes.c_int64()
         self._out = (ctypes.byref(self._reason), ctypes.byref(self._reason_length))  # made once: reused each call
 
-    def ask(self, scope: int, path: str, out: torch.Tensor, sources: list, steps: list) -> Optional[dict]:
+    def ask(self, scope: int, path: str, out: torch.Tensor, sources: list, steps: list,
+            masks: Sequence[dict] = ()) -> Optional[dict]:
         """The answer, or None when the request cannot be put this way (the
         caller asks in JSON)."""
         texts: list = []
@@ -123,6 +127,18 @@ class _WordRequests:
         words = [scope, *text(path), out._cdata, len(sizes), *sizes, len(sources)]
         for k, src in enumerate(sources):
             words += (src["identity"], k, src["sequence_axis"], src["length"])
+        words.append(len(masks))
+        for m in masks:
+            problem = _MASK_PROBLEMS.get(m.get("problem", ""))
+            if problem is None or "reason" in m:  # not a summary read_mask gives
+                return None
+            shape = m["shape"]
+            words += (m["identity"], problem, *text(m.get("dtype", "")), len(shape), *shape)
+            if "rows" in m:
+                runs = m["runs"]
+                words += (1, m["rows"], m["cols"], len(runs), *runs)
+            else:
+                words.append(0)
         words.append(len(steps))
         for step in steps:
             if "reason" in step:
@@ -279,7 +295,36 @@ def _find_buffers(module: nn.Module, missing: set, known: dict) -> None:
         stack.extend(c for c in m._modules.values() if c is not None)
 
 
-def _masks(module: nn.Module, named: list, identities: list) -> list:
+class _MaskReads:
+    """The summaries of the masks one crawl read, by tensor. A model passes
+    one mask to every layer (Hugging Face's models pass the expanded padding
+    mask down to each attention and its enclosing modules): it is read once
+    while the same tensor holds the same values. An entry is used only for
+    the tensor it was read from, still alive (a weak reference: the crawl
+    keeps no tensor), with the same version, storage and shape: an in-place
+    change bumps the version. Inference tensors, which have no version, are
+    read every time."""
+
+    def __init__(self) -> None:
+        self._read: Dict[int, tuple] = {}  # identity -> (weak reference, version, data_ptr, shape, summary)
+
+    def summary(self, mask: torch.Tensor) -> dict:
+        """read_mask's summary; scaled_dot_product_attention's boolean masks
+        let True through."""
+        identity = mask._cdata
+        entry = self._read.get(identity)
+        try:
+            state = (mask._version, mask.data_ptr(), mask.shape)
+        except RuntimeError:  # no version (an inference tensor) or no storage: read every time
+            return tokens.read_mask(mask, blocks_true=False)
+        if entry is not None and entry[0]() is mask and entry[1:4] == state:
+            return entry[4]
+        summary = tokens.read_mask(mask, blocks_true=False)
+        self._read[identity] = (weakref.ref(mask), *state, summary)
+        return summary
+
+
+def _masks(module: nn.Module, named: list, identities: list, reads: _MaskReads) -> list:
     """Summaries of the attention masks the engine found, where this call
     holds them (an argument, or a buffer of the module or its children)."""
     if not identities:
@@ -293,8 +338,7 @@ def _masks(module: nn.Module, named: list, identities: list) -> list:
         for identity in identities:
             mask = known.get(identity)
             if mask is not None:
-                # scaled_dot_product_attention's boolean masks let True through.
-                out.append({"identity": identity, **tokens.read_mask(mask, blocks_true=False)})
+                out.append({"identity": identity, **reads.summary(mask)})
     return out
 
 
@@ -312,6 +356,7 @@ class TokenFlow:
         self.results: dict = {}  # call index -> (token_dependencies, reason or None)
         self._steps: list = []   # known module calls not yet taken by an enclosing one: (scope, step)
         self._pause = pause
+        self._mask_reads = _MaskReads()
         self._query = _native_query() if native else None
         self._masks = (ctypes.c_uint64 * _MASK_CAPACITY)() if self._query is not None else None
         words = _native_words() if native else None
@@ -426,7 +471,7 @@ class TokenFlow:
         base = {"scope": "module_call", "method": METHOD, "assumptions": list(ASSUMPTIONS)}
         out = self._primary(output)
         named = _named_tensors(module, args, kwargs)
-        masks = _masks(module, named, found["masks"])
+        masks = _masks(module, named, found["masks"], self._mask_reads)
         mask_ids = {m["identity"] for m in masks}
         batch_first = _batch_first(module)
         sources, by_identity = [], {}
@@ -448,8 +493,8 @@ class TokenFlow:
             reason = "the output is a nested tensor: no rectangular token axis"
         else:
             answer = None
-            if not masks and self._words is not None:  # masks: JSON, their one reader
-                answer = self._words.ask(scope, path, out, sources, inside)
+            if self._words is not None:
+                answer = self._words.ask(scope, path, out, sources, inside, masks)
             if answer is None:
                 request = {"scope": scope, "path": path, "output": out._cdata, "output_sizes": list(out.shape),
                            "inputs": [{"identity": s["identity"], "source": k, "axis": s["sequence_axis"],

@@ -344,6 +344,22 @@ int64_t TokenFlowWords(const int64_t* words, int64_t count, std::string_view tex
     req.inputs.push_back(t);
   }
   for (int64_t k = in.Count(); k > 0; --k) {
+    const auto identity = static_cast<uintptr_t>(in.Next());
+    TokenMask mask;
+    const int64_t problem = in.Next();
+    if (problem < 0 || problem >= kMaskProblems) return -1;
+    mask.problem = static_cast<TokenMask::Problem>(problem);
+    mask.dtype = in.Text();
+    for (int64_t j = in.Count(); j > 0; --j) mask.shape.push_back(in.Next());
+    if (in.Next() != 0) {
+      const int64_t rows = in.Next(), cols = in.Next();
+      std::vector<int64_t> runs;
+      for (int64_t j = in.Count(); j > 0; --j) runs.push_back(in.Next());
+      SetMaskRuns(mask, rows, cols, runs);
+    }
+    req.masks[identity] = std::move(mask);
+  }
+  for (int64_t k = in.Count(); k > 0; --k) {
     TokenStep step;
     step.scope = static_cast<int32_t>(in.Next());
     step.output = static_cast<uintptr_t>(in.Next());

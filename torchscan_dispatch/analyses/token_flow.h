@@ -69,7 +69,7 @@ std::optional<TokenRows> IntervalRows(const std::vector<TokenRuns>& rows);
 // dims that every batch element and head shares, `rows` x `cols` (a size of 1
 // broadcasts), by row the keys it lets through; or what makes it unusable.
 struct TokenMask {
-  enum class Problem { kNone, kMeta, kDtype, kNonFinite, kDiffers };
+  enum class Problem { kNone, kMeta, kDtype, kNonFinite, kDiffers };  // kMaskProblemNames order
   Problem problem = Problem::kNone;
   std::string dtype;           // kDtype: the mask's dtype, as the caller names it
   std::vector<int64_t> shape;  // the mask's sizes
@@ -77,6 +77,13 @@ struct TokenMask {
   std::vector<TokenRuns> runs;  // by row
   std::string reason;           // non-empty: unusable in the caller's words, or malformed
 };
+// A summary's rows, cols and runs ([row, lo, hi, ...] in row order, each
+// row's runs apart and increasing) set on `mask`; a malformed summary sets
+// its reason instead. The one check of runs, for JSON and word requests.
+void SetMaskRuns(TokenMask& mask, int64_t rows, int64_t cols, const std::vector<int64_t>& flat);
+// The summaries' names of TokenMask::Problem (kNone: no problem, named "").
+inline constexpr int kMaskProblems = 5;
+inline constexpr const char* kMaskProblemNames[kMaskProblems] = {"", "meta", "dtype", "non_finite", "differs"};
 // Why a mask's values cannot be read (meta, dtype, NaN or +inf), the
 // sentence's subject `what`; empty when they can.
 std::string MaskValueProblem(const TokenMask& m, std::string_view what);
@@ -201,10 +208,13 @@ std::string TokenFlowJson(std::string_view request);
 // TokenFlowWords takes the same request (for this thread's innermost scan,
 // as TokenFlowJson) as 64-bit words, with its strings in `text` named by
 // (offset, length) pairs, and writes the answer as words; the relation kinds
-// are numbered kRelationKinds. Requests with attention masks go as JSON
-// (their summaries are nested), so the masks have one reader.
+// are numbered kRelationKinds, mask problems kMaskProblemNames. A mask's
+// summary is checked by one function (SetMaskRuns) from either encoding.
 //   request: scope, path (offset, length), output, sizes (count, then each),
 //     inputs (count, then identity, source, axis, length each),
+//     masks (count, then identity, problem, dtype (offset, length), shape
+//     (count, then each), summarized (1/0), then, when summarized, rows,
+//     cols and runs (count, then each) each),
 //     steps (count, then scope, output, has_reason; then the reason
 //     (offset, length), or output_axis, output_length and inputs (count, then
 //     identity, axis, length, kind, limit, first_position each)).

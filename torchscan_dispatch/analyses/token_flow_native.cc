@@ -326,36 +326,38 @@ NativeLayerResult AnalyseNativeLayer(const NativeLayerRequest& request) {
   }
 }
 
+void SetMaskRuns(TokenMask& mask, int64_t rows, int64_t cols, const std::vector<int64_t>& flat) {
+  mask.rows = rows;
+  mask.cols = cols;
+  if (rows < 0 || rows > (int64_t{1} << 32)) {
+    mask.reason = "summary is malformed";
+    return;
+  }
+  mask.runs.resize(rows);
+  // Runs as [row, lo, hi, ...] in row order.
+  bool ok = flat.size() % 3 == 0;
+  for (size_t k = 0; ok && k < flat.size(); k += 3) {
+    const int64_t row = flat[k], lo = flat[k + 1], hi = flat[k + 2];
+    ok = row >= 0 && row < rows && lo >= 0 && lo <= hi && hi < cols &&
+         (mask.runs[row].empty() || lo > mask.runs[row].back().second + 1);
+    if (ok) mask.runs[row].push_back({lo, hi});
+  }
+  if (!ok) mask.reason = "summary is malformed";
+}
+
 namespace token_flow_internal {
 
 TokenMask MaskFromJson(const nlohmann::json& m) {
   TokenMask mask;
   const std::string problem = m.value("problem", "");
-  if (problem == "meta") mask.problem = TokenMask::Problem::kMeta;
-  if (problem == "dtype") mask.problem = TokenMask::Problem::kDtype;
-  if (problem == "non_finite") mask.problem = TokenMask::Problem::kNonFinite;
-  if (problem == "differs") mask.problem = TokenMask::Problem::kDiffers;
+  for (int p = 1; p < kMaskProblems; ++p) {
+    if (problem == kMaskProblemNames[p]) mask.problem = static_cast<TokenMask::Problem>(p);
+  }
   mask.dtype = m.value("dtype", "");
   mask.shape = m.value("shape", std::vector<int64_t>{});
   if (m.contains("reason")) mask.reason = m.at("reason").get<std::string>();
   if (!m.contains("rows")) return mask;
-  mask.rows = m.at("rows").get<int64_t>();
-  mask.cols = m.at("cols").get<int64_t>();
-  if (mask.rows < 0 || mask.rows > (int64_t{1} << 32)) {
-    mask.reason = "summary is malformed";
-    return mask;
-  }
-  mask.runs.resize(mask.rows);
-  // Runs as [row, lo, hi, ...] in row order.
-  const auto flat = m.at("runs").get<std::vector<int64_t>>();
-  bool ok = flat.size() % 3 == 0;
-  for (size_t k = 0; ok && k < flat.size(); k += 3) {
-    const int64_t row = flat[k], lo = flat[k + 1], hi = flat[k + 2];
-    ok = row >= 0 && row < mask.rows && lo >= 0 && lo <= hi && hi < mask.cols &&
-         (mask.runs[row].empty() || lo > mask.runs[row].back().second + 1);
-    if (ok) mask.runs[row].push_back({lo, hi});
-  }
-  if (!ok) mask.reason = "summary is malformed";
+  SetMaskRuns(mask, m.at("rows").get<int64_t>(), m.at("cols").get<int64_t>(), m.at("runs").get<std::vector<int64_t>>());
   return mask;
 }
 

@@ -299,11 +299,14 @@ __attribute__((visibility("default"))) void torchscan_resume_thread_recording() 
 // text in, the answer's words out (at most `capacity`), and an unavailable
 // answer's reason in `*reason` / `*reason_length`, kept for the calling
 // thread until its next call here. The answer's word count, or -1 (the
-// caller then asks through the custom class's JSON method).
-__attribute__((visibility("default"))) int torchscan_token_flow_words(const int64_t* words, int count, const char* text,
-                                                                      int text_length, int64_t* answer, int capacity,
-                                                                      const char** reason,
-                                                                      int64_t* reason_length) noexcept {
+// caller then asks through the custom class's JSON method). Named for its
+// word layout: the layout without masks was torchscan_token_flow_words, so
+// a shim never sends one layout to a library that reads the other.
+__attribute__((visibility("default"))) int torchscan_token_flow_request(const int64_t* words, int count,
+                                                                        const char* text, int text_length,
+                                                                        int64_t* answer, int capacity,
+                                                                        const char** reason,
+                                                                        int64_t* reason_length) noexcept {
   thread_local std::string held;
   try {
     if (count < 0 || text_length < 0 || capacity < 0) return -1;

@@ -379,8 +379,8 @@ TEST(TokenFlowJson, RefusesAScopeItCannotFind) {
 TEST(TokenFlowWords, RefusesMalformedRequestsAndAnswersAnUnknownScope) {
   int64_t answer[16];
   std::string reason;
-  // scope 3, path "ab" (text offset 0, length 2), output 7, sizes [1, 4], no inputs, no steps.
-  const std::vector<int64_t> good = {3, 0, 2, 7, 2, 1, 4, 0, 0};
+  // scope 3, path "ab" (text offset 0, length 2), output 7, sizes [1, 4], no inputs, masks or steps.
+  const std::vector<int64_t> good = {3, 0, 2, 7, 2, 1, 4, 0, 0, 0};
   ASSERT_EQ(TokenFlowWords(good.data(), static_cast<int64_t>(good.size()), "ab", answer, 16, &reason), 5);
   EXPECT_EQ(answer[0], 0);  // unavailable
   EXPECT_EQ(reason, "the module call's recorded calls were not found");
@@ -399,11 +399,47 @@ TEST(TokenFlowWords, RefusesMalformedRequestsAndAnswersAnUnknownScope) {
   bad[4] = int64_t{1} << 40;  // a count past the words
   EXPECT_EQ(TokenFlowWords(bad.data(), static_cast<int64_t>(bad.size()), "ab", answer, 16, &reason), -1);
   // One step with inputs whose relation kind is not one of the four.
-  const std::vector<int64_t> kind = {3, 0, 2, 7, 0, 0, 1, 5, 9, 0, 1, 4, 1, 11, 1, 4, 7, -1, 0};
+  const std::vector<int64_t> kind = {3, 0, 2, 7, 0, 0, 0, 1, 5, 9, 0, 1, 4, 1, 11, 1, 4, 7, -1, 0};
   EXPECT_EQ(TokenFlowWords(kind.data(), static_cast<int64_t>(kind.size()), "ab", answer, 16, &reason), -1);
   std::vector<int64_t> known = kind;
   known[known.size() - 3] = 3;  // "all"
   EXPECT_EQ(TokenFlowWords(known.data(), static_cast<int64_t>(known.size()), "ab", answer, 16, &reason), 5);
+  // One mask: identity 9, no problem, dtype "" (offset 0, length 0), shape
+  // [4, 4], summarized: 1 row of 4 columns, one run [0, 3] (row 0, keys 0..3).
+  const std::vector<int64_t> masked = {3, 0, 2, 7, 0, 0, 1, 9, 0, 0, 0, 2, 4, 4, 1, 1, 4, 3, 0, 0, 3, 0};
+  EXPECT_EQ(TokenFlowWords(masked.data(), static_cast<int64_t>(masked.size()), "ab", answer, 16, &reason), 5);
+  for (size_t cut = 0; cut < masked.size(); ++cut) {
+    EXPECT_EQ(TokenFlowWords(masked.data(), static_cast<int64_t>(cut), "ab", answer, 16, &reason), -1) << cut;
+  }
+  bad = masked;
+  bad[8] = 5;  // a problem past kMaskProblemNames
+  EXPECT_EQ(TokenFlowWords(bad.data(), static_cast<int64_t>(bad.size()), "ab", answer, 16, &reason), -1);
+  bad = masked;
+  bad[17] = int64_t{1} << 40;  // a runs count past the words
+  EXPECT_EQ(TokenFlowWords(bad.data(), static_cast<int64_t>(bad.size()), "ab", answer, 16, &reason), -1);
+}
+
+// The one check of a mask summary's runs (SetMaskRuns), which JSON and word
+// requests share: runs in row order, each inside the row and columns, apart
+// from the row's previous run; anything else leaves the mask's reason set.
+TEST(TokenFlowWords, MaskRunsAreCheckedOnce) {
+  auto reason_of = [](int64_t rows, int64_t cols, std::vector<int64_t> flat) {
+    TokenMask m;
+    SetMaskRuns(m, rows, cols, flat);
+    return m.reason;
+  };
+  TokenMask two;
+  SetMaskRuns(two, 2, 4, {0, 0, 1, 0, 3, 3, 1, 2, 2});
+  ASSERT_EQ(two.reason, "");
+  ASSERT_EQ(two.runs.size(), 2u);
+  EXPECT_EQ(two.runs[0], (TokenRuns{{0, 1}, {3, 3}}));
+  EXPECT_EQ(two.runs[1], (TokenRuns{{2, 2}}));
+  EXPECT_EQ(reason_of(2, 4, {0, 0, 1, 0, 2, 3}), "summary is malformed") << "touching runs";
+  EXPECT_EQ(reason_of(2, 4, {0, 2, 1}), "summary is malformed") << "lo past hi";
+  EXPECT_EQ(reason_of(2, 4, {2, 0, 0}), "summary is malformed") << "a row past rows";
+  EXPECT_EQ(reason_of(2, 4, {0, 0, 4}), "summary is malformed") << "a key past cols";
+  EXPECT_EQ(reason_of(2, 4, {0, 0}), "summary is malformed") << "not triples";
+  EXPECT_EQ(reason_of(-1, 4, {}), "summary is malformed") << "negative rows";
 }
 
 }  // namespace

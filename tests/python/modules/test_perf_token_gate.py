@@ -4,7 +4,7 @@ without JSON: closing the call's scope (the C pop) says whether it did,
 and only then does the C query (torchscan_token_flow_masks) name the
 masks. Both must give the JSON query's answer for every call, and a model
 without attention must make no JSON request at all. The dependency request
-itself goes as 64-bit words where no masks are involved; its answer must be
+itself goes as 64-bit words, masks' summaries included; its answer must be
 the JSON request's."""
 
 import json
@@ -46,6 +46,12 @@ def _cases():
     mask = torch.ones(5, 5, dtype=torch.bool).tril()
     yield "attention", nn.Sequential(_Attention(), nn.LayerNorm(16)), {"args": (torch.rand(2, 5, 16),)}
     yield "attention_masks", _Attention(), {"args": (torch.rand(2, 5, 16),), "kwargs": {"mask": mask}}
+    # A float mask (-inf blocks), and boolean masks whose batch elements
+    # differ (a summary with a problem and no runs).
+    floats = torch.zeros(5, 5).masked_fill(~mask, float("-inf"))
+    yield "float_mask", _Attention(), {"args": (torch.rand(2, 5, 16),), "kwargs": {"mask": floats}}
+    differs = torch.stack([mask, torch.ones(5, 5, dtype=torch.bool)]).unsqueeze(1)
+    yield "mask_differs", _Attention(), {"args": (torch.rand(2, 5, 16),), "kwargs": {"mask": differs}}
     yield "explicit", _Explicit(), {"args": (torch.rand(2, 5, 8), torch.rand(2, 5, 8))}
     yield "encoder", nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True), 2,
                                            enable_nested_tensor=False), {"args": (torch.rand(2, 5, 16),)}
@@ -55,11 +61,16 @@ def _cases():
     except ImportError:
         return
     ids = torch.randint(0, 100, (1, 8))
+    berts = {}
     for implementation in ("sdpa", "eager"):
-        bert = transformers.BertModel(transformers.BertConfig(
+        berts[implementation] = bert = transformers.BertModel(transformers.BertConfig(
             hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100,
             max_position_embeddings=64, attn_implementation=implementation)).eval()
         yield f"bert_{implementation}", bert, {"kwargs": {"input_ids": ids, "attention_mask": torch.ones_like(ids)}}
+    # Padding: every layer's SDPA gets the same expanded mask.
+    padding = torch.ones_like(ids)
+    padding[:, 6:] = 0
+    yield "bert_padding", berts["sdpa"], {"kwargs": {"input_ids": ids, "attention_mask": padding}}
     # A decoder step with a KV cache: its attention's relation is unavailable,
     # so the enclosing calls' requests carry steps with reasons.
     llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
@@ -126,29 +137,86 @@ def test_a_request_as_words_is_answered_as_the_json_request(name, model, options
     """Note [Token-flow requests without JSON]: for every request the crawl
     sends as words, the same request in JSON gets the same answer."""
     if token_flow._native_words() is None:
-        pytest.skip("a library built before torchscan_token_flow_words")
+        pytest.skip("a library built before torchscan_token_flow_request")
     ask = token_flow._WordRequests.ask
     asked = []
 
-    def both(self, scope, path, out, sources, steps):
-        answer = ask(self, scope, path, out, sources, steps)
+    def both(self, scope, path, out, sources, steps, masks=()):
+        answer = ask(self, scope, path, out, sources, steps, masks)
         request = {"scope": scope, "path": path, "output": out._cdata, "output_sizes": list(out.shape),
                    "inputs": [{"identity": s["identity"], "source": k, "axis": s["sequence_axis"],
                                "length": s["length"]} for k, s in enumerate(sources)],
-                   "masks": [], "steps": steps}
+                   "masks": list(masks), "steps": steps}
         by_json = json.loads(token_flow._session().token_flow(json.dumps(request)))
         # TokenFlowJson names explicit_attention only where it can be true.
         assert answer is not None and bool(answer.pop("explicit_attention", False)) == \
             bool(by_json.pop("explicit_attention", False)), (name, path)
         assert answer == by_json, (name, path)
-        asked.append((path, answer["status"], any("reason" in s for s in steps)))
-        return ask(self, scope, path, out, sources, steps)
+        asked.append((path, answer["status"], any("reason" in s for s in steps), [m.get("problem") for m in masks]))
+        return ask(self, scope, path, out, sources, steps, masks)
 
     monkeypatch.setattr(token_flow._WordRequests, "ask", both)
     torchscan.crawl_module(model, **options)
-    if name in ("cnn", "attention_masks"):  # no attention / masks: nothing asked as words
+    if name == "cnn":  # no attention: nothing asked
         assert asked == []
     elif name == "llama":
-        assert any(has_reason for _, _, has_reason in asked)
+        assert any(has_reason for _, _, has_reason, _ in asked)
     elif name in ("attention", "bert_sdpa"):
-        assert any(status == "complete" for _, status, _ in asked)
+        assert any(status == "complete" for _, status, _, _ in asked)
+    elif name in ("attention_masks", "float_mask"):  # read masks, relations found
+        assert any(status == "complete" and problems == [None] for _, status, _, problems in asked), asked
+    elif name == "bert_padding":  # the layers' one mask, sent with each call that holds it
+        assert sum(problems == [None] for _, _, _, problems in asked) >= 6, asked
+    elif name == "mask_differs":
+        assert any(status == "unavailable" and problems == ["differs"] for _, status, _, problems in asked), asked
+
+
+class _ChangesItsMask(nn.Module):
+    """Two attentions with one mask, changed in place between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = _Attention(), _Attention()
+
+    def forward(self, x, mask):
+        y = self.first(x, mask=mask)
+        mask.fill_(True)  # every query now sees every key
+        return self.second(y, mask=mask)
+
+
+def test_a_mask_is_read_once_while_it_holds_the_same_values(monkeypatch):
+    """A mask shared by several calls is read once; one changed in place is
+    read again, and every report equals the one made reading each mask
+    every time."""
+    from torchscan import tokens
+
+    reads = []
+    read_mask = tokens.read_mask
+
+    def counted(mask, **kwargs):
+        reads.append(mask._version)
+        return read_mask(mask, **kwargs)
+
+    monkeypatch.setattr(tokens, "read_mask", counted)
+
+    def crawl(model, options):  # options(): a fresh mask for each crawl
+        reads.clear()
+        cached = torchscan.crawl_module(model, **options())
+        cached_reads = list(reads)
+        with monkeypatch.context() as m:
+            m.setattr(token_flow._MaskReads, "summary", lambda self, mask: tokens.read_mask(mask, blocks_true=False))
+            reads.clear()
+            every_time = torchscan.crawl_module(model, **options())
+        for a, b in zip(cached["layers"], every_time["layers"]):
+            assert a.get("token_dependencies") == b.get("token_dependencies"), a["path"]
+        return cached, cached_reads, list(reads)
+
+    torch.manual_seed(0)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    x = torch.rand(2, 5, 16)
+    report, cached, every_time = crawl(_ChangesItsMask(), lambda: {"args": (x,), "kwargs": {"mask": causal.clone()}})
+    # first (version 0), then second and the root (version 1): two reads, not three.
+    assert cached == [0, 1] and every_time == [0, 1, 1]
+    sources = {l["path"]: l["token_dependencies"]["sources"][0]["relation"] for l in report["layers"]
+               if l.get("token_dependencies", {}).get("status") == "complete"}
+    assert sources["first"] == {"kind": "prefix"} and sources["second"] == {"kind": "all"}, sources
