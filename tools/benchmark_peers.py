@@ -104,14 +104,32 @@ def bench_op_kinds(ts, n_calls: int, repeats: int) -> Dict[str, Any]:
 # --------------------------------------------------------------------------- #
 
 
-def _tiny_bert():
+def _tiny_bert(padded: bool = False):
+    """A 2-layer BERT (width 64) on 32 tokens; padded: the last 8 are
+    padding, so every layer's attention gets the expanded mask (a batch of
+    unequal sequences); else the mask lets every token through, which
+    Hugging Face drops before attention."""
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
     model = BertModel(BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
                                  vocab_size=1000, max_position_embeddings=64, attn_implementation="sdpa")).eval()
     ids = torch.randint(0, 1000, (1, 32))
-    return model, lambda: ((), {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[:, 24:] = 0
+    return model, lambda: ((), {"input_ids": ids, "attention_mask": mask})
+
+
+def _tiny_t5():
+    """An encoder-decoder (T5: 2 + 2 layers, width 64) on 16 tokens: relative
+    position biases added to every attention's scores."""
+    from transformers import T5Config, T5Model
+
+    torch.manual_seed(0)
+    model = T5Model(T5Config(num_layers=2, d_model=64, num_heads=4, d_ff=128, d_kv=16, vocab_size=1000)).eval()
+    ids = torch.randint(0, 1000, (1, 16))
+    return model, lambda: ((), {"input_ids": ids, "decoder_input_ids": ids})
 
 
 def _llama_decode():
@@ -146,7 +164,8 @@ def _module_models(models) -> list:
         import transformers  # noqa: F401
     except ImportError:
         return out
-    return out + [("tiny_bert", _tiny_bert), ("llama_decode_step", _llama_decode)]
+    return out + [("tiny_bert", _tiny_bert), ("tiny_bert_padded", lambda: _tiny_bert(padded=True)),
+                  ("tiny_t5", _tiny_t5), ("llama_decode_step", _llama_decode)]
 
 
 def _peer_arms(model, inputs) -> Dict[str, Any]:
