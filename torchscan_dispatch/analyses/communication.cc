@@ -456,13 +456,23 @@ void AccumulateCommunication(const BlockLog<Event>& events, OpCatalog& catalog, 
   auto& unavailable = sums.unavailable;
   // Which calls are collectives, and which have one among their descendants
   // (children follow their parents, so one reverse pass sees them first).
-  std::vector<char> is_comm(events.size(), 0), comm_below(events.size(), 0), counted(events.size(), 0);
+  std::vector<char> is_comm(events.size(), 0);
   absl::flat_hash_map<const CallSig*, char> comm;  // once per signature
+  const CallSig* last = nullptr;                   // a loop repeats the last event's signature
+  char last_comm = 0;
+  bool any = false;
   for (size_t i = 0; i < events.size(); ++i) {
-    auto [it, fresh] = comm.try_emplace(events[i].sig, 0);
-    if (fresh) it->second = IsCommunicationOp(catalog.Get(events[i].op()).name);
-    is_comm[i] = it->second;
+    if (events[i].sig != last) {
+      auto [it, fresh] = comm.try_emplace(events[i].sig, 0);
+      if (fresh) it->second = IsCommunicationOp(catalog.Get(events[i].op()).name);
+      last = events[i].sig;
+      last_comm = it->second;
+    }
+    is_comm[i] = last_comm;
+    any = any || last_comm;
   }
+  if (!any) return;  // no collective: nothing below adds to the sums
+  std::vector<char> comm_below(events.size(), 0), counted(events.size(), 0);
   for (size_t i = events.size(); i-- > 0;) {
     const int32_t p = events[i].parent;
     if (p >= 0 && (is_comm[i] || comm_below[i])) comm_below[p] = 1;

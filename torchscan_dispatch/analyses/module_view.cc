@@ -60,11 +60,17 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
   auto& issues = sums.issues;
   // Node storage: a SigCosts holds evaluated results, costly to move on each rehash.
   absl::node_hash_map<const CallSig*, SigCosts> memo;
+  const CallSig* last = nullptr;  // a loop repeats its calls: most events repeat the last one's signature
+  SigCosts* last_costs = nullptr;
 
   for (size_t i = 0; i < events.size(); ++i) {
     if (plan.covered[i]) continue;
     const Event& e = events[i];
-    SigCosts& known = memo[e.sig];
+    if (e.sig != last) {
+      last = e.sig;
+      last_costs = &memo[e.sig];
+    }
+    SigCosts& known = *last_costs;
     if (known.info == nullptr) known.info = &catalog.Get(e.op());
     const OpInfo& info = *known.info;
     auto call = [&] { return FormulaCall(info, e.args(), e.outputs()); };

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "formulas/registry.h"
@@ -64,12 +65,6 @@ std::string IssueKey(const std::string& code, const std::string& message) {
 }
 
 std::string IssueCode(const std::string& key) { return key.substr(0, key.find('\x1f')); }
-
-bool AddCount(Count& sum, const Count& value) {
-  const bool was_exact = sum.exact();
-  sum += value;
-  return !was_exact || sum.exact();
-}
 
 std::string InexactCountMessage(const Count& value, bool caller) {
   if (caller) {
@@ -143,11 +138,17 @@ OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,
   plan.covered.resize(events.size());
   plan.in_opaque.resize(events.size());
   absl::flat_hash_map<const CallSig*, CallKind> kinds;  // classify's answer per signature
+  const CallSig* last = nullptr;  // a loop repeats its calls: most events repeat the last one's signature
+  CallKind last_kind = CallKind::kOpaque;
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
-    auto [kind, fresh] = kinds.try_emplace(e.sig, CallKind::kOpaque);
-    if (fresh) kind->second = classify(e);
-    plan.kind[i] = kind->second;
+    if (e.sig != last) {
+      auto [kind, fresh] = kinds.try_emplace(e.sig, CallKind::kOpaque);
+      if (fresh) kind->second = classify(e);
+      last = e.sig;
+      last_kind = kind->second;
+    }
+    plan.kind[i] = last_kind;
     if (C10_UNLIKELY(e.keys().has(c10::DispatchKey::FuncTorchBatched) ||
                      e.keys().has(c10::DispatchKey::FuncTorchGradWrapper))) {
       // Under torch.func transforms this call sees wrapped tensors (vmap's
@@ -217,17 +218,24 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
   Gaps& gaps = sums.gaps;
   auto& formula_issues = sums.issues;
   std::vector<PacketFlops> per_set(label_sets.size());  // by_module, per label set
-  absl::flat_hash_map<const CallSig*, SigFacts> facts;
+  // Node storage: a signature's facts stay where they are while others are added.
+  absl::node_hash_map<const CallSig*, SigFacts> facts;
+  const CallSig* last = nullptr;  // a loop repeats its calls: most events repeat the last one's signature
+  SigFacts* last_facts = nullptr;
 
   for (size_t i = 0; i < events.size(); ++i) {
     if (plan.covered[i]) continue;
     const Event& e = events[i];
-    auto [known, fresh] = facts.try_emplace(e.sig);
-    SigFacts& f = known->second;
-    if (fresh) {
-      f.info = &catalog.Get(e.op());
-      f.caller = overrides.Find(f.info->name);
+    if (e.sig != last) {
+      auto [known, fresh] = facts.try_emplace(e.sig);
+      if (fresh) {
+        known->second.info = &catalog.Get(e.op());
+        known->second.caller = overrides.Find(known->second.info->name);
+      }
+      last = e.sig;
+      last_facts = &known->second;
     }
+    SigFacts& f = *last_facts;
     const OpInfo& info = *f.info;
     auto packet_sum = [&]() -> Count& {
       if (!f.by_operator) f.by_operator = &t.by_operator[info.packet];

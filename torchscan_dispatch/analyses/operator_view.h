@@ -73,8 +73,13 @@ std::string IssueKey(const std::string& code, const std::string& message);
 std::string IssueCode(const std::string& key);
 
 // sum += value; false when this addition took `sum` past 2^128 - 1 (it
-// then keeps its value before it: a lower bound).
-bool AddCount(Count& sum, const Count& value);
+// then keeps its value before it: a lower bound). Inline: the views add
+// several counts per call.
+inline bool AddCount(Count& sum, const Count& value) {
+  const bool was_exact = sum.exact();
+  sum += value;
+  return !was_exact || sum.exact();
+}
 // Why a call's count was refused: negative, or past 2^128 - 1.
 std::string InexactCountMessage(const Count& value, bool caller);
 
