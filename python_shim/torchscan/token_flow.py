@@ -315,7 +315,7 @@ class _MaskReads:
         entry = self._read.get(identity)
         try:
             state = (mask._version, mask.data_ptr(), mask.shape)
-        except RuntimeError:  # no version (an inference tensor) or no storage: read every time
+        except Exception:  # noqa: BLE001 - no version (an inference tensor) or no storage: read every time
             return tokens.read_mask(mask, blocks_true=False)
         if entry is not None and entry[0]() is mask and entry[1:4] == state:
             return entry[4]

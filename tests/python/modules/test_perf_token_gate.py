@@ -220,3 +220,16 @@ def test_a_mask_is_read_once_while_it_holds_the_same_values(monkeypatch):
     sources = {l["path"]: l["token_dependencies"]["sources"][0]["relation"] for l in report["layers"]
                if l.get("token_dependencies", {}).get("status") == "complete"}
     assert sources["first"] == {"kind": "prefix"} and sources["second"] == {"kind": "all"}, sources
+
+
+def test_masks_without_a_version_are_read_every_time():
+    """An inference tensor has no version counter: its summary is never
+    reused, and reading it gives read_mask's answer."""
+    from torchscan import tokens
+
+    with torch.inference_mode():
+        mask = torch.ones(4, 4, dtype=torch.bool).tril()
+    reads = token_flow._MaskReads()
+    first = reads.summary(mask)
+    assert first == tokens.read_mask(mask, blocks_true=False)
+    assert reads.summary(mask) == first and reads._read == {}
