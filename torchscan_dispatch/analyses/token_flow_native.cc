@@ -3,6 +3,7 @@
 // layers here: a native layer's relation is derived from its configuration
 // and the masks it ran with, which the caller read (token_flow.h).
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <utility>
 
@@ -329,7 +330,24 @@ NativeLayerResult AnalyseNativeLayer(const NativeLayerRequest& request) {
 void SetMaskRuns(TokenMask& mask, int64_t rows, int64_t cols, const std::vector<int64_t>& flat) {
   mask.rows = rows;
   mask.cols = cols;
-  if (rows < 0 || rows > (int64_t{1} << 32)) {
+  // Rows come from the mask's leading dims and columns from its last one
+  // (either may be a broadcast 1): a count past them is malformed, refused
+  // before it sizes the runs.
+  int64_t lead = 1, last = 1;
+  bool sizes_ok = true;
+  for (size_t k = 0; k < mask.shape.size(); ++k) {
+    const int64_t d = mask.shape[k];
+    sizes_ok = sizes_ok && d >= 0;
+    if (k + 1 == mask.shape.size()) {
+      last = d;
+    } else if (d >= 0) {
+      lead = d == 0                                           ? 0
+             : lead > std::numeric_limits<int64_t>::max() / d ? std::numeric_limits<int64_t>::max()
+                                                              : lead * d;
+    }
+  }
+  if (!sizes_ok || rows < 0 || cols < 0 || rows > std::max<int64_t>(1, lead) || cols > std::max<int64_t>(1, last) ||
+      rows > (int64_t{1} << 32)) {
     mask.reason = "summary is malformed";
     return;
   }

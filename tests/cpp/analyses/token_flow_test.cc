@@ -421,14 +421,17 @@ TEST(TokenFlowWords, RefusesMalformedRequestsAndAnswersAnUnknownScope) {
 
 // The one check of a mask summary's runs (SetMaskRuns), which JSON and word
 // requests share: runs in row order, each inside the row and columns, apart
-// from the row's previous run; anything else leaves the mask's reason set.
+// from the row's previous run, and rows and columns no more than the mask's
+// shape has; anything else leaves the mask's reason set.
 TEST(TokenFlowWords, MaskRunsAreCheckedOnce) {
-  auto reason_of = [](int64_t rows, int64_t cols, std::vector<int64_t> flat) {
+  auto reason_of = [](int64_t rows, int64_t cols, std::vector<int64_t> flat, std::vector<int64_t> shape = {2, 4}) {
     TokenMask m;
+    m.shape = std::move(shape);
     SetMaskRuns(m, rows, cols, flat);
     return m.reason;
   };
   TokenMask two;
+  two.shape = {2, 4};
   SetMaskRuns(two, 2, 4, {0, 0, 1, 0, 3, 3, 1, 2, 2});
   ASSERT_EQ(two.reason, "");
   ASSERT_EQ(two.runs.size(), 2u);
@@ -440,6 +443,16 @@ TEST(TokenFlowWords, MaskRunsAreCheckedOnce) {
   EXPECT_EQ(reason_of(2, 4, {0, 0, 4}), "summary is malformed") << "a key past cols";
   EXPECT_EQ(reason_of(2, 4, {0, 0}), "summary is malformed") << "not triples";
   EXPECT_EQ(reason_of(-1, 4, {}), "summary is malformed") << "negative rows";
+  // Counts the shape cannot have, refused before they size anything.
+  EXPECT_EQ(reason_of(int64_t{1} << 31, 4, {}), "summary is malformed") << "rows past the shape";
+  EXPECT_EQ(reason_of(2, 5, {}), "summary is malformed") << "columns past the shape";
+  EXPECT_EQ(reason_of(1, 4, {}, {-3, 4}), "summary is malformed") << "a negative size";
+  // The forms read_mask gives: a key padding mask (N, S) as one row, a 1-d
+  // mask as one row, a (B, H, L, S) mask as its L rows, no keys at all.
+  EXPECT_EQ(reason_of(1, 3, {0, 0, 1}, {5, 3}), "");
+  EXPECT_EQ(reason_of(1, 3, {0, 0, 2}, {3}), "");
+  EXPECT_EQ(reason_of(4, 6, {3, 0, 5}, {2, 8, 4, 6}), "");
+  EXPECT_EQ(reason_of(4, 0, {}, {4, 0}), "");
 }
 
 }  // namespace
