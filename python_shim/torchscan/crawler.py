@@ -373,7 +373,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     # structure mode omits them. Their own tensor work is not the model's.
     # The analysis asks the library first whether the call ran attention or a
     # softmax (a C call), and pauses recording only for the calls that did.
-    flow = token_flow.TokenFlow(bool(handle), pause) if mode == "full" else None
+    flow = token_flow.TokenFlow(bool(handle), pause, named) if mode == "full" else None
 
     def tokens_after(mod, scope, index, hook_args, hook_kwargs, output):
         if is_compiling():  # Dynamo tracing the hooks: no tensors to read

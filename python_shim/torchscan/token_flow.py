@@ -280,7 +280,8 @@ def _find_buffers(module: nn.Module, missing: set, known: dict) -> None:
     module.buffers() would find them. Walked with one stack over the
     modules' dicts: buffers() nests a generator per level and runs for every
     attention call whose mask was made inside it (most outer modules of a
-    transformer), where nothing is found."""
+    transformer), where nothing is found. A crawl searches its tree's
+    preorder instead where it can (_TreeBuffers)."""
     stack = [module]
     seen = set()
     while stack and missing:
@@ -293,6 +294,64 @@ def _find_buffers(module: nn.Module, missing: set, known: dict) -> None:
                 missing.discard(b._cdata)
                 known[b._cdata] = b
         stack.extend(c for c in m._modules.values() if c is not None)
+
+
+class _TreeBuffers:
+    """Where a crawl looks for the masks a call's arguments do not hold: the
+    buffers of the module and its descendants. The crawl's modules are
+    fixed when it starts (its hooks are on them), so a module's descendants
+    are a contiguous span of their preorder, which is built once per crawl,
+    when a mask is first missed; the buffers themselves are read live. A
+    tree whose structure is not that preorder by then (a module reached
+    twice, children changed during the forward), and a module outside it,
+    are walked instead (_find_buffers). Outer modules of a transformer miss
+    the masks their layers make inside, each call: a walk per call
+    costs the depth of the tree times its size."""
+
+    def __init__(self, named: Optional[list]) -> None:
+        self._named = named  # (path, module) in the crawl's preorder, or None
+        self._order: list = []
+        self._spans: Optional[Dict[int, tuple]] = None  # id(module) -> (first, one past its last descendant)
+
+    def _span(self, module: nn.Module) -> Optional[tuple]:
+        if self._spans is None:
+            self._spans = {}
+            if self._named:
+                order: list = []
+                ends: list = []
+                stack: list = [self._named[0][1]]
+                while stack:
+                    item = stack.pop()
+                    if type(item) is int:  # the end of a module's descendants
+                        ends[item] = len(order)
+                        continue
+                    stack.append(len(order))
+                    order.append(item)
+                    ends.append(0)
+                    children = item._modules
+                    if children:
+                        stack.extend(reversed([c for c in children.values() if c is not None]))
+                if len(order) == len(self._named) and all(a is b for a, (_, b) in zip(order, self._named)):
+                    spans = {id(m): (i, end) for i, (m, end) in enumerate(zip(order, ends))}
+                    if len(spans) == len(order):  # no module reached twice
+                        self._order, self._spans = order, spans
+        return self._spans.get(id(module))
+
+    def find(self, module: nn.Module, missing: set, known: dict) -> None:
+        """As _find_buffers."""
+        span = self._span(module)
+        if span is None:
+            _find_buffers(module, missing, known)
+            return
+        for m in self._order[span[0]:span[1]]:
+            buffers = m._buffers
+            if buffers:
+                for b in buffers.values():
+                    if b is not None and b._cdata in missing:
+                        missing.discard(b._cdata)
+                        known[b._cdata] = b
+                if not missing:
+                    return
 
 
 class _MaskReads:
@@ -324,7 +383,7 @@ class _MaskReads:
         return summary
 
 
-def _masks(module: nn.Module, named: list, identities: list, reads: _MaskReads) -> list:
+def _masks(module: nn.Module, named: list, identities: list, reads: _MaskReads, tree: _TreeBuffers) -> list:
     """Summaries of the attention masks the engine found, where this call
     holds them (an argument, or a buffer of the module or its children)."""
     if not identities:
@@ -332,7 +391,7 @@ def _masks(module: nn.Module, named: list, identities: list, reads: _MaskReads) 
     known = {t._cdata: t for _, t in named}
     missing = set(identities).difference(known)
     if missing:
-        _find_buffers(module, missing, known)
+        tree.find(module, missing, known)
     out = []
     with torch.no_grad():
         for identity in identities:
@@ -352,8 +411,9 @@ class TokenFlow:
     the call's scope was popped. native: the library's C entry points are
     in use (the crawl's fast path); pause: the crawl's AnalysisPause."""
 
-    def __init__(self, native: bool = False, pause=None):
+    def __init__(self, native: bool = False, pause=None, named: Optional[list] = None):
         self.results: dict = {}  # call index -> (token_dependencies, reason or None)
+        self._tree = _TreeBuffers(named)
         self._steps: list = []   # known module calls not yet taken by an enclosing one: (scope, step)
         self._pause = pause
         self._mask_reads = _MaskReads()
@@ -471,7 +531,7 @@ class TokenFlow:
         base = {"scope": "module_call", "method": METHOD, "assumptions": list(ASSUMPTIONS)}
         out = self._primary(output)
         named = _named_tensors(module, args, kwargs)
-        masks = _masks(module, named, found["masks"], self._mask_reads)
+        masks = _masks(module, named, found["masks"], self._mask_reads, self._tree)
         mask_ids = {m["identity"] for m in masks}
         batch_first = _batch_first(module)
         sources, by_identity = [], {}

@@ -91,6 +91,54 @@ def signature(module: nn.Module) -> inspect.Signature:
     return sig
 
 
+_READ_WORDS = 4096  # a summary with up to about 1,360 runs; more: the operators
+
+
+class _NativeRead:
+    """The library's C entry point torchscan_read_mask (integrations/
+    bindings.cc) through ctypes, with its words buffer; `fn` None where it
+    cannot be reached (the operators read every mask)."""
+
+    fn: Any = None
+    words: Any = None
+    loaded = False
+
+    @classmethod
+    def load(cls) -> None:
+        import ctypes
+
+        from torchscan._library import entry_point
+
+        fn = entry_point("torchscan_read_mask")
+        if fn is not None:
+            fn.argtypes = (ctypes.c_uint64, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64)
+            fn.restype = ctypes.c_int64
+            cls.words = (ctypes.c_int64 * _READ_WORDS)()
+        cls.fn = fn
+        cls.loaded = True
+
+
+_PROBLEM_NAMES = ("", "meta", "dtype", "non_finite", "differs")  # kMaskProblemNames
+
+
+def _read_natively(mask: torch.Tensor, shape: list, blocks_true: bool, padding: bool):
+    """read_mask's summary from the mask's memory (Note [Reading a mask's
+    values] in analyses/token_flow.h), or None where that reading does not
+    apply: a tensor subclass, another device or dtype, an empty mask."""
+    if not _NativeRead.loaded:
+        _NativeRead.load()
+    fn = _NativeRead.fn
+    if fn is None or type(mask) is not torch.Tensor:
+        return None
+    words = _NativeRead.words
+    n = fn(mask._cdata, (1 if blocks_true else 0) | (2 if padding else 0), words, _READ_WORDS)
+    if n < 3:
+        return None
+    if words[0] != 0:
+        return {"problem": _PROBLEM_NAMES[words[0]], "shape": shape}
+    return {"shape": shape, "rows": words[1], "cols": words[2], "runs": words[3:n]}
+
+
 def read_mask(mask: torch.Tensor, *, blocks_true: bool, padding: bool = False) -> dict:
     """What an attention mask lets through, in the engine's TokenMask form
     (analyses/token_flow.h): its shape, and of the slice of its last dims
@@ -104,6 +152,9 @@ def read_mask(mask: torch.Tensor, *, blocks_true: bool, padding: bool = False) -
     shape = list(mask.shape)
     if mask.device.type == "meta":
         return {"problem": "meta", "shape": shape}
+    summary = _read_natively(mask, shape, blocks_true, padding)
+    if summary is not None:
+        return summary
     # Few operators: on the small masks of most models each costs more
     # than its arithmetic.
     m = mask.detach().cpu()

@@ -16,6 +16,10 @@
 
 #include "torchscan_dispatch/core/recorder.h"
 
+namespace at {
+class Tensor;
+}  // namespace at
+
 namespace torchscan {
 
 // Which source positions output position i depends on: one interval per
@@ -81,6 +85,23 @@ struct TokenMask {
 // row's runs apart and increasing) set on `mask`; a malformed summary sets
 // its reason instead. The one check of runs, for JSON and word requests.
 void SetMaskRuns(TokenMask& mask, int64_t rows, int64_t cols, const std::vector<int64_t>& flat);
+// Note [Reading a mask's values]
+// A mask's summary (TokenMask's problem, rows, cols and runs) is read by the
+// Python shim's tokens.read_mask with a few tensor operators, each costing
+// more than its arithmetic on the small masks of most models. For a dense
+// CPU mask of the dtypes attention takes (bool, float16, bfloat16, float32,
+// float64) ReadMaskValues reads the same summary straight from its memory,
+// element by element in row-major order; the operators stay the reading of
+// every other mask (another device, dtype or layout, an empty or 0-d mask, a
+// view with a negative or conjugate bit). The two agree on every mask
+// (tests/python/modules/test_token_dependencies.py).
+//
+// The summary's words: the problem (kMaskProblems order: kNone, kNonFinite
+// or kDiffers), rows, cols, then the runs [row, lo, hi, ...] of the slice
+// every batch element and head shares; nullopt where ReadMaskValues does not
+// apply. blocks_true: a boolean mask blocks where True; padding: a key
+// padding mask (one row of keys per batch element).
+std::optional<std::vector<int64_t>> ReadMaskValues(const at::Tensor& mask, bool blocks_true, bool padding);
 // The summaries' names of TokenMask::Problem (kNone: no problem, named "").
 inline constexpr int kMaskProblems = 5;
 inline constexpr const char* kMaskProblemNames[kMaskProblems] = {"", "meta", "dtype", "non_finite", "differs"};

@@ -426,10 +426,25 @@ def _reference_mask(values, shape, *, blocks_true, padding, minimum):
     return {"shape": shape, "rows": n_rows, "cols": cols, "runs": runs}
 
 
+@pytest.mark.parametrize("reading", ["memory", "operators"])
 @pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.float16, torch.bfloat16, torch.float64])
-def test_read_mask_agrees_with_an_element_by_element_reading_on_random_masks(dtype):
+def test_read_mask_agrees_with_an_element_by_element_reading_on_random_masks(dtype, reading, monkeypatch):
+    """Both readings (Note [Reading a mask's values]): the library's, from
+    the memory of a dense CPU mask, contiguous or a view (transposed,
+    strided, expanded), and the tensor operators' (every other mask)."""
     from torchscan import tokens
 
+    tokens._NativeRead.load()
+    native = tokens._NativeRead.fn
+    assert native is not None
+    answered = []
+
+    def counted(*args):
+        n = native(*args)
+        answered.append(n >= 3)
+        return n
+
+    monkeypatch.setattr(tokens._NativeRead, "fn", counted if reading == "memory" else None)
     rng = torch.Generator().manual_seed(7)
     specials = [0.0, -1.0, 3.0, float("-inf")]
     checked = 0
@@ -447,7 +462,13 @@ def test_read_mask_agrees_with_an_element_by_element_reading_on_random_masks(dty
             picks = torch.randint(0, len(values), slab_shape, generator=rng)
             mask = torch.tensor(values, dtype=dtype)[picks]
         if shared:
-            mask = mask.expand(shape).clone()
+            mask = mask.expand(shape)  # strides of 0 over batch and heads
+            if trial % 2:
+                mask = mask.clone()
+        elif trial % 4 == 1 and dims > 1:  # the same values, transposed in memory
+            mask = mask.transpose(-1, -2).contiguous().transpose(-1, -2)
+        elif trial % 4 == 2:  # every other element of a wider tensor
+            mask = mask.repeat_interleave(2, dim=-1)[..., ::2]
         for blocks_true in (False, True):
             for padding in (False, True):
                 expected = _reference_mask(mask.tolist(), shape, blocks_true=blocks_true, padding=padding,
@@ -456,3 +477,4 @@ def test_read_mask_agrees_with_an_element_by_element_reading_on_random_masks(dty
                     (mask, blocks_true, padding)
                 checked += 1
     assert checked == 600
+    assert answered == ([True] * 600 if reading == "memory" else [])  # each reading read every mask

@@ -196,6 +196,45 @@ def test_a_buffer_mask_is_read():
     assert _sources(report)[0]["relation"] == {"kind": "prefix"}
 
 
+def test_masks_held_deeper_in_the_tree_are_found_as_a_walk_finds_them(monkeypatch):
+    class Bank(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("keep", torch.ones(L, L, dtype=torch.bool).tril())
+
+    class Deep(SelfAttention):  # the mask is a grandchild's buffer, not an argument of the call
+        def __init__(self):
+            super().__init__()
+            self.store = nn.Sequential(Bank())
+
+        def forward(self, x):
+            return super().forward(x, self.store[0].keep)
+
+    deep = Deep()
+    x = torch.randn(2, L, E)
+    spans = []
+    span = token_flow._TreeBuffers._span
+
+    def recorded(self, module):
+        spans.append(span(self, module))
+        return spans[-1]
+
+    monkeypatch.setattr(token_flow._TreeBuffers, "_span", recorded)
+    # A tree (the crawl's preorder spans), and one that reaches `deep` twice (a walk).
+    tree, shared = torchscan.crawl_module(nn.Sequential(Deep(), Deep()), args=(x,)), \
+        torchscan.crawl_module(nn.Sequential(deep, deep), args=(x,))
+    assert spans and all(s is not None for s in spans[:3]) and spans[3:] and all(s is None for s in spans[3:])
+    monkeypatch.setattr(token_flow._TreeBuffers, "_span", lambda self, module: None)  # a walk throughout
+    for report, walked in ((tree, torchscan.crawl_module(nn.Sequential(Deep(), Deep()), args=(x,))),
+                           (shared, torchscan.crawl_module(nn.Sequential(deep, deep), args=(x,)))):
+        # keep: key j <= query i, at each Deep call and through both (the residual-free chain): prefix.
+        outer = [r["token_dependencies"] for r in report["layers"] if r["path"] in ("", "0", "1")]
+        assert len(outer) == 3 and all(d["status"] == "complete" for d in outer), outer
+        assert all(d["sources"][0]["relation"] == {"kind": "prefix"} for d in outer)
+        assert [r.get("token_dependencies") for r in report["layers"]] == \
+            [r.get("token_dependencies") for r in walked["layers"]]
+
+
 class Block(nn.Module):
     def __init__(self):
         super().__init__()

@@ -1,0 +1,106 @@
+// A dense CPU mask's summary read from its memory (Note [Reading a mask's
+// values] in token_flow.h).
+#include <ATen/core/Tensor.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cmath>
+#include <limits>
+
+#include "torchscan_dispatch/analyses/token_flow.h"
+
+namespace torchscan {
+namespace {
+
+// Whether each element lets its key through, in row-major order; false when
+// a floating mask holds NaN or +inf (the scores would be NaN).
+template <class T>
+bool Allowed(const at::Tensor& t, bool blocks_true, std::vector<uint8_t>& allowed) {
+  const int64_t ndim = t.dim();
+  const auto sizes = t.sizes();
+  const auto strides = t.strides();
+  const T* base = static_cast<const T*>(t.const_data_ptr());
+  std::vector<int64_t> index(static_cast<size_t>(ndim), 0);
+  const int64_t last = ndim - 1, cols = sizes[last], step = strides[last];
+  int64_t offset = 0;  // of the current row's first element
+  for (size_t at = 0; at < allowed.size(); at += static_cast<size_t>(cols)) {
+    const T* row = base + offset;
+    for (int64_t c = 0; c < cols; ++c) {
+      const T v = row[c * step];
+      if constexpr (std::is_same_v<T, bool>) {
+        allowed[at + static_cast<size_t>(c)] = v != blocks_true;
+      } else {
+        // Blocked at -inf and at the dtype's lowest value (the softmax weight is then exactly 0).
+        const double x = static_cast<double>(v);
+        if (std::isnan(x) || x == std::numeric_limits<double>::infinity()) return false;
+        allowed[at + static_cast<size_t>(c)] = x > static_cast<double>(std::numeric_limits<T>::lowest());
+      }
+    }
+    // The next row: the odometer over the leading dims.
+    for (int64_t d = last - 1; d >= 0; --d) {
+      offset += strides[d];
+      if (++index[d] < sizes[d]) break;
+      offset -= strides[d] * sizes[d];
+      index[d] = 0;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::vector<int64_t>> ReadMaskValues(const at::Tensor& mask, bool blocks_true, bool padding) {
+  if (!mask.defined() || !mask.device().is_cpu() || mask.layout() != at::kStrided || mask.is_nested() ||
+      mask.is_neg() || mask.is_conj() || mask.dim() == 0 || mask.numel() == 0 || !mask.has_storage()) {
+    return std::nullopt;
+  }
+  std::vector<uint8_t> allowed(static_cast<size_t>(mask.numel()));
+  bool finite = true;
+  switch (mask.scalar_type()) {
+    case at::kBool:
+      finite = Allowed<bool>(mask, blocks_true, allowed);
+      break;
+    case at::kHalf:
+      finite = Allowed<c10::Half>(mask, blocks_true, allowed);
+      break;
+    case at::kBFloat16:
+      finite = Allowed<c10::BFloat16>(mask, blocks_true, allowed);
+      break;
+    case at::kFloat:
+      finite = Allowed<float>(mask, blocks_true, allowed);
+      break;
+    case at::kDouble:
+      finite = Allowed<double>(mask, blocks_true, allowed);
+      break;
+    default:
+      return std::nullopt;
+  }
+  constexpr auto kNonFinite = static_cast<int64_t>(TokenMask::Problem::kNonFinite);
+  constexpr auto kDiffers = static_cast<int64_t>(TokenMask::Problem::kDiffers);
+  if (!finite) return std::vector<int64_t>{kNonFinite, 0, 0};
+  // The shared slice: a key padding mask's last dim; else the last two dims
+  // (one row for a 1-d mask), repeated over the leading ones.
+  const auto sizes = mask.sizes();
+  const int64_t cols = sizes.back();
+  const int64_t rows = padding || sizes.size() == 1 ? 1 : sizes[sizes.size() - 2];
+  const size_t slice = static_cast<size_t>(rows * cols);
+  for (size_t k = slice; k < allowed.size(); ++k) {
+    if (allowed[k] != allowed[k % slice]) return std::vector<int64_t>{kDiffers, 0, 0};
+  }
+  std::vector<int64_t> words = {static_cast<int64_t>(TokenMask::Problem::kNone), rows, cols};
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = allowed.data() + r * cols;
+    for (int64_t c = 0; c < cols;) {
+      if (!row[c]) {
+        ++c;
+        continue;
+      }
+      const int64_t lo = c;
+      while (c < cols && row[c]) ++c;
+      words.insert(words.end(), {r, lo, c - 1});
+    }
+  }
+  return words;
+}
+
+}  // namespace torchscan
