@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import threading
 import weakref
 from typing import Any
 
@@ -96,12 +97,13 @@ _READ_WORDS = 4096  # a summary with up to about 1,360 runs; more: the operators
 
 class _NativeRead:
     """The library's C entry point torchscan_read_mask (integrations/
-    bindings.cc) through ctypes, with its words buffer; `fn` None where it
-    cannot be reached (the operators read every mask)."""
+    bindings.cc) through ctypes, `fn` None where it cannot be reached (the
+    operators read every mask); each thread writes the words into its own
+    buffer (ctypes lets other threads run during the call)."""
 
     fn: Any = None
-    words: Any = None
     loaded = False
+    buffers = threading.local()
 
     @classmethod
     def load(cls) -> None:
@@ -113,9 +115,17 @@ class _NativeRead:
         if fn is not None:
             fn.argtypes = (ctypes.c_uint64, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64)
             fn.restype = ctypes.c_int64
-            cls.words = (ctypes.c_int64 * _READ_WORDS)()
         cls.fn = fn
         cls.loaded = True
+
+    @classmethod
+    def words(cls) -> Any:
+        words = getattr(cls.buffers, "words", None)
+        if words is None:
+            import ctypes
+
+            words = cls.buffers.words = (ctypes.c_int64 * _READ_WORDS)()
+        return words
 
 
 _PROBLEM_NAMES = ("", "meta", "dtype", "non_finite", "differs")  # kMaskProblemNames
@@ -130,7 +140,7 @@ def _read_natively(mask: torch.Tensor, shape: list, blocks_true: bool, padding: 
     fn = _NativeRead.fn
     if fn is None or type(mask) is not torch.Tensor:
         return None
-    words = _NativeRead.words
+    words = _NativeRead.words()
     n = fn(mask._cdata, (1 if blocks_true else 0) | (2 if padding else 0), words, _READ_WORDS)
     if n < 3:
         return None

@@ -478,3 +478,32 @@ def test_read_mask_agrees_with_an_element_by_element_reading_on_random_masks(dty
                 checked += 1
     assert checked == 600
     assert answered == ([True] * 600 if reading == "memory" else [])  # each reading read every mask
+
+
+def test_masks_read_in_several_threads_at_once_each_get_their_own_summary():
+    # The library reads a mask with other threads running (ctypes releases
+    # the GIL): each thread's words are its own, or one thread would name
+    # another's runs.
+    import threading
+
+    from torchscan import tokens
+
+    n = 24
+    masks = [torch.ones(n, n, dtype=torch.bool).tril(-k) for k in range(4)]  # key j <= i - k
+    expected = [tokens.read_mask(m, blocks_true=False) for m in masks]
+    assert len({str(e) for e in expected}) == 4
+    wrong: list = []
+
+    def read(k):
+        for _ in range(5000):
+            got = tokens.read_mask(masks[k], blocks_true=False)
+            if got != expected[k]:
+                wrong.append((k, got))
+                return
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
