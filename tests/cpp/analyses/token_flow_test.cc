@@ -2,11 +2,16 @@
 // on hand-written rows, and the pass on real ATen calls recorded by a scan.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/tril.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 
@@ -453,6 +458,37 @@ TEST(TokenFlowWords, MaskRunsAreCheckedOnce) {
   EXPECT_EQ(reason_of(1, 3, {0, 0, 2}, {3}), "");
   EXPECT_EQ(reason_of(4, 6, {3, 0, 5}, {2, 8, 4, 6}), "");
   EXPECT_EQ(reason_of(4, 0, {}, {4, 0}), "");
+}
+
+// Note [Reading a mask's values]: the summary's words (problem, rows, cols,
+// runs) straight from memory, for contiguous masks and views alike.
+TEST(ReadMaskValues, SummariesOfDenseCpuMasks) {
+  using W = std::vector<int64_t>;
+  // Causal 3x3 (row i lets keys 0..i through), as bool and as float with -inf above the diagonal.
+  const at::Tensor causal = at::ones({3, 3}, at::kBool).tril();
+  EXPECT_EQ(ReadMaskValues(causal, /*blocks_true=*/false, /*padding=*/false), (W{0, 3, 3, 0, 0, 0, 1, 0, 1, 2, 0, 2}));
+  // Blocking where True: the complement, row 2 lets nothing through.
+  EXPECT_EQ(ReadMaskValues(causal, true, false), (W{0, 3, 3, 0, 1, 2, 1, 2, 2}));
+  const at::Tensor additive = at::zeros({3, 3}).masked_fill(causal.logical_not(), -INFINITY);
+  EXPECT_EQ(ReadMaskValues(additive, false, false), ReadMaskValues(causal, false, false));
+  // The dtype's lowest value blocks as -inf does; NaN or +inf anywhere make the mask unreadable.
+  const at::Tensor lowest = at::zeros({1, 4}, at::kHalf).index_fill(1, at::arange(2, 4), -65504.0);
+  EXPECT_EQ(ReadMaskValues(lowest, false, false), (W{0, 1, 4, 0, 0, 1}));
+  EXPECT_EQ(ReadMaskValues(at::zeros({2, 2}).index_fill(1, at::arange(1, 2), NAN), false, false), (W{3, 0, 0}));
+  EXPECT_EQ(ReadMaskValues(at::zeros({2, 2}, at::kDouble).fill_(INFINITY), false, false), (W{3, 0, 0}));
+  // A view: the transpose of a mask reads its rows as columns; a slab
+  // expanded over batch and heads (strides of 0) is read once per element.
+  EXPECT_EQ(ReadMaskValues(causal.t(), false, false), ReadMaskValues(causal.t().contiguous(), false, false));
+  EXPECT_EQ(ReadMaskValues(causal.expand({2, 4, 3, 3}), false, false), ReadMaskValues(causal, false, false));
+  // Key padding (N, S): one row; batch elements that let different keys through differ.
+  const at::Tensor padding = at::ones({2, 4}, at::kBool).index_fill(1, at::arange(3, 4), false);
+  EXPECT_EQ(ReadMaskValues(padding, false, true), (W{0, 1, 4, 0, 0, 2}));
+  EXPECT_EQ(ReadMaskValues(causal, false, true), (W{4, 0, 0}));
+  // Every other mask is left to the tensor operators.
+  EXPECT_EQ(ReadMaskValues(at::ones({2, 2}, at::kLong), false, false), std::nullopt) << "an integer dtype";
+  EXPECT_EQ(ReadMaskValues(at::ones({0, 3}, at::kBool), false, false), std::nullopt) << "no elements";
+  EXPECT_EQ(ReadMaskValues(at::ones({}, at::kBool), false, false), std::nullopt) << "0-d";
+  EXPECT_EQ(ReadMaskValues(at::Tensor(), false, false), std::nullopt) << "undefined";
 }
 
 }  // namespace
