@@ -92,7 +92,7 @@ def signature(module: nn.Module) -> inspect.Signature:
     return sig
 
 
-_READ_WORDS = 4096  # a summary with up to about 1,360 runs; more: the operators
+_READ_WORDS = 4096  # a thread's first buffer: a summary of up to 1,364 runs
 
 
 class _NativeRead:
@@ -119,12 +119,14 @@ class _NativeRead:
         cls.loaded = True
 
     @classmethod
-    def words(cls) -> Any:
+    def words(cls, count: int = _READ_WORDS) -> Any:
+        """This thread's buffer, with room for at least `count` words (it
+        grows to the largest summary the thread has read)."""
         words = getattr(cls.buffers, "words", None)
-        if words is None:
+        if words is None or len(words) < count:
             import ctypes
 
-            words = cls.buffers.words = (ctypes.c_int64 * _READ_WORDS)()
+            words = cls.buffers.words = (ctypes.c_int64 * max(count, _READ_WORDS))()
         return words
 
 
@@ -140,9 +142,13 @@ def _read_natively(mask: torch.Tensor, shape: list, blocks_true: bool, padding: 
     fn = _NativeRead.fn
     if fn is None or type(mask) is not torch.Tensor:
         return None
+    flags = (1 if blocks_true else 0) | (2 if padding else 0)
     words = _NativeRead.words()
-    n = fn(mask._cdata, (1 if blocks_true else 0) | (2 if padding else 0), words, _READ_WORDS)
-    if n < 3:
+    n = fn(mask._cdata, flags, words, len(words))
+    if n > len(words):  # a summary of many runs (a long causal mask): read again with room for it
+        words = _NativeRead.words(n)
+        n = fn(mask._cdata, flags, words, len(words))
+    if n < 3 or n > len(words):
         return None
     if words[0] != 0:
         return {"problem": _PROBLEM_NAMES[words[0]], "shape": shape}

@@ -324,9 +324,10 @@ __attribute__((visibility("default"))) int torchscan_token_flow_request(const in
 // A mask's summary read from its memory (Note [Reading a mask's values] in
 // analyses/token_flow.h) for tokens.read_mask: `tensor` is the address of
 // the mask's TensorImpl (Tensor._cdata of a tensor the caller holds), flags
-// bit 0 blocks_true and bit 1 padding. Writes the summary's words to
-// `words` and answers their count; -1 where the reading does not apply or
-// the words do not fit (the caller reads the mask with tensor operators).
+// bit 0 blocks_true and bit 1 padding. Answers the summary's word count,
+// having written the words to `words` when they fit in `capacity` (else the
+// caller asks again with room for them); -1 where the reading does not
+// apply (the caller reads the mask with tensor operators).
 __attribute__((visibility("default"))) int64_t torchscan_read_mask(uintptr_t tensor, int flags, int64_t* words,
                                                                    int64_t capacity) noexcept {
   try {
@@ -334,9 +335,10 @@ __attribute__((visibility("default"))) int64_t torchscan_read_mask(uintptr_t ten
     const at::Tensor mask(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::unsafe_reclaim_from_nonowning(
         reinterpret_cast<c10::TensorImpl*>(tensor)));
     const auto summary = torchscan::ReadMaskValues(mask, (flags & 1) != 0, (flags & 2) != 0);
-    if (!summary || static_cast<int64_t>(summary->size()) > capacity) return -1;
-    std::copy(summary->begin(), summary->end(), words);
-    return static_cast<int64_t>(summary->size());
+    if (!summary) return -1;
+    const auto n = static_cast<int64_t>(summary->size());
+    if (n <= capacity) std::copy(summary->begin(), summary->end(), words);
+    return n;
   } catch (...) {
     return -1;
   }

@@ -507,3 +507,29 @@ def test_masks_read_in_several_threads_at_once_each_get_their_own_summary():
     for t in threads:
         t.join()
     assert wrong == []
+
+
+def test_a_mask_of_many_runs_is_read_from_memory_too(monkeypatch):
+    # A causal mask of 1,500 rows has 1,500 runs: 4,503 words, past a
+    # thread's first buffer; the library is asked again with room for them.
+    import threading
+
+    from torchscan import tokens
+
+    causal = torch.ones(1500, 1500, dtype=torch.bool).tril()
+    expected = {"shape": [1500, 1500], "rows": 1500, "cols": 1500,
+                "runs": [x for i in range(1500) for x in (i, 0, i)]}
+    tokens._NativeRead.load()
+    native, answers = tokens._NativeRead.fn, []
+
+    def counted(*args):
+        answers.append(native(*args))
+        return answers[-1]
+
+    monkeypatch.setattr(tokens._NativeRead, "fn", counted)
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(tokens.read_mask(causal, blocks_true=False)))
+    reader.start()  # a new thread: its buffer starts at its first size
+    reader.join()
+    assert got == [expected]
+    assert answers == [4503, 4503]
