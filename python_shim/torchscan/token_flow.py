@@ -414,6 +414,7 @@ class TokenFlow:
     def __init__(self, native: bool = False, pause=None, named: Optional[list] = None):
         self.results: dict = {}  # call index -> (token_dependencies, reason or None)
         self._tree = _TreeBuffers(named)
+        self._native_types: Dict[type, bool] = {}  # per module class: tokens.applies, asked once a crawl
         self._steps: list = []   # known module calls not yet taken by an enclosing one: (scope, step)
         self._pause = pause
         self._mask_reads = _MaskReads()
@@ -435,12 +436,22 @@ class TokenFlow:
                 return {"attention": bool(flags & 1), "softmax": bool(flags & 2), "masks": self._masks[:count]}
         return json.loads(self._Session.token_flow(json.dumps({"query": "masks", "scope": scope, "path": path})))
 
+    def asks(self, module: nn.Module, ran: bool) -> bool:
+        """Whether after() may have anything to do for this call: not for a
+        call that ran neither attention nor a softmax, with no known call
+        inside and of a class that is no native attention layer (most
+        calls of a network), which the hook then skips."""
+        return ran or bool(self._steps) or self._native_types.get(type(module)) is not False
+
     def after(self, module: nn.Module, path: str, scope: int, index: int, args: tuple, kwargs: dict,
               output, ran: bool = True) -> None:
         """ran: False when the library said, closing the scope, that the call
         recorded neither attention nor a softmax (the common case, answered
         without a second query)."""
-        native = tokens.applies(module)
+        cls = type(module)
+        native = self._native_types.get(cls)
+        if native is None:
+            native = self._native_types[cls] = tokens.applies(module)
         found = None
         if not native:
             # (Known calls are kept in scope order: the last is the innermost.)

@@ -82,6 +82,31 @@ def _cases():
 
 
 @pytest.mark.parametrize("name,model,options", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_calls_the_hooks_skip_are_those_the_analysis_would_pass_over(name, model, options, monkeypatch):
+    """TokenFlow.asks lets the hook skip after() for a call it would pass
+    over: the reports are those of asking after() at every call, and a
+    model without attention skips all but the first call of each class."""
+    after, reached = token_flow.TokenFlow.after, []
+
+    def counted(self, *args):
+        reached.append(args[1])
+        return after(self, *args)
+
+    monkeypatch.setattr(token_flow.TokenFlow, "after", counted)
+    skipping = torchscan.crawl_module(model, **options)
+    asked = len(reached)
+    with monkeypatch.context() as m:
+        m.setattr(token_flow.TokenFlow, "asks", lambda self, module, ran: True)
+        every = torchscan.crawl_module(model, **options)
+    assert [l.get("token_dependencies") for l in skipping["layers"]] == \
+        [l.get("token_dependencies") for l in every["layers"]]
+    assert skipping["diagnostics"] == every["diagnostics"]
+    assert len(reached) - asked == len(every["layers"])  # every call reached after() in `every`
+    # Without attention, after() is reached by the first call of each class only (which says it is no native layer).
+    assert asked == len({type(m) for m in model.modules()}) if name == "cnn" else 0 < asked <= len(every["layers"])
+
+
+@pytest.mark.parametrize("name,model,options", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
 def test_closing_a_scope_and_the_native_query_answer_as_the_json_query(name, model, options, monkeypatch):
     """Closing a module call's scope says whether it ran attention or a
     softmax; only then is the C query asked for its masks. For every module
@@ -101,6 +126,7 @@ def test_closing_a_scope_and_the_native_query_answer_as_the_json_query(name, mod
         return after(self, module, path, scope, index, args, kwargs, output, ran)
 
     monkeypatch.setattr(token_flow.TokenFlow, "after", checked)
+    monkeypatch.setattr(token_flow.TokenFlow, "asks", lambda self, module, ran: True)  # every call reaches after()
     report = torchscan.crawl_module(model, **options)
     assert sorted(p for p, _ in seen) == sorted(l["path"] for l in report["layers"])  # every call, once
     if name == "cnn":
