@@ -33,6 +33,42 @@ struct SigCosts {
 constexpr char kSumOverflow[] =
     "adding its value took a sum past 2^128 - 1, the largest count TorchScan holds exactly; that sum "
     "keeps its value before this call (a lower bound)";
+
+// The run of formula call `i` (Note [Runs of one call]) added at once when
+// that gives what adding it call by call gives: `i` is then its last event.
+// False, with nothing added, otherwise.
+bool AddRun(const BlockLog<Event>& events, const OperatorPlan& plan, size_t& i, const ModuleCosts& costs,
+            SigCosts& known, const OpInfo& info, const TallyRows& rows, reports::ModuleTally& t) {
+  const FormulaResult* r[3] = {&costs.flops, &costs.macs, &costs.dmas};
+  for (const FormulaResult* x : r) {
+    if (x->status != MetricStatus::kComplete || !x->value.exact()) return false;
+  }
+  const CallRun run = RunAt(events, plan, i);
+  if (run.calls < 2) return false;
+  if (known.by_operator == nullptr) known.by_operator = &t.by_operator[info.packet];
+  reports::LayerTally* const layers[2] = {rows.Scope(events[i]), rows.Request(events[i])};
+  std::array<Count, 3> total;
+  for (int m = 0; m < 3; ++m) {
+    total[m] = r[m]->value * Count(run.calls);
+    if (!total[m].exact() || !AddsWithinRange((*known.by_operator)[m], total[m]) ||
+        !AddsWithinRange(t.known[m], total[m])) {
+      return false;
+    }
+    for (const reports::LayerTally* layer : layers) {
+      if (layer != nullptr && !AddsWithinRange(layer->known[m + 1], total[m])) return false;
+    }
+  }
+  for (int m = 0; m < 3; ++m) {
+    (*known.by_operator)[m] += total[m];
+    t.known[m] += total[m];
+    t.complete[m] = t.complete[m] && t.known[m].exact();
+    for (reports::LayerTally* layer : layers) {
+      if (layer != nullptr) layer->known[m + 1] += total[m];
+    }
+  }
+  i = run.last;
+  return true;
+}
 }  // namespace
 
 void ModuleSums::Add(const ModuleSums& o) {
@@ -87,6 +123,7 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
         case CallKind::kFormula:
           if (!known.formula) known.formula = info.module->Evaluate(call());
           costs = &*known.formula;
+          if (AddRun(events, plan, i, *costs, known, info, rows, t)) continue;  // i is the run's last event now
           break;
         case CallKind::kZeroCost:
           if (!known.zero_cost) known.zero_cost = ZeroCostCosts(call(), info.zero_cost);

@@ -58,6 +58,38 @@ struct SigFacts {
   reports::IgnoredOperator* ignored = nullptr;
 };
 
+// The run of built-in formula call `i` (Note [Runs of one call]) added at
+// once when that gives what adding it call by call gives: `i` is then its
+// last event. False, with nothing added, otherwise.
+bool AddRun(const BlockLog<Event>& events, const OperatorPlan& plan, size_t& i, const FormulaResult& r, SigFacts& f,
+            std::vector<PacketFlops>& per_set, const TallyRows& rows, reports::FlopTally& t) {
+  if (r.status != MetricStatus::kComplete || !r.value.exact()) return false;
+  const CallRun run = RunAt(events, plan, i);
+  if (run.calls < 2) return false;
+  const Event& e = events[i];
+  const Count total = r.value * Count(run.calls);
+  if (!total.exact()) return false;
+  if (!f.by_operator) f.by_operator = &t.by_operator[f.info->packet];
+  Count* by_set = r.value != 0 && e.labels != LabelTree::kEmpty ? &per_set[e.labels][f.info->packet] : nullptr;
+  reports::LayerTally* const layers[2] = {rows.Scope(e), rows.Request(e)};
+  if (!AddsWithinRange(*f.by_operator, total) || !AddsWithinRange(t.known, total) ||
+      (by_set != nullptr && !AddsWithinRange(*by_set, total))) {
+    return false;
+  }
+  for (const reports::LayerTally* layer : layers) {
+    if (layer != nullptr && !AddsWithinRange(layer->known[0], total)) return false;
+  }
+  *f.by_operator += total;
+  t.known += total;
+  t.complete = t.complete && t.known.exact();
+  if (by_set != nullptr) *by_set += total;
+  for (reports::LayerTally* layer : layers) {
+    if (layer != nullptr) layer->known[0] += total;
+  }
+  i = run.last;
+  return true;
+}
+
 }  // namespace
 
 std::string IssueKey(const std::string& code, const std::string& message) {
@@ -257,6 +289,7 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
         case CallKind::kFormula: {
           const CallerFormula* caller = f.caller;
           if (!caller && !f.builtin) f.builtin = EvaluateOperatorFormula(*info.builtin, CallOf(e, info));
+          if (!caller && AddRun(events, plan, i, *f.builtin, f, per_set, rows, t)) continue;  // i: the run's last
           // The built-in result is read in place: no copy of its texts per call.
           std::optional<FormulaResult> from_caller;
           if (caller) from_caller = (*caller)(CallOf(e, info));

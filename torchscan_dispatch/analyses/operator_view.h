@@ -83,6 +83,37 @@ inline bool AddCount(Count& sum, const Count& value) {
 // Why a call's count was refused: negative, or past 2^128 - 1.
 std::string InexactCountMessage(const Count& value, bool caller);
 
+// Note [Runs of one call]
+// A loop repeats its calls: consecutive events of one signature, plan kind,
+// scope, request and label set (events covered by another call's formula
+// may lie between them) add the same values. The views add such a run's
+// values once, multiplied by its length, where the call's values are
+// complete and every sum they go to stays exact or is inexact already: the
+// sums, flags and diagnostics are then those of adding call by call. Any
+// other run goes call by call.
+struct CallRun {
+  size_t calls = 1;  // the run's events (covered ones not counted)
+  size_t last = 0;   // index of its last event
+};
+inline CallRun RunAt(const BlockLog<Event>& events, const OperatorPlan& plan, size_t i) {
+  const Event& e = events[i];
+  CallRun run{1, i};
+  for (size_t j = i + 1; j < events.size(); ++j) {
+    if (plan.covered[j]) continue;
+    const Event& x = events[j];
+    if (x.sig != e.sig || plan.kind[j] != plan.kind[i] || x.scope != e.scope || x.request != e.request ||
+        x.labels != e.labels) {
+      break;
+    }
+    ++run.calls;
+    run.last = j;
+  }
+  return run;
+}
+// Whether adding `value` to `sum` call by call would never take it past
+// 2^128 - 1: it stays exact, or it is inexact already (and keeps its value).
+inline bool AddsWithinRange(const Count& sum, const Count& value) { return !sum.exact() || (sum + value).exact(); }
+
 struct TallyContext {
   std::string torch_version;
   std::string scope;

@@ -16,6 +16,7 @@
 #include "formulas/convolution.h"
 #include "reports/metric.h"
 #include "tests/cpp/formulas/formula_testing.h"
+#include "torchscan_dispatch/analyses/operator_view.h"
 #include "torchscan_dispatch/torchscan.h"
 
 namespace torchscan {
@@ -151,6 +152,44 @@ TEST(SessionCounts, MetaMatmulPast2To64IsExactInByOperatorAndTotal) {
   EXPECT_NE(text.find("\"aten.mm\":18446744073709551616"), std::string::npos) << text;
   EXPECT_NE(text.find("\"status\":\"complete\",\"unit\":\"FLOPs\",\"value\":18446744073709551616"), std::string::npos)
       << text;
+}
+
+// Note [Runs of one call]: a loop's repeated call is added once per run,
+// multiplied; the sums must be those of adding it call by call. Each mm of
+// two 2^21 x 2^21 meta matrices is 2^64 FLOPs (2^63 MACs).
+TEST(SessionCounts, RunsOfOneCallAddWhatTheirCallsAdd) {
+  const int64_t n = int64_t{1} << 21;
+  const at::Tensor a = at::empty({n, n}, at::TensorOptions().device(at::kMeta));
+  const at::Tensor x = at::ones({3});
+  Session s;
+  const std::string text = ScanText(s, [&] {
+    for (int i = 0; i < 3; ++i) at::mm(a, a);  // a run of 3, outside any module
+    at::relu(x);                               // another call ends it
+    {
+      ModuleScope m(s, "m");
+      for (int i = 0; i < 2; ++i) at::mm(a, a);  // a run of 2 in m
+    }
+    at::mm(a, a);  // a run of 1, outside again
+  });
+  // 6 * 2^64 = 110680464442257309696.
+  EXPECT_NE(text.find("\"aten.mm\":110680464442257309696"), std::string::npos) << text;
+  const std::vector<LayerRow> rows = s.LayerRows().value();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].known[0], Count(2) * Count::FromWide(Wide{1} << 64)) << "operator_flops of m's 2 calls";
+  EXPECT_EQ(rows[0].known[2], Count::FromWide(Wide{1} << 64)) << "macs: 2 * 2^63";
+  const auto modules = nlohmann::json::parse(s.ModuleReportJson().value());
+  EXPECT_EQ(modules["totals"]["macs"]["status"], "complete");
+  EXPECT_NE(s.ModuleReportJson().value().find("55340232221128654848"), std::string::npos)  // 6 * 2^63 MACs
+      << s.ModuleReportJson().value();
+}
+
+TEST(SessionCounts, AddsWithinRangeSaysWhetherCallByCallSumsStayExact) {
+  const Count max = Count::Max();
+  EXPECT_TRUE(AddsWithinRange(Count(1), Count(2)));
+  EXPECT_TRUE(AddsWithinRange(max - 1, Count(1)));
+  EXPECT_FALSE(AddsWithinRange(max - 1, Count(2)));
+  EXPECT_TRUE(AddsWithinRange(max + 1, Count(5))) << "an inexact sum keeps its value";
+  EXPECT_FALSE((Count::FromWide(Wide{1} << 127) * Count(2)).exact()) << "a run's product past 2^128 - 1";
 }
 
 TEST(SessionCounts, CallerFormulaValuesPastInt64AreExactAndSumsPast2To128AreRefused) {
