@@ -37,14 +37,17 @@ constexpr char kSumOverflow[] =
 // The run of formula call `i` (Note [Runs of one call]) added at once when
 // that gives what adding it call by call gives: `i` is then its last event.
 // False, with nothing added, otherwise.
-bool AddRun(const BlockLog<Event>& events, const OperatorPlan& plan, size_t& i, const ModuleCosts& costs,
-            SigCosts& known, const OpInfo& info, const TallyRows& rows, reports::ModuleTally& t) {
+bool AddRun(const BlockLog<Event>& events, const OperatorPlan& plan, size_t& i, size_t& by_call_until,
+            const ModuleCosts& costs, SigCosts& known, const OpInfo& info, const TallyRows& rows,
+            reports::ModuleTally& t) {
   const FormulaResult* r[3] = {&costs.flops, &costs.macs, &costs.dmas};
   for (const FormulaResult* x : r) {
     if (x->status != MetricStatus::kComplete || !x->value.exact()) return false;
   }
+  if (i < by_call_until) return false;
   const CallRun run = RunAt(events, plan, i);
   if (run.calls < 2) return false;
+  by_call_until = run.last + 1;  // refused below: its calls go one by one, not scanned again
   if (known.by_operator == nullptr) known.by_operator = &t.by_operator[info.packet];
   reports::LayerTally* const layers[2] = {rows.Scope(events[i]), rows.Request(events[i])};
   std::array<Count, 3> total;
@@ -98,6 +101,7 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
   absl::node_hash_map<const CallSig*, SigCosts> memo;
   const CallSig* last = nullptr;  // a loop repeats its calls: most events repeat the last one's signature
   SigCosts* last_costs = nullptr;
+  size_t by_call_until = 0;  // a refused run's end (Note [Runs of one call])
 
   for (size_t i = 0; i < events.size(); ++i) {
     if (plan.covered[i]) continue;
@@ -123,7 +127,8 @@ void AccumulateModuleView(const BlockLog<Event>& events, const OperatorPlan& pla
         case CallKind::kFormula:
           if (!known.formula) known.formula = info.module->Evaluate(call());
           costs = &*known.formula;
-          if (AddRun(events, plan, i, *costs, known, info, rows, t)) continue;  // i is the run's last event now
+          if (AddRun(events, plan, i, by_call_until, *costs, known, info, rows, t))
+            continue;  // i is the run's last event now
           break;
         case CallKind::kZeroCost:
           if (!known.zero_cost) known.zero_cost = ZeroCostCosts(call(), info.zero_cost);

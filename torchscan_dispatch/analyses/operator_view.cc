@@ -61,11 +61,14 @@ struct SigFacts {
 // The run of built-in formula call `i` (Note [Runs of one call]) added at
 // once when that gives what adding it call by call gives: `i` is then its
 // last event. False, with nothing added, otherwise.
-bool AddRun(const BlockLog<Event>& events, const OperatorPlan& plan, size_t& i, const FormulaResult& r, SigFacts& f,
-            std::vector<PacketFlops>& per_set, const TallyRows& rows, reports::FlopTally& t) {
+bool AddRun(const BlockLog<Event>& events, const OperatorPlan& plan, size_t& i, size_t& by_call_until,
+            const FormulaResult& r, SigFacts& f, std::vector<PacketFlops>& per_set, const TallyRows& rows,
+            reports::FlopTally& t) {
   if (r.status != MetricStatus::kComplete || !r.value.exact()) return false;
+  if (i < by_call_until) return false;
   const CallRun run = RunAt(events, plan, i);
   if (run.calls < 2) return false;
+  by_call_until = run.last + 1;  // refused below: its calls go one by one, not scanned again
   const Event& e = events[i];
   const Count total = r.value * Count(run.calls);
   if (!total.exact()) return false;
@@ -254,6 +257,7 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
   absl::node_hash_map<const CallSig*, SigFacts> facts;
   const CallSig* last = nullptr;  // a loop repeats its calls: most events repeat the last one's signature
   SigFacts* last_facts = nullptr;
+  size_t by_call_until = 0;  // a refused run's end (Note [Runs of one call])
 
   for (size_t i = 0; i < events.size(); ++i) {
     if (plan.covered[i]) continue;
@@ -289,7 +293,8 @@ void AccumulateOperatorView(const BlockLog<Event>& events, const LabelTree& labe
         case CallKind::kFormula: {
           const CallerFormula* caller = f.caller;
           if (!caller && !f.builtin) f.builtin = EvaluateOperatorFormula(*info.builtin, CallOf(e, info));
-          if (!caller && AddRun(events, plan, i, *f.builtin, f, per_set, rows, t)) continue;  // i: the run's last
+          if (!caller && AddRun(events, plan, i, by_call_until, *f.builtin, f, per_set, rows, t))
+            continue;  // i: the run's last
           // The built-in result is read in place: no copy of its texts per call.
           std::optional<FormulaResult> from_caller;
           if (caller) from_caller = (*caller)(CallOf(e, info));
