@@ -85,7 +85,7 @@ def _native_query():
 _KINDS = ("none", "same_position", "prefix", "all")
 _KIND_CODES = {kind: code for code, kind in enumerate(_KINDS)}
 # TokenMask::Problem by its summary's name (kMaskProblemNames).
-_MASK_PROBLEMS = {name: code for code, name in enumerate(("", "meta", "dtype", "non_finite", "differs"))}
+_MASK_PROBLEMS = {name: code for code, name in enumerate(tokens.MASK_PROBLEMS)}
 _ANSWER_WORDS = 5 + 4 * 64  # an answer with up to 64 sources; more: the JSON request
 
 
@@ -289,11 +289,17 @@ def _find_buffers(module: nn.Module, missing: set, known: dict) -> None:
         if id(m) in seen:
             continue
         seen.add(id(m))
-        for b in m._buffers.values():
-            if b is not None and b._cdata in missing:
-                missing.discard(b._cdata)
-                known[b._cdata] = b
+        _take_buffers(m, missing, known)
         stack.extend(c for c in m._modules.values() if c is not None)
+
+
+def _take_buffers(module: nn.Module, missing: set, known: dict) -> None:
+    """Moves the module's own buffers whose identities are in `missing`
+    into `known`."""
+    for b in module._buffers.values():
+        if b is not None and b._cdata in missing:
+            missing.discard(b._cdata)
+            known[b._cdata] = b
 
 
 class _TreeBuffers:
@@ -344,12 +350,8 @@ class _TreeBuffers:
             _find_buffers(module, missing, known)
             return
         for m in self._order[span[0]:span[1]]:
-            buffers = m._buffers
-            if buffers:
-                for b in buffers.values():
-                    if b is not None and b._cdata in missing:
-                        missing.discard(b._cdata)
-                        known[b._cdata] = b
+            if m._buffers:
+                _take_buffers(m, missing, known)
                 if not missing:
                     return
 

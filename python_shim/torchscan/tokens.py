@@ -130,7 +130,8 @@ class _NativeRead:
         return words
 
 
-_PROBLEM_NAMES = ("", "meta", "dtype", "non_finite", "differs")  # kMaskProblemNames
+# A summary's problems by code (kMaskProblemNames in analyses/token_flow.h; "": none).
+MASK_PROBLEMS = ("", "meta", "dtype", "non_finite", "differs")
 
 
 def _read_natively(mask: torch.Tensor, shape: list, blocks_true: bool, padding: bool):
@@ -151,7 +152,7 @@ def _read_natively(mask: torch.Tensor, shape: list, blocks_true: bool, padding: 
     if n < 3 or n > len(words):
         return None
     if words[0] != 0:
-        return {"problem": _PROBLEM_NAMES[words[0]], "shape": shape}
+        return {"problem": MASK_PROBLEMS[words[0]], "shape": shape}
     return {"shape": shape, "rows": words[1], "cols": words[2], "runs": words[3:n]}
 
 
