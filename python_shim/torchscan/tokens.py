@@ -156,6 +156,20 @@ def _read_natively(mask: torch.Tensor, shape: list, blocks_true: bool, padding: 
     return {"shape": shape, "rows": words[1], "cols": words[2], "runs": words[3:n]}
 
 
+def _storage_holds(mask: torch.Tensor) -> bool:
+    """Whether every element the view reaches lies inside its storage. A
+    storage resized under its tensors keeps their shapes but not their
+    memory, and most operators read such a view without a check."""
+    if mask.numel() == 0:
+        return True
+    try:
+        nbytes = mask.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):  # no storage of its own (a wrapper): its operators answer
+        return True
+    last = mask.storage_offset() + sum((n - 1) * s for n, s in zip(mask.shape, mask.stride()))
+    return (last + 1) * mask.element_size() <= nbytes
+
+
 def read_mask(mask: torch.Tensor, *, blocks_true: bool, padding: bool = False) -> dict:
     """What an attention mask lets through, in the engine's TokenMask form
     (analyses/token_flow.h): its shape, and of the slice of its last dims
@@ -172,6 +186,9 @@ def read_mask(mask: torch.Tensor, *, blocks_true: bool, padding: bool = False) -
     summary = _read_natively(mask, shape, blocks_true, padding)
     if summary is not None:
         return summary
+    if not _storage_holds(mask):
+        raise RuntimeError("torchscan: the mask's storage holds fewer bytes than its view reaches "
+                           "(resized after the mask was made); its values cannot be read")
     # Few operators: on the small masks of most models each costs more
     # than its arithmetic.
     m = mask.detach().cpu()

@@ -94,7 +94,10 @@ void SetMaskRuns(TokenMask& mask, int64_t rows, int64_t cols, const std::vector<
 // element by element in row-major order; the operators stay the reading of
 // every other mask (another device, dtype or layout, an empty or 0-d mask, a
 // view with a negative or conjugate bit). The two agree on every mask
-// (tests/python/modules/test_token_dependencies.py).
+// (tests/python/modules/test_token_dependencies.py). Neither reads a view
+// that reaches past its storage's memory (a storage resized under its
+// tensors keeps their shapes): the shim refuses it with an error, which the
+// analysis reports.
 //
 // The summary's words: the problem (kMaskProblems order: kNone, kNonFinite
 // or kDiffers), rows, cols, then the runs [row, lo, hi, ...] of the slice

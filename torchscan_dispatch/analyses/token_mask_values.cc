@@ -47,11 +47,32 @@ bool Allowed(const at::Tensor& t, bool blocks_true, std::vector<uint8_t>& allowe
   return true;
 }
 
+// Whether every element the view reaches lies inside its storage's memory.
+// A storage can shrink under its tensors (untyped_storage().resize_(0), as
+// sharded training does to free memory): the sizes and strides stay, the
+// memory is gone, and reading it would fault. The tensor operators refuse
+// such a view with an error, which the analysis then reports.
+bool InsideStorage(const at::Tensor& t) {
+  if (t.const_data_ptr() == nullptr) return false;
+  int64_t last = t.storage_offset();  // the furthest element's index (numel > 0: every size >= 1)
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    int64_t span = 0;
+    if (t.stride(d) < 0 || __builtin_mul_overflow(t.size(d) - 1, t.stride(d), &span) ||
+        __builtin_add_overflow(last, span, &last)) {
+      return false;
+    }
+  }
+  int64_t need = 0;
+  if (last < 0 || __builtin_mul_overflow(last + 1, static_cast<int64_t>(t.element_size()), &need)) return false;
+  return static_cast<uint64_t>(need) <= t.storage().nbytes();
+}
+
 }  // namespace
 
 std::optional<std::vector<int64_t>> ReadMaskValues(const at::Tensor& mask, bool blocks_true, bool padding) {
   if (!mask.defined() || !mask.device().is_cpu() || mask.layout() != at::kStrided || mask.is_nested() ||
-      mask.is_neg() || mask.is_conj() || mask.dim() == 0 || mask.numel() == 0 || !mask.has_storage()) {
+      mask.is_neg() || mask.is_conj() || mask.dim() == 0 || mask.numel() == 0 || !mask.has_storage() ||
+      !InsideStorage(mask)) {
     return std::nullopt;
   }
   std::vector<uint8_t> allowed(static_cast<size_t>(mask.numel()));

@@ -11,6 +11,9 @@
 #include <ATen/ops/ones.h>
 #include <ATen/ops/tril.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/rand.h>
+#include <ATen/ops/randint.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
@@ -489,6 +492,58 @@ TEST(ReadMaskValues, SummariesOfDenseCpuMasks) {
   EXPECT_EQ(ReadMaskValues(at::ones({0, 3}, at::kBool), false, false), std::nullopt) << "no elements";
   EXPECT_EQ(ReadMaskValues(at::ones({}, at::kBool), false, false), std::nullopt) << "0-d";
   EXPECT_EQ(ReadMaskValues(at::Tensor(), false, false), std::nullopt) << "undefined";
+}
+
+TEST(ReadMaskValues, MasksWhoseStorageShrankAreLeftToTheOperators) {
+  // A storage resized under its tensor keeps their sizes and strides but
+  // not their memory: resized to nothing (its data pointer is null), or
+  // below what a view reaches. Reading either would fault.
+  at::Tensor freed = at::ones({4, 4}, at::kBool);
+  at::native::resize_bytes_cpu(freed.storage().unsafeGetStorageImpl(), 0);
+  EXPECT_EQ(ReadMaskValues(freed, false, false), std::nullopt);
+  // Float32 rows 1..3 of a 4x4 mask: they reach elements 4..15, bytes 16..63.
+  const at::Tensor base = at::zeros({4, 4});
+  const at::Tensor rows = base.slice(0, 1, 4);
+  EXPECT_EQ(ReadMaskValues(rows, false, false), (std::vector<int64_t>{0, 3, 4, 0, 0, 3, 1, 0, 3, 2, 0, 3}));
+  base.storage().unsafeGetStorageImpl()->set_nbytes(63);  // one byte short of the last element
+  EXPECT_EQ(ReadMaskValues(rows, false, false), std::nullopt);
+  base.storage().unsafeGetStorageImpl()->set_nbytes(64);
+  EXPECT_NE(ReadMaskValues(rows, false, false), std::nullopt) << "exactly the bytes it reaches";
+}
+
+TEST(ReadMaskValues, ViewsReadAsTheirContiguousCopies) {
+  // Random views (offsets, steps, transposes, dims of stride 0) of random
+  // masks against their contiguous copies, whose rows are read in order:
+  // the strides are followed right, and (under AddressSanitizer) no read
+  // leaves the storage.
+  at::manual_seed(11);
+  int compared = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t dims = 1 + trial % 4;
+    std::vector<int64_t> sizes;
+    for (int64_t d = 0; d < dims; ++d) sizes.push_back(at::randint(1, 7, {}).item<int64_t>());
+    at::Tensor mask = trial % 2 ? at::rand(sizes).lt(0.5)
+                                : at::zeros(sizes).masked_fill(at::rand(sizes).lt(0.4), -INFINITY).to(at::kHalf);
+    for (int64_t d = 0; d < dims; ++d) {
+      const int64_t n = mask.size(d);
+      const int64_t start = at::randint(0, n, {}).item<int64_t>();
+      const int64_t end = start + 1 + at::randint(0, n - start, {}).item<int64_t>();
+      mask = mask.slice(d, start, end, 1 + at::randint(0, 3, {}).item<int64_t>());
+    }
+    if (dims > 1 && trial % 3 == 0) mask = mask.transpose(0, dims - 1);
+    if (trial % 5 == 0) {
+      std::vector<int64_t> wider = {3};
+      wider.insert(wider.end(), mask.sizes().begin(), mask.sizes().end());
+      mask = mask.unsqueeze(0).expand(wider);
+    }
+    for (const bool padding : {false, true}) {
+      const auto read = ReadMaskValues(mask, false, padding);
+      ASSERT_NE(read, std::nullopt);
+      EXPECT_EQ(read, ReadMaskValues(mask.contiguous(), false, padding)) << mask.sizes() << mask.strides();
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 800);
 }
 
 }  // namespace

@@ -533,3 +533,50 @@ def test_a_mask_of_many_runs_is_read_from_memory_too(monkeypatch):
     reader.join()
     assert got == [expected]
     assert answers == [4503, 4503]
+
+
+def test_a_mask_whose_storage_was_freed_is_reported_not_read():
+    # A storage resized under its tensor (as sharded training frees memory)
+    # keeps the tensor's shape but not its memory: to nothing, or to less
+    # than a view reaches. Neither reading may touch it (in a child process:
+    # a fault would end it), and the crawl says why the call's dependencies
+    # are unavailable.
+    import subprocess
+    import sys
+
+    code = """
+import torch, torch.nn as nn, torchscan
+from torchscan import tokens
+freed = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+freed.untyped_storage().resize_(0)
+shrunk = torch.zeros(1, 1, 64, 64)[..., 8:, :]  # elements 512.. of 4,096
+shrunk.untyped_storage().resize_(16)
+for mask in (freed, shrunk):
+    try:
+        tokens.read_mask(mask, blocks_true=False)
+    except RuntimeError as e:
+        print("refused:", "storage holds fewer bytes" in str(e))
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", torch.ones(8, 8, dtype=torch.bool).tril())
+    def forward(self, x):
+        return nn.functional.scaled_dot_product_attention(x, x, x, attn_mask=self.mask)
+
+class Freeing(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention = Attention()
+    def forward(self, x):
+        y = self.attention(x)
+        self.attention.mask.untyped_storage().resize_(0)
+        return y
+
+report = torchscan.crawl_module(Freeing(), args=(torch.rand(1, 2, 8, 4),))
+deps = {layer["path"]: layer["token_dependencies"] for layer in report["layers"]}
+print(deps["attention"]["status"], deps[""]["status"], "storage holds fewer bytes" in deps[""]["reason"])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:3] == ["refused: True", "refused: True", "complete unavailable True"], done.stdout
