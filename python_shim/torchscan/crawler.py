@@ -421,7 +421,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
                 session.pop_module_scope(scope, failed, [identity])
             if not failed and not output.is_nested:
                 calls[index][4] = (output.shape, output.dtype, output.device, output.requires_grad)
-                if flow is not None and flow.asks(mod, ran != 0):  # not compiling (checked above)
+                if flow is not None and flow.asks(mod, scope, ran != 0):  # not compiling (checked above)
                     flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output, ran != 0)
                 return
         else:
@@ -430,7 +430,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             if ran < 0:
                 session.pop_module_scope(scope, failed, ids)
         calls[index][2] = {"kind": "failed"} if failed else describe(output)
-        if flow is not None and not failed and flow.asks(mod, ran != 0):
+        if flow is not None and not failed and flow.asks(mod, scope, ran != 0):
             flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output, ran != 0)
 
     if push is None:  # no C entry points: the session's methods throughout

@@ -438,12 +438,14 @@ class TokenFlow:
                 return {"attention": bool(flags & 1), "softmax": bool(flags & 2), "masks": self._masks[:count]}
         return json.loads(self._Session.token_flow(json.dumps({"query": "masks", "scope": scope, "path": path})))
 
-    def asks(self, module: nn.Module, ran: bool) -> bool:
+    def asks(self, module: nn.Module, scope: int, ran: bool) -> bool:
         """Whether after() may have anything to do for this call: not for a
         call that ran neither attention nor a softmax, with no known call
         inside and of a class that is no native attention layer (most
-        calls of a network), which the hook then skips."""
-        return ran or bool(self._steps) or self._native_types.get(type(module)) is not False
+        calls of a network), which the hook then skips. Known calls are
+        kept in scope order: only the last can be inside this one."""
+        steps = self._steps
+        return ran or (bool(steps) and steps[-1][0] > scope) or self._native_types.get(type(module)) is not False
 
     def after(self, module: nn.Module, path: str, scope: int, index: int, args: tuple, kwargs: dict,
               output, ran: bool = True) -> None:

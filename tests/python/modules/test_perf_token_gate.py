@@ -96,7 +96,7 @@ def test_the_calls_the_hooks_skip_are_those_the_analysis_would_pass_over(name, m
     skipping = torchscan.crawl_module(model, **options)
     asked = len(reached)
     with monkeypatch.context() as m:
-        m.setattr(token_flow.TokenFlow, "asks", lambda self, module, ran: True)
+        m.setattr(token_flow.TokenFlow, "asks", lambda self, module, scope, ran: True)
         every = torchscan.crawl_module(model, **options)
     assert [l.get("token_dependencies") for l in skipping["layers"]] == \
         [l.get("token_dependencies") for l in every["layers"]]
@@ -126,7 +126,7 @@ def test_closing_a_scope_and_the_native_query_answer_as_the_json_query(name, mod
         return after(self, module, path, scope, index, args, kwargs, output, ran)
 
     monkeypatch.setattr(token_flow.TokenFlow, "after", checked)
-    monkeypatch.setattr(token_flow.TokenFlow, "asks", lambda self, module, ran: True)  # every call reaches after()
+    monkeypatch.setattr(token_flow.TokenFlow, "asks", lambda self, module, scope, ran: True)  # every call reaches after()
     report = torchscan.crawl_module(model, **options)
     assert sorted(p for p, _ in seen) == sorted(l["path"] for l in report["layers"])  # every call, once
     if name == "cnn":
