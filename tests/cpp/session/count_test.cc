@@ -7,7 +7,11 @@
 #include <ATen/ops/ones.h>
 #include <ATen/ops/relu.h>
 
+#include <array>
+#include <functional>
+#include <random>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -181,6 +185,72 @@ TEST(SessionCounts, RunsOfOneCallAddWhatTheirCallsAdd) {
   EXPECT_EQ(modules["totals"]["macs"]["status"], "complete");
   EXPECT_NE(s.ModuleReportJson().value().find("55340232221128654848"), std::string::npos)  // 6 * 2^63 MACs
       << s.ModuleReportJson().value();
+}
+
+TEST(SessionCounts, RunsAddWhatTheirCallsAddInRandomStreams) {
+  // Random streams of meta mm calls of three shapes (so runs of one call
+  // form and break) in random module scopes, nested up to two deep, in full
+  // scans and in streaming ones whose folds (every 1 to 7 calls) cut the
+  // runs. Every sum is its calls' 2*m*k*n FLOPs (FlopCounterMode's mm
+  // formula) or m*k*n MACs,
+  // added here call by call: the total and each module call's row (its own
+  // calls: those of a module call inside it are that call's).
+  const std::array<std::array<int64_t, 3>, 3> shapes = {{{2, 3, 4}, {5, 6, 7}, {1, 8, 2}}};
+  std::vector<std::pair<at::Tensor, at::Tensor>> operands;
+  for (const auto& [m, k, n] : shapes) {
+    const auto meta = at::TensorOptions().device(at::kMeta);
+    operands.emplace_back(at::empty({m, k}, meta), at::empty({k, n}, meta));
+  }
+  std::mt19937 rng(5);
+  int checked = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    ScanOptions options;
+    options.streaming = trial % 2 == 1;
+    options.fold_every = 1 + trial % 7;
+    Session s(options);
+    int64_t total = 0, total_macs = 0;
+    std::vector<int64_t> rows, row_macs;  // by module call, in the order they open
+    std::vector<size_t> open;             // rows of the module calls running
+    std::function<void(int)> calls = [&](int depth) {
+      const int count = static_cast<int>(rng() % 9);
+      for (int c = 0; c < count; ++c) {
+        if (depth < 2 && rng() % 5 == 0) {
+          rows.push_back(0);
+          row_macs.push_back(0);
+          open.push_back(rows.size() - 1);
+          {
+            ModuleScope scope(s, "m");
+            calls(depth + 1);
+          }
+          open.pop_back();
+          continue;
+        }
+        const size_t which = rng() % 4 == 0 ? rng() % 3 : 0;  // mostly the first shape: long runs
+        at::mm(operands[which].first, operands[which].second);
+        const auto& [m, k, n] = shapes[which];
+        total += 2 * m * k * n;
+        total_macs += m * k * n;  // one multiply-add per product term
+        if (!open.empty()) {      // the innermost module call's own
+          rows[open.back()] += 2 * m * k * n;
+          row_macs[open.back()] += m * k * n;
+        }
+      }
+    };
+    const std::string text = ScanText(s, [&] { calls(0); });
+    const auto report = nlohmann::json::parse(text);
+    ASSERT_EQ(report["total"]["status"], "complete") << text;
+    EXPECT_EQ(report["total"]["value"].get<int64_t>(), total) << "trial " << trial;
+    const auto modules = nlohmann::json::parse(s.ModuleReportJson().value());
+    EXPECT_EQ(modules["totals"]["macs"]["value"].get<int64_t>(), total_macs) << "trial " << trial;
+    const std::vector<LayerRow> got = s.LayerRows().value();
+    ASSERT_EQ(got.size(), rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      EXPECT_EQ(got[r].known[0], Count(rows[r])) << "trial " << trial << ", row " << r;
+      EXPECT_EQ(got[r].known[2], Count(row_macs[r])) << "macs, trial " << trial << ", row " << r;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 60);
 }
 
 TEST(SessionCounts, AddsWithinRangeSaysWhetherCallByCallSumsStayExact) {
