@@ -26,12 +26,15 @@ bool Allowed(const at::Tensor& t, bool blocks_true, std::vector<uint8_t>& allowe
   for (size_t at = 0; at < allowed.size(); at += static_cast<size_t>(cols)) {
     const T* row = base + offset;
     for (int64_t c = 0; c < cols; ++c) {
-      const T v = row[c * step];
       if constexpr (std::is_same_v<T, bool>) {
-        allowed[at + static_cast<size_t>(c)] = v != blocks_true;
+        // Read as bytes: any nonzero byte is True to PyTorch (a uint8
+        // tensor viewed as bool may hold 2), while a C++ bool holding it
+        // need not compare equal to true.
+        const uint8_t byte = reinterpret_cast<const uint8_t*>(row)[c * step];
+        allowed[at + static_cast<size_t>(c)] = (byte != 0) != blocks_true;
       } else {
         // Blocked at -inf and at the dtype's lowest value (the softmax weight is then exactly 0).
-        const double x = static_cast<double>(v);
+        const double x = static_cast<double>(row[c * step]);
         if (std::isnan(x) || x == std::numeric_limits<double>::infinity()) return false;
         allowed[at + static_cast<size_t>(c)] = x > static_cast<double>(std::numeric_limits<T>::lowest());
       }

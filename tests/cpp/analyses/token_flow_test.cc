@@ -494,6 +494,18 @@ TEST(ReadMaskValues, SummariesOfDenseCpuMasks) {
   EXPECT_EQ(ReadMaskValues(at::Tensor(), false, false), std::nullopt) << "undefined";
 }
 
+TEST(ReadMaskValues, AnyNonzeroByteOfABooleanMaskIsTrue) {
+  // A uint8 tensor viewed as bool keeps its bytes: 2 and 4 are True to
+  // PyTorch, as 1 is. Keys 1..3 let through, or (blocking where True) key 0.
+  at::Tensor bytes = at::zeros({4}, at::kByte);
+  bytes.select(0, 1).fill_(2);
+  bytes.select(0, 2).fill_(1);
+  bytes.select(0, 3).fill_(4);
+  const at::Tensor mask = bytes.view(at::kBool).unsqueeze(0);
+  EXPECT_EQ(ReadMaskValues(mask, false, false), (std::vector<int64_t>{0, 1, 4, 0, 1, 3}));
+  EXPECT_EQ(ReadMaskValues(mask, true, false), (std::vector<int64_t>{0, 1, 4, 0, 0, 0}));
+}
+
 TEST(ReadMaskValues, MasksWhoseStorageShrankAreLeftToTheOperators) {
   // A storage resized under its tensor keeps their sizes and strides but
   // not their memory: resized to nothing (its data pointer is null), or

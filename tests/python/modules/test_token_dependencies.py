@@ -480,6 +480,24 @@ def test_read_mask_agrees_with_an_element_by_element_reading_on_random_masks(dty
     assert answered == ([True] * 600 if reading == "memory" else [])  # each reading read every mask
 
 
+@pytest.mark.parametrize("reading", ["memory", "operators"])
+def test_a_boolean_mask_viewed_from_bytes_is_true_wherever_a_byte_is_nonzero(reading, monkeypatch):
+    # uint8 values viewed as bool keep their bytes (2 and 3 here): PyTorch
+    # takes any nonzero byte as True, and so must both readings.
+    from torchscan import tokens
+
+    tokens._NativeRead.load()
+    if reading == "operators":
+        monkeypatch.setattr(tokens._NativeRead, "fn", None)
+    rng = torch.Generator().manual_seed(3)
+    for trial in range(40):
+        shape = [int(n) for n in torch.randint(1, 6, (3,), generator=rng)]
+        mask = torch.randint(0, 4, shape[-2:], generator=rng, dtype=torch.uint8).view(torch.bool).expand(shape)
+        for blocks_true in (False, True):
+            expected = _reference_mask(mask.tolist(), shape, blocks_true=blocks_true, padding=False, minimum=None)
+            assert tokens.read_mask(mask, blocks_true=blocks_true) == expected, (mask.view(torch.uint8), blocks_true)
+
+
 def test_masks_read_in_several_threads_at_once_each_get_their_own_summary():
     # The library reads a mask with other threads running (ctypes releases
     # the GIL): each thread's words are its own, or one thread would name
