@@ -328,9 +328,16 @@ def bench_streaming_calls(ts, n_calls: int, repeats: int) -> Dict[str, Any]:
                     reported[arm].append((t2 - t0) / n_calls)
     med = {arm: _median(v) for arm, v in samples.items()}
     with_report = {arm: _median(v) - med[UNSCANNED] for arm, v in reported.items()}
+    # Streaming less full, round by round (the two ran minutes apart at
+    # most): drift that moves both cancels, and the spread shows the noise.
+    paired = sorted(s - f for s, f in zip(samples["streaming"], samples["full"]))
+    quartiles = (paired[len(paired) // 4], paired[(3 * len(paired)) // 4]) if paired else (float("nan"),) * 2
     return {"n_calls": n_calls, "repeats": repeats, "ns_per_call": med,
             "added_ns_per_call": {arm: med[arm] - med[UNSCANNED] for arm in ctxs if arm != UNSCANNED},
-            "added_ns_per_call_with_report": with_report, "load": os.getloadavg()}
+            "added_ns_per_call_with_report": with_report,
+            "streaming_less_full_ns": {"median": _median(paired) if paired else float("nan"),
+                                       "quartiles": quartiles},
+            "load": os.getloadavg()}
 
 
 def _print_op_kinds(res: Dict[str, Any]) -> None:
@@ -376,6 +383,9 @@ def _print_streaming(res: Dict[str, Any]) -> None:
     ratio = rep["streaming"] / rep["full"] if rep["full"] > 0 else None
     print(f"      with the report built after the loop: full +{rep['full']:.0f} ns, "
           f"streaming +{rep['streaming']:.0f} ns ({_fmt_ratio(ratio)} of full)")
+    gap = res["streaming_less_full_ns"]
+    print(f"      streaming less full, paired by round: median {gap['median']:+.0f} ns "
+          f"(quartiles {gap['quartiles'][0]:+.0f} to {gap['quartiles'][1]:+.0f} ns)")
 
 
 def _peers_python(where: str) -> str:
