@@ -196,11 +196,12 @@ class ForwardHooks:
             return
         pre_id, post_id = self._ids
         self._modules.append(module)  # first: remove() cleans up a partial add
-        module._forward_pre_hooks[pre_id] = self._pre
+        # Each hook's flags before the hook (Note [Hooks other threads call]).
         module._forward_pre_hooks_with_kwargs[pre_id] = True
-        module._forward_hooks[post_id] = self._post
+        module._forward_pre_hooks[pre_id] = self._pre
         module._forward_hooks_with_kwargs[post_id] = True
         module._forward_hooks_always_called[post_id] = True
+        module._forward_hooks[post_id] = self._post
 
     def remove(self) -> None:
         """Removes every entry; an interrupt (Ctrl-C) during one module's
@@ -230,11 +231,25 @@ def _hook_ids() -> tuple:
 
 def _remove_entries(module, ids) -> None:
     pre_id, post_id = ids
+    # Each hook before its flags (Note [Hooks other threads call]).
     module._forward_pre_hooks.pop(pre_id, None)
     module._forward_pre_hooks_with_kwargs.pop(pre_id, None)
     module._forward_hooks.pop(post_id, None)
     module._forward_hooks_with_kwargs.pop(post_id, None)
     module._forward_hooks_always_called.pop(post_id, None)
+
+
+# Note [Hooks other threads call]
+# A module's hooks run for every thread's forward of it, and another thread
+# may run one while a crawl adds or removes its hooks. PyTorch reads a hook
+# and its with_kwargs flag from two dicts at two moments: a thread that took
+# the hooks just before they were removed, or saw a hook before its flag
+# (PyTorch's own registration writes the hook first), calls it without the
+# kwargs: pre(module, args) and post(module, args, output). So the flags
+# are written before their hook and removed after it, and every hook
+# TorchScan adds takes both forms (its kwargs parameter defaults to None and
+# its output parameter too) and returns at once on a thread it does not
+# scan, the only one that can call it without them.
 
 
 def _direct_hook_entries() -> bool:

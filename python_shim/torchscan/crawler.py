@@ -345,13 +345,13 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     # Dynamo must stop at the custom class before it reaches `names` (modules
     # as keys fail its tracking; test_transforms' inductor test). The frame
     # then runs eagerly, on the fast path.
-    def traced_pre_hook(mod, hook_args, hook_kwargs):
+    def traced_pre_hook(mod, hook_args, hook_kwargs=None):
         if pause.depth or get_ident() != pause.thread:  # TorchScan's own analysis, or not this crawl's thread
             return
         open_scopes.append((session.push_module_scope(names.get(mod, "")), len(calls)))
         calls.append([mod, _described_inputs(hook_args, hook_kwargs), None, None, None])
 
-    def traced_post_hook(mod, hook_args, hook_kwargs, output):
+    def traced_post_hook(mod, hook_args, hook_kwargs, output=None):
         if pause.depth or get_ident() != pause.thread:  # TorchScan's own analysis, or not this crawl's thread
             return
         scope, index = open_scopes.pop()
@@ -383,7 +383,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     # The fast path. Plain dense tensors (the common inputs and outputs) are
     # snapshotted here (_snapshot) and described when the report is built:
     # describe()'s dicts cost more than the module call's other work.
-    def pre_hook(mod, hook_args, hook_kwargs):
+    def pre_hook(mod, hook_args, hook_kwargs=None):  # (Note [Hooks other threads call])
         if pause.depth or get_ident() != pause.thread:  # TorchScan's own analysis, or not this crawl's thread
             return
         if is_compiling():
@@ -405,7 +405,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
         else:
             calls.append([mod, None, None, snapshots, None])
 
-    def post_hook(mod, hook_args, hook_kwargs, output):
+    def post_hook(mod, hook_args, hook_kwargs, output=None):
         if pause.depth or get_ident() != pause.thread:  # TorchScan's own analysis, or not this crawl's thread
             return
         if is_compiling():

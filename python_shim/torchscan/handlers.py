@@ -325,12 +325,12 @@ class Handlers:
         stack: list = []
         results, matched = self.results, self.matched
 
-        def pre_hook(mod, hook_args, hook_kwargs):
+        def pre_hook(mod, hook_args, hook_kwargs=None):  # (Note [Hooks other threads call] in _modules.py)
             if pause.depth or get_ident() != pause.thread:  # called by a handler, or not the crawl's thread
                 return
             stack.append(len(calls) - 1)
 
-        def post_hook(mod, hook_args, hook_kwargs, output):
+        def post_hook(mod, hook_args, hook_kwargs, output=None):
             if pause.depth or get_ident() != pause.thread:
                 return
             index = stack.pop()
@@ -341,12 +341,12 @@ class Handlers:
 
         spans, open_spans = self._spans, []
 
-        def span_pre_hook(mod, hook_args, hook_kwargs):
+        def span_pre_hook(mod, hook_args, hook_kwargs=None):
             if pause.depth or get_ident() != pause.thread:
                 return
             open_spans.append(len(calls) - 1)
 
-        def span_post_hook(mod, hook_args, hook_kwargs, output):
+        def span_post_hook(mod, hook_args, hook_kwargs, output=None):
             if pause.depth or get_ident() != pause.thread:
                 return
             spans.append((open_spans.pop(), len(calls)))

@@ -18,6 +18,7 @@ import copy
 import json
 import math
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any, Dict, Optional
 
@@ -191,14 +192,22 @@ def _scan(workload_or_module, inputs):
         for name, m in module.named_modules():
             names.setdefault(m, name or module.__class__.__name__)
         stack = []
+        # The scan is this thread's: another thread's forward of the same
+        # modules runs through the hooks and is left alone (Note [Hooks
+        # other threads call] in _modules.py: it may call them without kwargs).
+        owner = threading.get_ident()
 
-        def pre(mod, _args, _kwargs):
+        def pre(mod, _args, _kwargs=None):
+            if threading.get_ident() != owner:
+                return
             stack.append(session.push_module_scope(names.get(mod, "")))
 
         # Called also when the forward raises (always_call): a submodule whose
         # exception its parent catches leaves its scope, so later calls are not
         # attributed to it.
-        def post(mod, _args, _kwargs, output):
+        def post(mod, _args, _kwargs, output=None):
+            if threading.get_ident() != owner:
+                return
             failed = forward_raised(output)
             flat, _ = tree_flatten(output)
             session.pop_module_scope(stack.pop(), failed, [t._cdata for t in flat if isinstance(t, torch.Tensor)])

@@ -164,3 +164,85 @@ def test_all_threads_module_labels_are_per_thread(interleaved):
         # Per call: Linear(8, 8) on 2 rows 2*2*8*8 = 256 FLOPs, ReLU 2*8 = 16;
         # 20 calls in each of 2 threads.
         assert by_module["_Block"] == 40 * 272 and by_module["_Block.proj"] == 40 * 256, by_module
+
+
+def test_threads_crawling_one_model_at_once_break_no_forward(interleaved):
+    # Each crawl adds its hooks to the same modules and takes them out again
+    # while the other threads run forwards through them: PyTorch may then
+    # call a hook without its kwargs (Note [Hooks other threads call]), and
+    # no thread may raise for it. In eval mode, as a served model is: a
+    # crawl puts a model in eval mode for its forward, which a training-mode
+    # forward elsewhere would see.
+    torch.manual_seed(1)
+    model = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
+
+    def crawl():
+        return torchscan.crawl_module(model, (5, 16))
+
+    alone = crawl()
+    x = torch.rand(2, 5, 16)
+    with torch.no_grad():
+        expected = model(x)
+
+    def forward():
+        with torch.no_grad():
+            y = model(x)
+        # PyTorch's fused encoder path is off while any module has hooks:
+        # the same values, rounded otherwise.
+        assert torch.allclose(y, expected, rtol=1e-5, atol=1e-6)
+
+    results = _in_threads({"crawl-1": crawl, "crawl-2": crawl, "crawl-3": crawl, "forward": forward}, rounds=150)
+    for name in ("crawl-1", "crawl-2", "crawl-3"):
+        for k, report in enumerate(results[name]):
+            assert report == alone, f"{name}, round {k}: differs from the crawl alone"
+
+
+@pytest.mark.parametrize("analysis", ["crawl_module", "custom_modules", "roofline"])
+def test_hooks_called_without_kwargs_from_another_thread_return_quietly(analysis):
+    # What a thread racing a hook's removal does (Note [Hooks other threads
+    # call]): it calls pre(module, args) and post(module, args, output).
+    # Every hook TorchScan has on the model, called so from another thread
+    # in the middle of the analysis's forward, returns None and leaves the
+    # analysis's report as it is alone.
+    model = nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.Linear(4, 4)).eval()
+    x = torch.rand(2, 4)
+    answers, errors = [], []
+
+    def call_every_hook():
+        for m in model.modules():
+            for hook in list(m._forward_pre_hooks.values()):
+                answers.append(hook(m, (x,)))
+            for hook in list(m._forward_hooks.values()):
+                answers.append(hook(m, (x,), x))
+
+    def in_thread():
+        try:
+            call_every_hook()
+            errors.append(None)
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            errors.append(e)
+
+    class Probe(nn.Module):
+        def forward(self, y):
+            t = threading.Thread(target=in_thread)
+            t.start()
+            t.join()
+            return y
+
+    def run():
+        if analysis == "roofline":
+            return torchscan.roofline(model, x, gpu="h100-sxm")["totals"]
+        options = {"custom_modules": {nn.GELU: _handler}} if analysis == "custom_modules" else {}
+        return torchscan.crawl_module(model, args=(x,), **options)
+
+    alone = run()
+    model.append(Probe())
+    try:
+        with_calls = run()
+    finally:
+        del model[3]
+    assert errors == [None] and answers and all(a is None for a in answers)
+    if analysis != "roofline":  # the probe is one more layer row
+        with_calls["layers"] = [row for row in with_calls["layers"] if row["type"] != "Probe"]
+        alone["context"].pop("model_type"), with_calls["context"].pop("model_type")
+    assert with_calls == alone
