@@ -187,8 +187,8 @@ def test_threads_crawling_one_model_at_once_break_no_forward(interleaved):
     def forward():
         with torch.no_grad():
             y = model(x)
-        # PyTorch's fused encoder path is off while any module has hooks:
-        # the same values, rounded otherwise.
+        # PyTorch's fused encoder path is off while the layer's modules have
+        # hooks: the same values, rounded otherwise.
         assert torch.allclose(y, expected, rtol=1e-5, atol=1e-6)
 
     results = _in_threads({"crawl-1": crawl, "crawl-2": crawl, "crawl-3": crawl, "forward": forward}, rounds=150)
