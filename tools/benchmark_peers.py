@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import pickle
 import subprocess
 import sys
 import sysconfig
@@ -223,8 +224,12 @@ def bench_module_analysis(ts, models, repeats: int, warmup: int) -> Dict[str, An
     floor (measure_flops with an empty pre- and post-hook on every module:
     the counting and the hooks any per-module analysis needs); crawl_module;
     summary (verbose=False: the table rendered, not printed); FlopCounterMode
-    (which tracks modules); and the peers importable here. Ratios to the
-    plain forward, and crawl_module's to the floor."""
+    (which tracks modules); the peers importable here; and report_objects,
+    which only creates the Python objects of one crawl_module report (from
+    a pickle of it, with the cyclic GC paused as crawl_module pauses it): a
+    lower bound on what any implementation returning that report adds to
+    the floor. Ratios to the plain forward, and crawl_module's and
+    report_objects' to the floor."""
     out: Dict[str, Any] = {"load_before": os.getloadavg()}
     for name, build in _module_models(models):
         model, inputs = build()
@@ -250,8 +255,20 @@ def bench_module_analysis(ts, models, repeats: int, warmup: int) -> Dict[str, An
             with torch.no_grad(), FlopCounterMode(display=False):
                 model(*args, **kwargs)
 
+        stream = pickle.dumps(ts.crawl_module(model, args=inputs()[0], kwargs=inputs()[1]), protocol=5)
+
+        def report_objects(args, kwargs):
+            was = gc.isenabled()
+            gc.disable()
+            try:
+                pickle.loads(stream)
+            finally:
+                if was:
+                    gc.enable()
+
         fns: Dict[str, Callable] = {UNSCANNED: plain, "floor": floor,
                                     "crawl_module": lambda a, k: ts.crawl_module(model, args=a, kwargs=k),
+                                    "report_objects": report_objects,
                                     "summary": lambda a, k: ts.summary(model, args=a, kwargs=k, verbose=False),
                                     "flop_counter_mode_modules": fcm}
         skipped: Dict[str, str] = {}
@@ -288,6 +305,7 @@ def bench_module_analysis(ts, models, repeats: int, warmup: int) -> Dict[str, An
             "modules": len(modules), "median_ms": {arm: v / 1e6 for arm, v in med.items()},
             "ratio_vs_plain": {arm: med[arm] / med[UNSCANNED] for arm in fns if arm != UNSCANNED},
             "crawl_over_floor": med["crawl_module"] / med["floor"],
+            "report_objects_over_floor": med["report_objects"] / med["floor"],
             "summary_over_crawl": med["summary"] / med["crawl_module"],
             "skipped": skipped,
         }
@@ -364,7 +382,8 @@ def _print_module_analysis(res: Dict[str, Any]) -> None:
         if not isinstance(r, dict) or "median_ms" not in r:
             continue
         print(f"    {name} ({r['modules']} modules): plain {r['median_ms'][UNSCANNED]:.2f} ms; "
-              f"crawl_module / floor {r['crawl_over_floor']:.2f}x, summary / crawl_module {r['summary_over_crawl']:.2f}x")
+              f"crawl_module / floor {r['crawl_over_floor']:.2f}x, summary / crawl_module {r['summary_over_crawl']:.2f}x, "
+              f"report_objects / floor {r['report_objects_over_floor']:.2f}x")
         for arm, ratio in r["ratio_vs_plain"].items():
             print(f"      {arm:<26} {r['median_ms'][arm]:9.2f} ms   {_fmt_ratio(ratio)}")
         for arm, why in r["skipped"].items():
