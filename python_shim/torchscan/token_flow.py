@@ -361,13 +361,19 @@ class _MaskReads:
     one mask to every layer (Hugging Face's models pass the expanded padding
     mask down to each attention and its enclosing modules): it is read once
     while the same tensor holds the same values. An entry is used only for
-    the tensor it was read from, still alive (a weak reference: the crawl
-    keeps no tensor), with the same version, storage and shape: an in-place
-    change bumps the version. Inference tensors, which have no version, are
-    read every time."""
+    the tensor it was read from, still alive (a weak reference), with the
+    same version, storage and shape, and values equal to a copy taken when
+    it was read: a write through another alias of its memory (`.data`, a
+    NumPy array from `.numpy()` or `torch.from_numpy`) bumps no version.
+    Comparing costs a fraction of a read (torch.equal against the copy). A
+    mask over _COPY_BYTES is read every time instead of being copied, as
+    are inference tensors, which have no version."""
+
+    _COPY_BYTES = 64 << 20
 
     def __init__(self) -> None:
-        self._read: Dict[int, tuple] = {}  # identity -> (weak reference, version, data_ptr, shape, summary)
+        # identity -> (weak reference, version, data_ptr, shape, copy, summary)
+        self._read: Dict[int, tuple] = {}
 
     def summary(self, mask: torch.Tensor) -> dict:
         """read_mask's summary; scaled_dot_product_attention's boolean masks
@@ -378,10 +384,15 @@ class _MaskReads:
             state = (mask._version, mask.data_ptr(), mask.shape)
         except Exception:  # noqa: BLE001 - no version (an inference tensor) or no storage: read every time
             return tokens.read_mask(mask, blocks_true=False)
-        if entry is not None and entry[0]() is mask and entry[1:4] == state:
-            return entry[4]
+        if entry is not None and entry[0]() is mask and entry[1:4] == state and torch.equal(entry[4], mask):
+            return entry[5]
         summary = tokens.read_mask(mask, blocks_true=False)
-        self._read[identity] = (weakref.ref(mask), *state, summary)
+        self._read.pop(identity, None)
+        # A plain dense tensor only: torch.equal has no kernel for sparse or
+        # meta tensors, and a subclass may define equality its own way.
+        if (type(mask) is torch.Tensor and mask.layout == torch.strided and mask.device.type != "meta"
+                and mask.numel() * mask.element_size() <= self._COPY_BYTES):
+            self._read[identity] = (weakref.ref(mask), *state, mask.clone(), summary)
         return summary
 
 

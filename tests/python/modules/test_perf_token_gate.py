@@ -259,3 +259,38 @@ def test_masks_without_a_version_are_read_every_time():
     first = reads.summary(mask)
     assert first == tokens.read_mask(mask, blocks_true=False)
     assert reads.summary(mask) == first and reads._read == {}
+
+
+class _WritesItsMaskThroughAnAlias(nn.Module):
+    """Two attentions with one mask whose values change between them through
+    an alias of its memory that bumps no version counter."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.first, self.second = _Attention(), _Attention()
+        self.how = how
+
+    def forward(self, x, mask):
+        y = self.first(x, mask=mask)
+        version = mask._version
+        if self.how == "data":
+            mask.data.fill_(True)
+        else:  # a NumPy array sharing the mask's memory
+            mask.numpy()[...] = True
+        assert mask._version == version  # the write is invisible to the version counter
+        return self.second(y, mask=mask)
+
+
+@pytest.mark.parametrize("how", ["data", "numpy"])
+def test_a_mask_written_through_an_alias_is_read_again(how):
+    """A write through `.data` or a NumPy view changes a mask's values and
+    not its version: the second attention ran with every key let through
+    (relation "all"), the first with the causal mask ("prefix"). Reusing the
+    first reading gave the second "prefix", a wrong complete."""
+    torch.manual_seed(0)
+    x = torch.rand(2, 5, 16)
+    report = torchscan.crawl_module(_WritesItsMaskThroughAnAlias(how),
+                                    args=(x,), kwargs={"mask": torch.ones(5, 5, dtype=torch.bool).tril()})
+    relations = {l["path"]: l["token_dependencies"]["sources"][0]["relation"] for l in report["layers"]
+                 if l.get("token_dependencies", {}).get("status") == "complete"}
+    assert relations["first"] == {"kind": "prefix"} and relations["second"] == {"kind": "all"}, relations
