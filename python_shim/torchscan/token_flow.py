@@ -362,17 +362,20 @@ class _MaskReads:
     mask down to each attention and its enclosing modules): it is read once
     while the same tensor holds the same values. An entry is used only for
     the tensor it was read from, still alive (a weak reference), with the
-    same version, storage and shape, and values equal to a copy taken when
-    it was read: a write through another alias of its memory (`.data`, a
-    NumPy array from `.numpy()` or `torch.from_numpy`) bumps no version.
-    Comparing costs a fraction of a read (torch.equal against the copy). A
-    mask over _COPY_BYTES is read every time instead of being copied, as
-    are inference tensors, which have no version."""
+    same version, storage and shape, and with the values it was read with: a
+    write through another alias of its memory (`.data`, a NumPy array from
+    `.numpy()` or `torch.from_numpy`, the storage) bumps no version. The
+    values are kept as a copy of the memory the view reaches (a CPU mask:
+    copied and compared without an operator, so a dispatch mode around the
+    crawl sees none, as the library's reading makes none) or as a clone
+    compared with torch.equal (other devices, whose reading runs operators
+    anyway). A mask whose copy would exceed _COPY_BYTES is read every time,
+    as are inference tensors, which have no version."""
 
     _COPY_BYTES = 64 << 20
 
     def __init__(self) -> None:
-        # identity -> (weak reference, version, data_ptr, shape, copy, summary)
+        # identity -> (weak reference, version, data_ptr, shape, values, summary)
         self._read: Dict[int, tuple] = {}
 
     def summary(self, mask: torch.Tensor) -> dict:
@@ -384,16 +387,38 @@ class _MaskReads:
             state = (mask._version, mask.data_ptr(), mask.shape)
         except Exception:  # noqa: BLE001 - no version (an inference tensor) or no storage: read every time
             return tokens.read_mask(mask, blocks_true=False)
-        if entry is not None and entry[0]() is mask and entry[1:4] == state and torch.equal(entry[4], mask):
+        if entry is not None and entry[0]() is mask and entry[1:4] == state and self._same_values(mask, entry[4]):
             return entry[5]
         summary = tokens.read_mask(mask, blocks_true=False)
         self._read.pop(identity, None)
-        # A plain dense tensor only: torch.equal has no kernel for sparse or
-        # meta tensors, and a subclass may define equality its own way.
-        if (type(mask) is torch.Tensor and mask.layout == torch.strided and mask.device.type != "meta"
-                and mask.numel() * mask.element_size() <= self._COPY_BYTES):
-            self._read[identity] = (weakref.ref(mask), *state, mask.clone(), summary)
+        values = self._values(mask)
+        if values is not None:
+            self._read[identity] = (weakref.ref(mask), *state, values, summary)
         return summary
+
+    @classmethod
+    def _values(cls, mask: torch.Tensor):
+        """A copy of the mask's values to compare with later, or None (not
+        kept). Only plain dense tensors: torch.equal has no kernel for sparse
+        or meta tensors, and a subclass may define equality its own way."""
+        if type(mask) is not torch.Tensor or mask.layout != torch.strided or mask.device.type == "meta":
+            return None
+        if mask.device.type != "cpu":
+            return mask.clone() if mask.numel() * mask.element_size() <= cls._COPY_BYTES else None
+        if not tokens._storage_holds(mask):  # read_mask refused it already; checked again for the copy
+            return None
+        if mask.numel() == 0:
+            return b""
+        # The bytes from the first element to the last the view reaches
+        # (PyTorch's strides are never negative), read from memory.
+        size = (sum((n - 1) * st for n, st in zip(mask.shape, mask.stride())) + 1) * mask.element_size()
+        return ctypes.string_at(mask.data_ptr(), size) if size <= cls._COPY_BYTES else None
+
+    @classmethod
+    def _same_values(cls, mask: torch.Tensor, values) -> bool:
+        if type(values) is bytes:
+            return cls._values(mask) == values
+        return torch.equal(values, mask)
 
 
 def _masks(module: nn.Module, named: list, identities: list, reads: _MaskReads, tree: _TreeBuffers) -> list:

@@ -294,3 +294,46 @@ def test_a_mask_written_through_an_alias_is_read_again(how):
     relations = {l["path"]: l["token_dependencies"]["sources"][0]["relation"] for l in report["layers"]
                  if l.get("token_dependencies", {}).get("status") == "complete"}
     assert relations["first"] == {"kind": "prefix"} and relations["second"] == {"kind": "all"}, relations
+
+
+class _SharesItsMask(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([_Attention() for _ in range(3)])
+
+    def forward(self, x, mask):
+        for layer in self.layers:
+            x = layer(x, mask=mask)
+        return x
+
+
+def test_a_dispatch_mode_around_a_crawl_sees_the_models_operators_only():
+    """The token analysis reads a dense CPU mask from memory and checks a
+    later use's values against a copy of its memory, with no operator: a
+    TorchDispatchMode around the crawl sees what it sees around the plain
+    forward, call for call."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls[str(func)] += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model, x = _SharesItsMask().eval(), torch.rand(2, 5, 16)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    with Seen() as crawl:
+        report = torchscan.crawl_module(model, args=(x,), kwargs={"mask": mask})
+    with Seen() as plain, torch.no_grad():
+        model(x, mask=mask)
+    assert crawl.calls == plain.calls and crawl.calls["aten.addmm.default"] == 6
+    # The mask was read and its later uses compared: the three layers and the
+    # root (the ModuleList is never called) are analysed.
+    assert [(l["path"], l["token_dependencies"]["status"]) for l in report["layers"] if "token_dependencies" in l] == \
+        [("", "complete")] + [(f"layers.{i}", "complete") for i in range(3)]
