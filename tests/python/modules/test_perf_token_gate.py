@@ -337,3 +337,47 @@ def test_a_dispatch_mode_around_a_crawl_sees_the_models_operators_only():
     # root (the ModuleList is never called) are analysed.
     assert [(l["path"], l["token_dependencies"]["status"]) for l in report["layers"] if "token_dependencies" in l] == \
         [("", "complete")] + [(f"layers.{i}", "complete") for i in range(3)]
+
+
+def test_mask_readings_are_reused_only_while_the_memory_is_unchanged(monkeypatch):
+    """_MaskReads on CPU masks: a second use with the same memory reuses the
+    reading; a write through `.data` (no version bump), even to the last
+    element a strided view reaches, reads it again; a sparse mask and one
+    larger than the copy limit are read every time."""
+    from torchscan import tokens
+
+    reads = []
+    read_mask = tokens.read_mask
+
+    def counted(mask, **kwargs):
+        reads.append(mask.shape)
+        return read_mask(mask, **kwargs)
+
+    monkeypatch.setattr(tokens, "read_mask", counted)
+    cache = token_flow._MaskReads()
+    base = torch.ones(6, 8, dtype=torch.bool).tril()
+    view = base[::2, 1::3]  # strides (16, 3): its last element is base[4, 7]
+    first = cache.summary(view)
+    assert cache.summary(view) == first and len(reads) == 1
+    base.data[4, 7] = not bool(base[4, 7])  # the view's last element, behind its version counter
+    changed = cache.summary(view)
+    assert len(reads) == 2 and changed == read_mask(view, blocks_true=False) and changed != first
+    base.data[0, 2] = True  # not one of the view's elements, but inside its span: read again, same answer
+    assert cache.summary(view) == changed and len(reads) == 3
+
+    empty = torch.ones(0, 4, dtype=torch.bool)
+    cache.summary(empty), cache.summary(empty)
+    assert len(reads) == 4
+
+    sparse = torch.eye(3, dtype=torch.bool).to_sparse()
+    for _ in range(2):
+        try:
+            cache.summary(sparse)
+        except Exception:  # noqa: BLE001 - whatever read_mask says of it, it is asked each time
+            pass
+    assert len(reads) == 6
+
+    monkeypatch.setattr(token_flow._MaskReads, "_COPY_BYTES", 16)
+    big = torch.ones(5, 5, dtype=torch.bool).tril()  # 25 bytes
+    cache.summary(big), cache.summary(big)
+    assert len(reads) == 8
