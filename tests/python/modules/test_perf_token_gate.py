@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchscan
-from torchscan import token_flow
+from torchscan import _token_masks, token_flow
 from tests.fixtures import models
 
 pytestmark = pytest.mark.skipif(token_flow._native_query() is None,
@@ -230,7 +230,7 @@ def test_a_mask_is_read_once_while_it_holds_the_same_values(monkeypatch):
         cached = torchscan.crawl_module(model, **options())
         cached_reads = list(reads)
         with monkeypatch.context() as m:
-            m.setattr(token_flow._MaskReads, "summary", lambda self, mask: tokens.read_mask(mask, blocks_true=False))
+            m.setattr(_token_masks.MaskReads, "summary", lambda self, mask: tokens.read_mask(mask, blocks_true=False))
             reads.clear()
             every_time = torchscan.crawl_module(model, **options())
         for a, b in zip(cached["layers"], every_time["layers"]):
@@ -255,7 +255,7 @@ def test_masks_without_a_version_are_read_every_time():
 
     with torch.inference_mode():
         mask = torch.ones(4, 4, dtype=torch.bool).tril()
-    reads = token_flow._MaskReads()
+    reads = _token_masks.MaskReads()
     first = reads.summary(mask)
     assert first == tokens.read_mask(mask, blocks_true=False)
     assert reads.summary(mask) == first and reads._read == {}
@@ -340,7 +340,7 @@ def test_a_dispatch_mode_around_a_crawl_sees_the_models_operators_only():
 
 
 def test_mask_readings_are_reused_only_while_the_memory_is_unchanged(monkeypatch):
-    """_MaskReads on CPU masks: a second use with the same memory reuses the
+    """MaskReads on CPU masks: a second use with the same memory reuses the
     reading; a write through `.data` (no version bump), even to the last
     element a strided view reaches, reads it again; a sparse mask and one
     larger than the copy limit are read every time."""
@@ -354,7 +354,7 @@ def test_mask_readings_are_reused_only_while_the_memory_is_unchanged(monkeypatch
         return read_mask(mask, **kwargs)
 
     monkeypatch.setattr(tokens, "read_mask", counted)
-    cache = token_flow._MaskReads()
+    cache = _token_masks.MaskReads()
     base = torch.ones(6, 8, dtype=torch.bool).tril()
     view = base[::2, 1::3]  # strides (16, 3): its last element is base[4, 7]
     first = cache.summary(view)
@@ -377,7 +377,7 @@ def test_mask_readings_are_reused_only_while_the_memory_is_unchanged(monkeypatch
             pass
     assert len(reads) == 6
 
-    monkeypatch.setattr(token_flow._MaskReads, "_COPY_BYTES", 16)
+    monkeypatch.setattr(_token_masks.MaskReads, "_COPY_BYTES", 16)
     big = torch.ones(5, 5, dtype=torch.bool).tril()  # 25 bytes
     cache.summary(big), cache.summary(big)
     assert len(reads) == 8

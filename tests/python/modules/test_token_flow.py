@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchscan
-from torchscan import token_flow
+from torchscan import _token_masks, token_flow
 
 L, S, E, H = 5, 7, 16, 4
 BLOCKED = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)  # key j > query i
@@ -213,18 +213,18 @@ def test_masks_held_deeper_in_the_tree_are_found_as_a_walk_finds_them(monkeypatc
     deep = Deep()
     x = torch.randn(2, L, E)
     spans = []
-    span = token_flow._TreeBuffers._span
+    span = _token_masks.TreeBuffers._span
 
     def recorded(self, module):
         spans.append(span(self, module))
         return spans[-1]
 
-    monkeypatch.setattr(token_flow._TreeBuffers, "_span", recorded)
+    monkeypatch.setattr(_token_masks.TreeBuffers, "_span", recorded)
     # A tree (the crawl's preorder spans), and one that reaches `deep` twice (a walk).
     tree, shared = torchscan.crawl_module(nn.Sequential(Deep(), Deep()), args=(x,)), \
         torchscan.crawl_module(nn.Sequential(deep, deep), args=(x,))
     assert spans and all(s is not None for s in spans[:3]) and spans[3:] and all(s is None for s in spans[3:])
-    monkeypatch.setattr(token_flow._TreeBuffers, "_span", lambda self, module: None)  # a walk throughout
+    monkeypatch.setattr(_token_masks.TreeBuffers, "_span", lambda self, module: None)  # a walk throughout
     for report, walked in ((tree, torchscan.crawl_module(nn.Sequential(Deep(), Deep()), args=(x,))),
                            (shared, torchscan.crawl_module(nn.Sequential(deep, deep), args=(x,)))):
         # keep: key j <= query i, at each Deep call and through both (the residual-free chain): prefix.

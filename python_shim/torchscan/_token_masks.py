@@ -1,0 +1,180 @@
+"""Where a crawl's token analysis finds the attention masks a module call
+ran with (its arguments, or the buffers of the module and its children:
+the recorder holds identities, not values) and how it reads them: once
+per crawl while a mask holds the same values (token_flow.py asks)."""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import Dict, Optional
+
+import torch
+import torch.nn as nn
+
+from torchscan import tokens
+
+
+def find_buffers(module: nn.Module, missing: set, known: dict) -> None:
+    """Adds to `known` the buffers of the module and its descendants whose
+    identities are in `missing` (emptied as they are found), as
+    module.buffers() would find them. Walked with one stack over the
+    modules' dicts: buffers() nests a generator per level and runs for every
+    attention call whose mask was made inside it (most outer modules of a
+    transformer), where nothing is found. A crawl searches its tree's
+    preorder instead where it can (TreeBuffers)."""
+    stack = [module]
+    seen = set()
+    while stack and missing:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        _take_buffers(m, missing, known)
+        stack.extend(c for c in m._modules.values() if c is not None)
+
+
+def _take_buffers(module: nn.Module, missing: set, known: dict) -> None:
+    """Moves the module's own buffers whose identities are in `missing`
+    into `known`."""
+    for b in module._buffers.values():
+        if b is not None and b._cdata in missing:
+            missing.discard(b._cdata)
+            known[b._cdata] = b
+
+
+class TreeBuffers:
+    """Where a crawl looks for the masks a call's arguments do not hold: the
+    buffers of the module and its descendants. The crawl's modules are
+    fixed when it starts (its hooks are on them), so a module's descendants
+    are a contiguous span of their preorder, which is built once per crawl,
+    when a mask is first missed; the buffers themselves are read live. A
+    tree whose structure is not that preorder by then (a module reached
+    twice, children changed during the forward), and a module outside it,
+    are walked instead (find_buffers). Outer modules of a transformer miss
+    the masks their layers make inside, each call: a walk per call
+    costs the depth of the tree times its size."""
+
+    def __init__(self, named: Optional[list]) -> None:
+        self._named = named  # (path, module) in the crawl's preorder, or None
+        self._order: list = []
+        self._spans: Optional[Dict[int, tuple]] = None  # id(module) -> (first, one past its last descendant)
+
+    def _span(self, module: nn.Module) -> Optional[tuple]:
+        if self._spans is None:
+            self._spans = {}
+            if self._named:
+                order: list = []
+                ends: list = []
+                stack: list = [self._named[0][1]]
+                while stack:
+                    item = stack.pop()
+                    if type(item) is int:  # the end of a module's descendants
+                        ends[item] = len(order)
+                        continue
+                    stack.append(len(order))
+                    order.append(item)
+                    ends.append(0)
+                    children = item._modules
+                    if children:
+                        stack.extend(reversed([c for c in children.values() if c is not None]))
+                if len(order) == len(self._named) and all(a is b for a, (_, b) in zip(order, self._named)):
+                    spans = {id(m): (i, end) for i, (m, end) in enumerate(zip(order, ends))}
+                    if len(spans) == len(order):  # no module reached twice
+                        self._order, self._spans = order, spans
+        return self._spans.get(id(module))
+
+    def find(self, module: nn.Module, missing: set, known: dict) -> None:
+        """As find_buffers."""
+        span = self._span(module)
+        if span is None:
+            find_buffers(module, missing, known)
+            return
+        for m in self._order[span[0]:span[1]]:
+            if m._buffers:
+                _take_buffers(m, missing, known)
+                if not missing:
+                    return
+
+
+class MaskReads:
+    """The summaries of the masks one crawl read, by tensor. A model passes
+    one mask to every layer (Hugging Face's models pass the expanded padding
+    mask down to each attention and its enclosing modules): it is read once
+    while the same tensor holds the same values. An entry is used only for
+    the tensor it was read from, still alive (a weak reference), with the
+    same version, storage and shape, and with the values it was read with: a
+    write through another alias of its memory (`.data`, a NumPy array from
+    `.numpy()` or `torch.from_numpy`, the storage) bumps no version. The
+    values are kept as a copy of the memory the view reaches (a CPU mask:
+    copied and compared without an operator, so a dispatch mode around the
+    crawl sees none, as the library's reading makes none) or as a clone
+    compared with torch.equal (other devices, whose reading runs operators
+    anyway). A mask whose copy would exceed _COPY_BYTES is read every time,
+    as are inference tensors, which have no version."""
+
+    _COPY_BYTES = 64 << 20
+
+    def __init__(self) -> None:
+        # identity -> (weak reference, version, data_ptr, shape, values, summary)
+        self._read: Dict[int, tuple] = {}
+
+    def summary(self, mask: torch.Tensor) -> dict:
+        """read_mask's summary; scaled_dot_product_attention's boolean masks
+        let True through."""
+        identity = mask._cdata
+        entry = self._read.get(identity)
+        try:
+            state = (mask._version, mask.data_ptr(), mask.shape)
+        except Exception:  # noqa: BLE001 - no version (an inference tensor) or no storage: read every time
+            return tokens.read_mask(mask, blocks_true=False)
+        if entry is not None and entry[0]() is mask and entry[1:4] == state and self._same_values(mask, entry[4]):
+            return entry[5]
+        summary = tokens.read_mask(mask, blocks_true=False)
+        self._read.pop(identity, None)
+        values = self._values(mask)
+        if values is not None:
+            self._read[identity] = (weakref.ref(mask), *state, values, summary)
+        return summary
+
+    @classmethod
+    def _values(cls, mask: torch.Tensor):
+        """A copy of the mask's values to compare with later, or None (not
+        kept). Only plain dense tensors: torch.equal has no kernel for sparse
+        or meta tensors, and a subclass may define equality its own way."""
+        if type(mask) is not torch.Tensor or mask.layout != torch.strided or mask.device.type == "meta":
+            return None
+        if mask.device.type != "cpu":
+            return mask.clone() if mask.numel() * mask.element_size() <= cls._COPY_BYTES else None
+        if not tokens._storage_holds(mask):  # read_mask refused it already; checked again for the copy
+            return None
+        if mask.numel() == 0:
+            return b""
+        # The bytes from the first element to the last the view reaches
+        # (PyTorch's strides are never negative), read from memory.
+        size = (sum((n - 1) * st for n, st in zip(mask.shape, mask.stride())) + 1) * mask.element_size()
+        return ctypes.string_at(mask.data_ptr(), size) if size <= cls._COPY_BYTES else None
+
+    @classmethod
+    def _same_values(cls, mask: torch.Tensor, values) -> bool:
+        if type(values) is bytes:
+            return cls._values(mask) == values
+        return torch.equal(values, mask)
+
+
+def found_masks(module: nn.Module, named: list, identities: list, reads: MaskReads, tree: TreeBuffers) -> list:
+    """Summaries of the attention masks the engine found, where this call
+    holds them (an argument, or a buffer of the module or its children)."""
+    if not identities:
+        return []
+    known = {t._cdata: t for _, t in named}
+    missing = set(identities).difference(known)
+    if missing:
+        tree.find(module, missing, known)
+    out = []
+    with torch.no_grad():
+        for identity in identities:
+            mask = known.get(identity)
+            if mask is not None:
+                out.append({"identity": identity, **reads.summary(mask)})
+    return out
