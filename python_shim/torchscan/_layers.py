@@ -1,12 +1,16 @@
 """crawl_module's layer rows, read from the engine's one layer-row writer
 (reports/layers.cc, Note [One layer-row writer]) rather than rebuilt here,
-and the memory report's per-call figures."""
+their parameter figures, and the memory report's per-call figures."""
 
 from __future__ import annotations
 
 import ctypes
 import json
 import pickle
+from typing import Dict
+
+import torch
+import torch.nn as nn
 
 _FIELDS = ("receptive_field", "effective_stride", "effective_padding")
 
@@ -42,3 +46,74 @@ def _module_rows(session, handle: int = 0) -> list:
         if fn(handle, ctypes.byref(data), ctypes.byref(size)) == 0 and data.value:
             return pickle.loads(ctypes.string_at(data.value, size.value))
     return json.loads(session.module_layers())
+
+
+class Parameters:
+    """Parameter and buffer figures of a module tree, from one pass over
+    every module's own tensors: each module's (each tensor once per module:
+    its layer rows' figures) and the tree's (each tensor once: the totals,
+    where tied weights count once)."""
+
+    def __init__(self, modules: list) -> None:
+        self.by_module: Dict[nn.Module, dict] = {}
+        self.parameters: Dict[int, torch.Tensor] = {}  # id -> the tree's distinct parameters
+        self.buffers: Dict[int, torch.Tensor] = {}
+        self.registered = 0  # parameter registrations (more than distinct parameters: some are tied)
+        self.totals = {"parameters": 0, "trainable_parameters": 0, "frozen_parameters": 0, "parameter_bytes": 0,
+                       "buffer_elements": 0, "buffer_bytes": 0}
+        for m in modules:
+            params, buffers = m._parameters, m._buffers
+            if not params and not buffers:  # most modules of a network (activations, containers)
+                self.by_module[m] = _NO_PARAMETERS
+                continue
+            self.by_module[m] = self._add(params, buffers)
+        t = self.totals
+        t["frozen_parameters"] = t["parameters"] - t["trainable_parameters"]
+
+    def _add(self, params: dict, buffers: dict) -> dict:
+        # parameters(recurse=False) and buffers(recurse=False), read directly
+        # (their generators cost more than the sums).
+        t, tree = self.totals, self.parameters
+        count = trainable = nbytes = 0
+        seen = set()
+        for p in params.values():
+            if p is None:
+                continue
+            self.registered += 1
+            key = id(p)
+            if key in seen:
+                continue
+            seen.add(key)
+            n = p.numel()
+            size = n * p.element_size()
+            count += n
+            nbytes += size
+            grad = p.requires_grad
+            if grad:
+                trainable += n
+            if key not in tree:
+                tree[key] = p
+                t["parameters"] += n
+                t["parameter_bytes"] += size
+                if grad:
+                    t["trainable_parameters"] += n
+        buffer_count = buffer_bytes = 0
+        seen.clear()
+        for b in buffers.values():
+            if b is None or id(b) in seen:
+                continue
+            seen.add(id(b))
+            n = b.numel()
+            size = n * b.element_size()
+            buffer_count += n
+            buffer_bytes += size
+            if id(b) not in self.buffers:
+                self.buffers[id(b)] = b
+                t["buffer_elements"] += n
+                t["buffer_bytes"] += size
+        return {"parameters": count, "trainable_parameters": trainable, "parameter_bytes": nbytes,
+                "buffers": buffer_count, "buffer_bytes": buffer_bytes}
+
+
+# Read only (its items are copied into each row).
+_NO_PARAMETERS = {"parameters": 0, "trainable_parameters": 0, "parameter_bytes": 0, "buffers": 0, "buffer_bytes": 0}

@@ -22,7 +22,7 @@ from torchscan import distributed as _distributed
 from torchscan import handlers as _handlers
 from torchscan import token_flow, tokens
 from torchscan._inputs import _dimension, _input_shapes, _generated_inputs, _caller_inputs
-from torchscan._layers import _FIELDS, _memory_metrics, _module_rows
+from torchscan._layers import _FIELDS, Parameters, _memory_metrics, _module_rows
 from torchscan._library import entry_point
 from torchscan._modules import AnalysisPause, ForwardHooks, forward_raised, safe_text
 from torchscan.flops import FlopScan
@@ -69,77 +69,6 @@ def _unique_modules(module: nn.Module) -> tuple:
             dot = prefix + "." if prefix else ""
             stack.extend(reversed([(dot + n, c) for n, c in children.items() if c is not None]))
     return named, list(dict.fromkeys([m for _, m in named]))
-
-
-class _Parameters:
-    """Parameter and buffer figures of a module tree, from one pass over
-    every module's own tensors: each module's (each tensor once per module:
-    its layer rows' figures) and the tree's (each tensor once: the totals,
-    where tied weights count once)."""
-
-    def __init__(self, modules: list) -> None:
-        self.by_module: Dict[nn.Module, dict] = {}
-        self.parameters: Dict[int, torch.Tensor] = {}  # id -> the tree's distinct parameters
-        self.buffers: Dict[int, torch.Tensor] = {}
-        self.registered = 0  # parameter registrations (more than distinct parameters: some are tied)
-        self.totals = {"parameters": 0, "trainable_parameters": 0, "frozen_parameters": 0, "parameter_bytes": 0,
-                       "buffer_elements": 0, "buffer_bytes": 0}
-        for m in modules:
-            params, buffers = m._parameters, m._buffers
-            if not params and not buffers:  # most modules of a network (activations, containers)
-                self.by_module[m] = _NO_PARAMETERS
-                continue
-            self.by_module[m] = self._add(params, buffers)
-        t = self.totals
-        t["frozen_parameters"] = t["parameters"] - t["trainable_parameters"]
-
-    def _add(self, params: dict, buffers: dict) -> dict:
-        # parameters(recurse=False) and buffers(recurse=False), read directly
-        # (their generators cost more than the sums).
-        t, tree = self.totals, self.parameters
-        count = trainable = nbytes = 0
-        seen = set()
-        for p in params.values():
-            if p is None:
-                continue
-            self.registered += 1
-            key = id(p)
-            if key in seen:
-                continue
-            seen.add(key)
-            n = p.numel()
-            size = n * p.element_size()
-            count += n
-            nbytes += size
-            grad = p.requires_grad
-            if grad:
-                trainable += n
-            if key not in tree:
-                tree[key] = p
-                t["parameters"] += n
-                t["parameter_bytes"] += size
-                if grad:
-                    t["trainable_parameters"] += n
-        buffer_count = buffer_bytes = 0
-        seen.clear()
-        for b in buffers.values():
-            if b is None or id(b) in seen:
-                continue
-            seen.add(id(b))
-            n = b.numel()
-            size = n * b.element_size()
-            buffer_count += n
-            buffer_bytes += size
-            if id(b) not in self.buffers:
-                self.buffers[id(b)] = b
-                t["buffer_elements"] += n
-                t["buffer_bytes"] += size
-        return {"parameters": count, "trainable_parameters": trainable, "parameter_bytes": nbytes,
-                "buffers": buffer_count, "buffer_bytes": buffer_bytes}
-
-
-# Read only (its items are copied into each row).
-_NO_PARAMETERS = {"parameters": 0, "trainable_parameters": 0, "parameter_bytes": 0, "buffers": 0, "buffer_bytes": 0}
 
 
 _NATIVE_SCOPES: list = []  # [(push, pop, pop_1) or None], once loaded
@@ -526,7 +455,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     module_report = scan.module_report() if full else None
     diagnostics = []
     layers = []
-    figures = _Parameters(modules)
+    figures = Parameters(modules)
     stats = figures.by_module
     type_names: dict = {}  # per module class
     tensor = _tensor_metadata
@@ -552,7 +481,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
             type_name = type_names[cls] = safe_text(cls.__name__)
         mod_stats = stats.get(mod)
         if mod_stats is None:  # a module outside the tree (its hooks are the tree's): its own figures
-            mod_stats = stats[mod] = _Parameters([mod]).by_module[mod]
+            mod_stats = stats[mod] = Parameters([mod]).by_module[mod]
         layer = {"path": path, "call_index": row["call_index"], "name": path.rsplit(".", 1)[-1] or type_name,
                  "depth": row["depth"], "type": type_name, "inputs": inputs, "output": output, **mod_stats,
                  "metrics": metrics}
