@@ -210,10 +210,8 @@ class _ChangesItsMask(nn.Module):
         return self.second(y, mask=mask)
 
 
-def test_a_mask_is_read_once_while_it_holds_the_same_values(monkeypatch):
-    """A mask shared by several calls is read once; one changed in place is
-    read again, and every report equals the one made reading each mask
-    every time."""
+def _count_reads(monkeypatch) -> list:
+    """Records the version of every mask tokens.read_mask reads from now on."""
     from torchscan import tokens
 
     reads = []
@@ -224,6 +222,16 @@ def test_a_mask_is_read_once_while_it_holds_the_same_values(monkeypatch):
         return read_mask(mask, **kwargs)
 
     monkeypatch.setattr(tokens, "read_mask", counted)
+    return reads
+
+
+def test_a_mask_is_read_once_while_it_holds_the_same_values(monkeypatch):
+    """A mask shared by several calls is read once; one changed in place is
+    read again, and every report equals the one made reading each mask
+    every time."""
+    from torchscan import tokens
+
+    reads = _count_reads(monkeypatch)
 
     def crawl(model, options):  # options(): a fresh mask for each crawl
         reads.clear()
@@ -346,14 +354,8 @@ def test_mask_readings_are_reused_only_while_the_memory_is_unchanged(monkeypatch
     larger than the copy limit are read every time."""
     from torchscan import tokens
 
-    reads = []
     read_mask = tokens.read_mask
-
-    def counted(mask, **kwargs):
-        reads.append(mask.shape)
-        return read_mask(mask, **kwargs)
-
-    monkeypatch.setattr(tokens, "read_mask", counted)
+    reads = _count_reads(monkeypatch)
     cache = _token_masks.MaskReads()
     base = torch.ones(6, 8, dtype=torch.bool).tril()
     view = base[::2, 1::3]  # strides (16, 3): its last element is base[4, 7]
