@@ -150,9 +150,7 @@ class MaskReads:
             return None
         if mask.numel() == 0:
             return b""
-        # The bytes from the first element to the last the view reaches
-        # (PyTorch's strides are never negative), read from memory.
-        size = (sum((n - 1) * st for n, st in zip(mask.shape, mask.stride())) + 1) * mask.element_size()
+        size = tokens.span_elements(mask) * mask.element_size()  # the bytes the view spans, read from memory
         return ctypes.string_at(mask.data_ptr(), size) if size <= cls._COPY_BYTES else None
 
     @classmethod

@@ -156,6 +156,12 @@ def _read_natively(mask: torch.Tensor, shape: list, blocks_true: bool, padding: 
     return {"shape": shape, "rows": words[1], "cols": words[2], "runs": words[3:n]}
 
 
+def span_elements(mask: torch.Tensor) -> int:
+    """How many elements of memory a non-empty view spans, from its first
+    element to the last it reaches (PyTorch's strides are never negative)."""
+    return sum((n - 1) * s for n, s in zip(mask.shape, mask.stride())) + 1
+
+
 def _storage_holds(mask: torch.Tensor) -> bool:
     """Whether every element the view reaches lies inside its storage. A
     storage resized under its tensors keeps their shapes but not their
@@ -166,8 +172,7 @@ def _storage_holds(mask: torch.Tensor) -> bool:
         nbytes = mask.untyped_storage().nbytes()
     except Exception:  # noqa: BLE001 - no storage to ask (a wrapper subclass): its operators answer, as before
         return True
-    last = mask.storage_offset() + sum((n - 1) * s for n, s in zip(mask.shape, mask.stride()))
-    return (last + 1) * mask.element_size() <= nbytes
+    return (mask.storage_offset() + span_elements(mask)) * mask.element_size() <= nbytes
 
 
 def read_mask(mask: torch.Tensor, *, blocks_true: bool, padding: bool = False) -> dict:
