@@ -287,7 +287,7 @@ class TokenFlow:
     def __init__(self, native: bool = False, pause=None, named: Optional[list] = None):
         self.results: dict = {}  # call index -> (token_dependencies, reason or None)
         self._tree = TreeBuffers(named)
-        self._native_types: Dict[type, bool] = {}  # per module class: tokens.applies, asked once a crawl
+        self._native_types: Dict[type, bool] = {}  # per module class: tokens.native_class, asked once a crawl
         self._steps: list = []   # known module calls not yet taken by an enclosing one: (scope, step)
         self._pause = pause
         self._mask_reads = MaskReads()
@@ -326,7 +326,9 @@ class TokenFlow:
         cls = type(module)
         native = self._native_types.get(cls)
         if native is None:
-            native = self._native_types[cls] = tokens.applies(module)
+            native = self._native_types[cls] = tokens.native_class(cls)
+        if native:  # and this layer is as PyTorch builds it (a few checks, on native classes only)
+            native = tokens.applies(module)
         found = None
         if not native:
             # (Known calls are kept in scope order: the last is the innermost.)

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from torchscan import _metric
 
@@ -41,7 +42,6 @@ ASSUMPTIONS = [
 CODE = "token_dependencies_unavailable"
 
 TYPES = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
-_FORWARDS = {t.forward for t in TYPES}
 # The layer's masks and causal flags, by forward argument name.
 _MASKS = {
     "MultiheadAttention": ("attn_mask", "key_padding_mask"),
@@ -64,10 +64,56 @@ class _Unbound(Exception):
     pass
 
 
+# Note [Native layers as PyTorch builds them]
+# The native analysis derives a layer's relation from its masks and flags,
+# taking the rest of its forward as PyTorch wrote it. So it answers only for
+# a call that runs that forward: one of TYPES, or a subclass, whose forward
+# and the methods it calls (_NATIVE_METHODS) are PyTorch's, on the class and
+# on the instance (`layer.forward = ...` replaces one), and, for the
+# Transformer layers, whose attention submodules are native calls
+# themselves and whose other parts keep every position apart: linear
+# layers, layer norms over the features alone, dropout and element-wise
+# activations (a module or a function), none with a forward of its own. Any
+# other call goes to the token-flow pass over the operators it ran
+# (token_flow.py), which says what it cannot follow.
+_NATIVE_METHODS = {t: {name: t.__dict__[name] for name in names} for t, names in (
+    (nn.MultiheadAttention, ("forward", "merge_masks")),
+    (nn.TransformerEncoderLayer, ("forward", "_sa_block", "_ff_block")),
+    (nn.TransformerDecoderLayer, ("forward", "_sa_block", "_mha_block", "_ff_block")))}
+_ATTENTION_PARTS = ("self_attn", "multihead_attn")
+_POSITIONWISE = (nn.Linear, nn.LayerNorm, nn.Dropout, nn.Identity, nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid,
+                 nn.LeakyReLU, nn.ELU, nn.Mish, nn.Hardswish)
+_POSITIONWISE_FUNCTIONS = (F.relu, F.gelu, F.silu, torch.relu, torch.tanh, torch.sigmoid)
+
+
+def native_class(cls: type) -> bool:
+    """Whether calls of this class may be native calls (applies): the class
+    runs PyTorch's forward and the methods it calls."""
+    base = next((t for t in TYPES if issubclass(cls, t)), None)
+    return base is not None and all(getattr(cls, name, None) is f for name, f in _NATIVE_METHODS[base].items())
+
+
 def applies(module: nn.Module) -> bool:
-    """A native call: one of TYPES whose forward is the native one (a
-    subclass that overrides forward may attend differently)."""
-    return isinstance(module, TYPES) and type(module).forward in _FORWARDS
+    """A native call: a layer as PyTorch builds it (Note [Native layers as
+    PyTorch builds them])."""
+    if not native_class(type(module)):
+        return False
+    base = next(t for t in TYPES if isinstance(module, t))
+    if any(name in module.__dict__ for name in _NATIVE_METHODS[base]):  # replaced on the instance
+        return False
+    if base is nn.MultiheadAttention:  # its forward calls no submodule
+        return True
+    for name, part in module._modules.items():
+        if part is None:
+            continue
+        if name in _ATTENTION_PARTS:
+            if not (isinstance(part, nn.MultiheadAttention) and applies(part)):
+                return False
+        elif type(part) not in _POSITIONWISE or "forward" in part.__dict__ or (
+                type(part) is nn.LayerNorm and len(part.normalized_shape) != 1):
+            return False
+    # A module activation is among the parts above; a function is kept as an attribute.
+    return "activation" in module._modules or module.__dict__.get("activation") in _POSITIONWISE_FUNCTIONS
 
 
 # forward function -> inspect.signature of the bound method (self dropped):
