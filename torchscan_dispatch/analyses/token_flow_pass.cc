@@ -7,6 +7,8 @@
 
 #include "torchscan_dispatch/analyses/token_flow_pass.h"
 
+#include "absl/container/flat_hash_set.h"
+
 namespace torchscan::token_flow_internal {
 
 TokenFlowResult Pass::Run() {
@@ -16,6 +18,7 @@ TokenFlowResult Pass::Run() {
   // Scope bounds count the scan's calls; events_ holds those not folded (ClosedScope).
   const int64_t base = recorder_.folded();
   const int64_t begin = scope.begin_event - base, end = scope.end_event - base;
+  end_ = end;
   // Steps by their first call; the outermost first where several start together.
   struct Range {
     int64_t begin, end;
@@ -132,6 +135,18 @@ const Flow* Pass::Output() {
   return &(flows_[req_.output] = Seed(s->second, static_cast<int32_t>(sz.size()), fits ? sz[axis] : -1, false));
 }
 
+namespace {
+// A call that writes its result in place: a name ending in "_" or an out=
+// overload, but not the in-place calls that change a tensor's metadata, not
+// its values (those leave its views alone).
+bool WritesInPlace(const OpInfo& info) {
+  const absl::string_view name = N(info.name);
+  const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
+  return ((base.size() > 1 && base.back() == '_') || info.overload == "out") &&
+         !info.traits.Has(TokenTrait::kMetadataInPlace);
+}
+}  // namespace
+
 // Views share their base's memory: a call that writes one in place
 // changes the others, which the pass does not follow value by value, so
 // they are not followed from here on (their base included).
@@ -143,11 +158,7 @@ void Pass::Aliases(int64_t i) {
   const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
   NewTensors(call);
   const absl::string_view name = N(call.name);
-  const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
-  // In-place calls that change a tensor's metadata, not its values, leave its views alone.
-  const bool metadata = info.traits.Has(TokenTrait::kMetadataInPlace);
-  const bool in_place = ((base.size() > 1 && base.back() == '_') || info.overload == "out") && !metadata;
-  if (in_place) {
+  if (WritesInPlace(info)) {
     EachTensor(call.outputs, [&](const TensorMeta& t) {
       const uintptr_t r = Root(t.identity);
       auto g = group_.find(r);
@@ -171,6 +182,47 @@ void Pass::Aliases(int64_t i) {
     root_[t.identity] = r;
     group_[r].push_back(t.identity);
   });
+}
+
+// Note [Masks written after use]
+// A mask's values are read when the module call that needs them returns
+// (the recorder keeps no values), so they are the ones the attention ran
+// with unless the call wrote into the mask after the attention read it: an
+// in-place call (a name ending in "_", an out= overload) whose result is
+// the mask or a view of it (one known to the pass by then, or made from
+// the mask by a later call). Writes through aliases the recorder cannot
+// connect (`.data`, a NumPy array) are not seen here.
+std::string Pass::WrittenAfterUse(uintptr_t id) const {
+  // The mask and its views by identity: those known when the attention ran,
+  // then those made from them. An identity a later call returns as a new
+  // tensor (not one of its operands) names that tensor from then on (Note
+  // [Reused identities]).
+  absl::flat_hash_set<uintptr_t> mask = {id, Root(id)};
+  if (auto g = group_.find(Root(id)); g != group_.end()) mask.insert(g->second.begin(), g->second.end());
+  auto holds = [&](const ArgMeta& a) { return a.is_tensor() && a.tensor().defined && mask.count(a.tensor().identity); };
+  for (int64_t j = visiting_ + 1; j < end_; ++j) {
+    const Event& e = events_[j];
+    if (e.raised()) continue;
+    const OpInfo& info = Catalog().Get(e.op());
+    const ResolvedCall rc(e);
+    if (WritesInPlace(info) && std::any_of(rc.outputs().begin(), rc.outputs().end(), holds)) {
+      return absl::StrCat(N(info.name),
+                          " wrote into the mask after the attention read it; the values the attention ran "
+                          "with are not known");
+    }
+    const bool view = info.traits.Has(TokenTrait::kMayAlias) && !rc.args().empty() && holds(rc.args()[0]);
+    for (const ArgMeta& o : rc.outputs()) {
+      if (!o.is_tensor() || !o.tensor().defined) continue;
+      if (view) {
+        mask.insert(o.tensor().identity);  // shares the mask's memory
+      } else if (std::none_of(rc.args().begin(), rc.args().end(), [&](const ArgMeta& a) {
+                   return a.is_tensor() && a.tensor().defined && a.tensor().identity == o.tensor().identity;
+                 })) {
+        mask.erase(o.tensor().identity);  // a new tensor at an address the mask's views once had
+      }
+    }
+  }
+  return "";
 }
 
 // See Note [Reused identities]. An output that is none of the call's
@@ -290,6 +342,7 @@ std::optional<std::string> Pass::Add(Flow& r, bool& any, const Flow& f, int64_t 
 }
 
 int64_t Pass::VisitCall(int64_t i, int64_t end) {
+  visiting_ = i;
   const Event& e = events_[i];
   const int64_t next = SubtreeEnd(i, end);
   if (e.raised()) return next;

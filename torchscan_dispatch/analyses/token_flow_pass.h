@@ -187,6 +187,12 @@ class Pass {
   Flow Join(const OpCall& call, const TensorMeta& out, absl::string_view base);
   Flow Along(const OpCall& call, const TensorMeta& out, int64_t dim);
 
+  // Why the values of mask `id`, read when the module call returned, may not
+  // be those the attention at event `visiting_` ran with: a later call of the
+  // module call wrote into it in place (Note [Masks written after use]); ""
+  // when none did.
+  std::string WrittenAfterUse(uintptr_t id) const;
+
   // Visits event i and what it needs of its subtree; returns the next event.
   int64_t Visit(int64_t i, int64_t end) {
     const int64_t next = VisitCall(i, end);
@@ -198,6 +204,8 @@ class Pass {
   void Step(const TokenStep& s);
   const Recorder& recorder_;
   const BlockLog<Event>& events_;
+  int64_t visiting_ = -1;  // the event VisitCall is visiting
+  int64_t end_ = 0;        // one past the module call's last event
 
  public:
   bool products_of_tokens = false;  // two token-indexed tensors met in one product (explicit attention)

@@ -140,6 +140,9 @@ Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& 
     }
     const TokenMask& m = it->second;
     if (std::string why = SdpaMaskProblem(m); !why.empty()) return Lost(absl::StrCat(name, ": attn_mask ", why));
+    if (std::string why = WrittenAfterUse(mask.tensor().identity); !why.empty()) {
+      return Lost(absl::StrCat(name, ": attn_mask: ", why));
+    }
     if ((m.rows != 1 && m.rows != L) || (m.cols != 1 && m.cols != S)) {
       return Lost(absl::StrCat(name, ": attn_mask's last dims (", m.rows, ", ", m.cols, ") do not broadcast to (", L,
                                ", ", S, ")"));

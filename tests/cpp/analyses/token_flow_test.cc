@@ -320,6 +320,32 @@ TEST_F(Scanned, SuppliedMaskAndUnknownMask) {
   EXPECT_NE(r.reason.find("neither an argument nor a buffer"), std::string::npos) << r.reason;
 }
 
+TEST_F(Scanned, AMaskWrittenAfterTheAttentionReadItIsNamed) {
+  // The mask's values are read when the module call returns: a write into it
+  // (or into a view made from it) after the attention leaves the values the
+  // attention ran with unknown (Note [Masks written after use]).
+  const TokenMask all = Slice(4, {{{0, 3}}});  // what a reading after the write finds: every key
+  for (int how = 0; how < 3; ++how) {
+    const at::Tensor keep = at::ones({4, 4}, at::kBool).tril();
+    const uintptr_t id = reinterpret_cast<uintptr_t>(keep.unsafeGetTensorImpl());
+    auto body = [&] {
+      at::Tensor y = at::scaled_dot_product_attention(q, k, v, keep);
+      if (how == 0) keep.fill_(true);
+      if (how == 1) keep.slice(0, 1).fill_(true);
+      return y;  // how == 2: the mask left alone
+    };
+    const TokenFlowResult r = Run(body, {{&q, 2}, {&k, 2}, {&v, 2}}, {{id, all}});
+    if (how < 2) {
+      EXPECT_FALSE(r.complete) << how;
+      EXPECT_NE(r.reason.find("aten::fill_ wrote into the mask after the attention read it"), std::string::npos)
+          << r.reason;
+    } else {
+      ASSERT_TRUE(r.complete) << r.reason;
+      EXPECT_EQ(Rel(r, 2), "all");  // every key visible (as read): output i reads values 0..3
+    }
+  }
+}
+
 TEST_F(Scanned, ProjectionsViewsAndAnUnsupportedOperator) {
   const at::Tensor x = at::randn({1, 4, 16}), w = at::randn({16, 16});
   // (N, L, E) -> linear over E -> heads (N, H, L, D): positions stay on L.

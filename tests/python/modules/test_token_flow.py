@@ -182,6 +182,37 @@ def test_masks_the_pass_cannot_read_or_name():
     assert _sources(report, "attn")[0]["relation"] == _sources(report)[0]["relation"] == {"kind": "prefix"}
 
 
+class _WritesItsMaskAfterward(SelfAttention):
+    """Attends with the mask it is given, then writes into that mask."""
+
+    def __init__(self, write):
+        super().__init__()
+        self.write = write
+
+    def forward(self, x, mask):
+        y = super().forward(x, mask)
+        self.write(mask)
+        return y
+
+
+@pytest.mark.parametrize("write", ["fill_", "copy_", "a view's fill_"])
+def test_a_mask_written_after_the_attention_read_it_is_unavailable(write):
+    """The attention ran with the causal mask (key j <= query i: prefix);
+    the mask's values are read when the call returns, by then all True
+    ("all"). The pass sees the in-place write after the attention, into the
+    mask or into a view made from it, and says the values it ran with are
+    not known. A mask left alone gives prefix."""
+    writes = {"fill_": lambda m: m.fill_(True), "copy_": lambda m: m.copy_(torch.ones(L, L, dtype=torch.bool)),
+              "a view's fill_": lambda m: m[1:, :].fill_(True)}
+    x = torch.randn(2, L, E)
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    report = torchscan.crawl_module(_WritesItsMaskAfterward(writes[write]), args=(x, causal))
+    _unavailable(report, "", "wrote into the mask after the attention read it")
+    report = torchscan.crawl_module(_WritesItsMaskAfterward(lambda m: None),
+                                    args=(x, torch.ones(L, L, dtype=torch.bool).tril()))
+    assert _sources(report)[0]["relation"] == {"kind": "prefix"}
+
+
 def test_a_buffer_mask_is_read():
     class Buffered(SelfAttention):
         def __init__(self):
