@@ -86,20 +86,25 @@ _POSITIONWISE = (nn.Linear, nn.LayerNorm, nn.Dropout, nn.Identity, nn.ReLU, nn.G
 _POSITIONWISE_FUNCTIONS = (F.relu, F.gelu, F.silu, torch.relu, torch.tanh, torch.sigmoid)
 
 
+def _native_base(cls: type):
+    """The one of TYPES whose forward and methods the class runs unchanged, or None."""
+    base = next((t for t in TYPES if issubclass(cls, t)), None)
+    if base is None or any(getattr(cls, name, None) is not f for name, f in _NATIVE_METHODS[base].items()):
+        return None
+    return base
+
+
 def native_class(cls: type) -> bool:
     """Whether calls of this class may be native calls (applies): the class
     runs PyTorch's forward and the methods it calls."""
-    base = next((t for t in TYPES if issubclass(cls, t)), None)
-    return base is not None and all(getattr(cls, name, None) is f for name, f in _NATIVE_METHODS[base].items())
+    return _native_base(cls) is not None
 
 
 def applies(module: nn.Module) -> bool:
     """A native call: a layer as PyTorch builds it (Note [Native layers as
     PyTorch builds them])."""
-    if not native_class(type(module)):
-        return False
-    base = next(t for t in TYPES if isinstance(module, t))
-    if any(name in module.__dict__ for name in _NATIVE_METHODS[base]):  # replaced on the instance
+    base = _native_base(type(module))
+    if base is None or any(name in module.__dict__ for name in _NATIVE_METHODS[base]):  # replaced on the instance
         return False
     if base is nn.MultiheadAttention:  # its forward calls no submodule
         return True

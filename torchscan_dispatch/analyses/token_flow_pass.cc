@@ -145,6 +145,14 @@ bool WritesInPlace(const OpInfo& info) {
   return ((base.size() > 1 && base.back() == '_') || info.overload == "out") &&
          !info.traits.Has(TokenTrait::kMetadataInPlace);
 }
+
+// Whether `id` is one of the call's tensor operands (an output that is none
+// of them is a tensor the call made: Note [Reused identities]).
+bool IsOperand(const OpCall& call, uintptr_t id) {
+  bool operand = false;
+  EachTensor(call.args, [&](const TensorMeta& a) { operand = operand || a.identity == id; });
+  return operand;
+}
 }  // namespace
 
 // Views share their base's memory: a call that writes one in place
@@ -195,32 +203,33 @@ void Pass::Aliases(int64_t i) {
 std::string Pass::WrittenAfterUse(uintptr_t id) const {
   // The mask and its views by identity: those known when the attention ran,
   // then those made from them. An identity a later call returns as a new
-  // tensor (not one of its operands) names that tensor from then on (Note
-  // [Reused identities]).
+  // tensor names that tensor from then on (Note [Reused identities]).
   absl::flat_hash_set<uintptr_t> mask = {id, Root(id)};
   if (auto g = group_.find(Root(id)); g != group_.end()) mask.insert(g->second.begin(), g->second.end());
-  auto holds = [&](const ArgMeta& a) { return a.is_tensor() && a.tensor().defined && mask.count(a.tensor().identity); };
   for (int64_t j = visiting_ + 1; j < end_; ++j) {
     const Event& e = events_[j];
     if (e.raised()) continue;
     const OpInfo& info = Catalog().Get(e.op());
     const ResolvedCall rc(e);
-    if (WritesInPlace(info) && std::any_of(rc.outputs().begin(), rc.outputs().end(), holds)) {
+    const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
+    bool writes = false;
+    EachTensor(call.outputs, [&](const TensorMeta& t) { writes = writes || mask.count(t.identity) > 0; });
+    if (writes && WritesInPlace(info)) {
       return absl::StrCat(N(info.name),
                           " wrote into the mask after the attention read it; the values the attention ran "
                           "with are not known");
     }
-    const bool view = info.traits.Has(TokenTrait::kMayAlias) && !rc.args().empty() && holds(rc.args()[0]);
-    for (const ArgMeta& o : rc.outputs()) {
-      if (!o.is_tensor() || !o.tensor().defined) continue;
+    // A view made from the mask shares its memory (as Aliases follows them).
+    const ArgMeta& first = call.arg(0);
+    const bool view = info.traits.Has(TokenTrait::kMayAlias) && first.is_tensor() && first.tensor().defined &&
+                      mask.count(first.tensor().identity) > 0;
+    EachTensor(call.outputs, [&](const TensorMeta& t) {
       if (view) {
-        mask.insert(o.tensor().identity);  // shares the mask's memory
-      } else if (std::none_of(rc.args().begin(), rc.args().end(), [&](const ArgMeta& a) {
-                   return a.is_tensor() && a.tensor().defined && a.tensor().identity == o.tensor().identity;
-                 })) {
-        mask.erase(o.tensor().identity);  // a new tensor at an address the mask's views once had
+        mask.insert(t.identity);
+      } else if (!IsOperand(call, t.identity)) {
+        mask.erase(t.identity);
       }
-    }
+    });
   }
   return "";
 }
@@ -229,9 +238,7 @@ std::string Pass::WrittenAfterUse(uintptr_t id) const {
 // operands is a tensor made by the call, whatever its address held before.
 void Pass::NewTensors(const OpCall& call) {
   EachTensor(call.outputs, [&](const TensorMeta& t) {
-    bool operand = false;
-    EachTensor(call.args, [&](const TensorMeta& a) { operand = operand || a.identity == t.identity; });
-    if (!operand) Unlink(t.identity);
+    if (!IsOperand(call, t.identity)) Unlink(t.identity);
   });
 }
 
