@@ -15,7 +15,7 @@ import torch.nn as nn
 from torchscan import tokens
 
 
-def find_buffers(module: nn.Module, missing: set, known: dict) -> None:
+def _find_buffers(module: nn.Module, missing: set, known: dict) -> None:
     """Adds to `known` the buffers of the module and its descendants whose
     identities are in `missing` (emptied as they are found), as
     module.buffers() would find them. Walked with one stack over the
@@ -51,7 +51,7 @@ class TreeBuffers:
     when a mask is first missed; the buffers themselves are read live. A
     tree whose structure is not that preorder by then (a module reached
     twice, children changed during the forward), and a module outside it,
-    are walked instead (find_buffers). Outer modules of a transformer miss
+    are walked instead (_find_buffers). Outer modules of a transformer miss
     the masks their layers make inside, each call: a walk per call
     costs the depth of the tree times its size."""
 
@@ -85,10 +85,10 @@ class TreeBuffers:
         return self._spans.get(id(module))
 
     def find(self, module: nn.Module, missing: set, known: dict) -> None:
-        """As find_buffers."""
+        """As _find_buffers."""
         span = self._span(module)
         if span is None:
-            find_buffers(module, missing, known)
+            _find_buffers(module, missing, known)
             return
         for m in self._order[span[0]:span[1]]:
             if m._buffers:
@@ -146,7 +146,7 @@ class MaskReads:
             return None
         if mask.device.type != "cpu":
             return mask.clone() if mask.numel() * mask.element_size() <= cls._COPY_BYTES else None
-        if not tokens._storage_holds(mask):  # read_mask refused it already; checked again for the copy
+        if not tokens.storage_holds(mask):  # read_mask refused it already; checked again for the copy
             return None
         if mask.numel() == 0:
             return b""

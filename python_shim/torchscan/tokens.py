@@ -213,7 +213,7 @@ def span_elements(mask: torch.Tensor) -> int:
     return sum((n - 1) * s for n, s in zip(mask.shape, mask.stride())) + 1
 
 
-def _storage_holds(mask: torch.Tensor) -> bool:
+def storage_holds(mask: torch.Tensor) -> bool:
     """Whether every element the view reaches lies inside its storage. A
     storage resized under its tensors keeps their shapes but not their
     memory, and most operators read such a view without a check."""
@@ -242,7 +242,7 @@ def read_mask(mask: torch.Tensor, *, blocks_true: bool, padding: bool = False) -
     summary = _read_natively(mask, shape, blocks_true, padding)
     if summary is not None:
         return summary
-    if not _storage_holds(mask):
+    if not storage_holds(mask):
         raise RuntimeError("torchscan: the mask's storage holds fewer bytes than its view reaches "
                            "(resized after the mask was made); its values cannot be read")
     # Few operators: on the small masks of most models each costs more
