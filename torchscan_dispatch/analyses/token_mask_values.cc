@@ -54,7 +54,7 @@ bool Allowed(const at::Tensor& t, bool blocks_true, std::vector<uint8_t>& allowe
 // A storage can shrink under its tensors (untyped_storage().resize_(0), as
 // sharded training does to free memory): the sizes and strides stay, the
 // memory is gone, and reading it would fault. The shim then refuses such a
-// view with an error (tokens._storage_holds), which the analysis reports.
+// view with an error (tokens.storage_holds), which the analysis reports.
 bool InsideStorage(const at::Tensor& t) {
   if (t.const_data_ptr() == nullptr) return false;
   int64_t last = t.storage_offset();  // the furthest element's index (numel > 0: every size >= 1)
