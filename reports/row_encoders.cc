@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "reports/metric.h"
 
 namespace torchscan::reports {
 
@@ -271,6 +272,65 @@ void PickleStream::Number(double v) {
     p[0] = kBinFloat;  // big-endian
     for (int i = 0; i < 8; ++i) p[1 + i] = static_cast<char>((bits >> (8 * (7 - i))) & 0xff);
   }
+}
+
+void PickleStream::Float(double v) {
+  if (!std::isfinite(v)) {
+    Null();  // as DumpJson writes it
+    return;
+  }
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  char* p = Room(9);
+  p[0] = kBinFloat;  // big-endian
+  for (int i = 0; i < 8; ++i) p[1 + i] = static_cast<char>((bits >> (8 * (7 - i))) & 0xff);
+}
+
+void AppendJsonValue(const nlohmann::json& j, PickleStream& out) {
+  using Type = nlohmann::json::value_t;
+  switch (j.type()) {
+    case Type::object:
+      out.BeginObject();
+      // Keys by text, not by address: a tree's keys are no static text.
+      for (const auto& [key, value] : j.items()) {
+        out.String(key);
+        AppendJsonValue(value, out);
+      }
+      out.EndObject();
+      return;
+    case Type::array:
+      out.BeginArray();
+      for (const auto& value : j) AppendJsonValue(value, out);
+      out.EndArray();
+      return;
+    case Type::string:
+      out.String(j.get_ref<const std::string&>());
+      return;
+    case Type::boolean:
+      out.Bool(j.get<bool>());
+      return;
+    case Type::number_integer:
+      out.Int(j.get<int64_t>());
+      return;
+    case Type::number_unsigned:
+      out.Long(false, j.get<uint64_t>());
+      return;
+    case Type::number_float:
+      out.Float(j.get<double>());
+      return;
+    case Type::binary: {
+      bool negative = false;
+      Count::Wide magnitude = 0;
+      if (IsWideCount(j, &negative, &magnitude)) {
+        out.Long(negative && magnitude != 0, magnitude);
+        return;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  out.Null();  // null, and what DumpJson writes no value for
 }
 
 }  // namespace torchscan::reports

@@ -13,6 +13,9 @@
 // replaced as JSON replaces it (tests/python/api/test_row_encodings.py).
 // Key strings repeat on every row; the stream loads each once (its memo)
 // and refers to it afterwards.
+// The reports built as JSON trees (the operator and module views) reach
+// Python the same way: AppendJsonValue writes a tree as the objects
+// json.loads gives for its text.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "absl/container/node_hash_map.h"
+#include "nlohmann/json.hpp"
 #include "formulas/count.h"
 
 namespace torchscan::reports {
@@ -70,12 +74,13 @@ class PickleStream {
   void Int(int64_t v);
   void CountValue(const Count& c);
   void Number(double v);
+  void Float(double v);  // always a float (JSON's 1.0 loads as 1.0); non-finite as null
+  void Long(bool negative, Count::Wide magnitude);
   void Null();
   void Bool(bool b);
   void Finish();
 
  private:
-  void Long(bool negative, Count::Wide magnitude);
   void Text(std::string_view s);  // SHORT_BINUNICODE / BINUNICODE, valid UTF-8
   // Bytes are written at out_[at_]: out_ grows in chunks and Finish cuts it
   // to at_ (a row is a few hundred opcodes of one to a few bytes, where
@@ -110,6 +115,11 @@ class PickleStream {
   };
   std::array<Recent, 256> recent_;
 };
+
+// A JSON tree as the objects json.loads gives for DumpJson's text (type
+// for type: floats stay floats, counts past 2^64 - 1 exact), for reports
+// written as trees that Python reads without their text.
+void AppendJsonValue(const nlohmann::json& j, PickleStream& out);
 
 // Text a JSON writer would give for `s`, as valid UTF-8: `s` itself, or
 // with invalid sequences replaced (U+FFFD) as nlohmann replaces them.

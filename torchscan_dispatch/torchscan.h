@@ -95,6 +95,11 @@ class Session {
   // pickle.loads reads as json.loads reads LayersJson's text), unfiltered:
   // the Python shim's module analysis loads it.
   StatusOr<std::string> LayersPickle(bool operator_view = true);
+  // After Stop(): the operator and module reports (FlopReportJson,
+  // ModuleReportJson, unfiltered), those asked for, as one pickle stream of
+  // a list in that order: the objects json.loads gives for their texts. The
+  // Python shim's FlopScan loads it.
+  StatusOr<std::string> ReportsPickle(bool flop = true, bool module = true);
   // The same rows as values, in the same order (scope order).
   StatusOr<std::vector<LayerRow>> LayerRows(const ReportFilter& filter = {});
   // After Stop(): the results of module handlers that ran outside the

@@ -48,6 +48,24 @@ def _module_rows(session, handle: int = 0) -> list:
     return json.loads(session.module_layers())
 
 
+def _native_reports(handle: int, which: int = 3):
+    """Reports of the stopped scan whose native handle is `handle`: which=1
+    its FlopReport, 2 its module report, 3 both (a list in that order): the
+    objects json.loads gives for session.flop_report() and
+    session.module_report(), loaded from the library's pickle stream
+    (torchscan_reports_pickle). None where that entry point is missing or
+    refuses (the caller then reads the texts, which say why)."""
+    from torchscan._library import entry_point
+
+    fn = entry_point("torchscan_reports_pickle") if handle else None
+    if fn is None:
+        return None
+    data, size = ctypes.c_void_p(), ctypes.c_int64()
+    if fn(handle, which, ctypes.byref(data), ctypes.byref(size)) != 0 or not data.value:
+        return None
+    return pickle.loads(ctypes.string_at(data.value, size.value))
+
+
 class Parameters:
     """Parameter and buffer figures of a module tree, from one pass over
     every module's own tensors: each module's (each tensor once per module:

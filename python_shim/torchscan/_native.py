@@ -1,7 +1,9 @@
 """The types of the plugin's TorchScript class `torch.classes.torchscan.Session`
 (integrations/bindings.cc), which Python sees as an untyped object: one
 method here per method bound there (tests/python/install/test_native_types.py
-checks the two lists agree). Reports cross as JSON text; the shim parses them."""
+checks the two lists agree). Reports cross as JSON text; the shim parses them
+(crawl_module's rows and FlopScan's operator and module reports come through
+the library's C entry points as pickle streams instead, torchscan._layers)."""
 
 from __future__ import annotations
 

@@ -451,8 +451,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
 
     full = mode == "full"
     rows = _module_rows(scan._session, handle)
-    flop_report = scan.report() if full else None
-    module_report = scan.module_report() if full else None
+    flop_report, module_report = scan._both_reports(handle) if full else (None, None)
     diagnostics = []
     layers = []
     figures = Parameters(modules)

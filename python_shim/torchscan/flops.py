@@ -13,6 +13,7 @@ import torch
 
 from torchscan import _aoti, _checkpoint, _compiled
 from torchscan import distributed as _distributed
+from torchscan._layers import _native_reports
 from torchscan._library import Session
 from torchscan._modules import ModuleLabels
 
@@ -199,11 +200,27 @@ class FlopScan:
         if self._report is None:
             if self._formulas:
                 self._resolve_caller_formulas()
-            report = json.loads(self._session.flop_report())
+            # From the library's pickle stream where it can (the JSON text's
+            # objects without the text), else from the text.
+            native = _native_reports(self._session.native_handle(), 1)
+            report = native[0] if native is not None else json.loads(self._session.flop_report())
             # In a torch.distributed job: the rank's context and its collectives' bytes.
             _distributed.add_to_report(report, self._session)
             self._report = report
         return self._report
+
+    def _both_reports(self, handle: int = 0):
+        """(report(), module_report()) of the stopped scan; both loaded from
+        one pickle stream of the library where its native handle allows
+        (crawl_module's path: no JSON text written and read again)."""
+        if self._report is None and handle and not self._formulas and not self._active():
+            both = _native_reports(handle, 3)
+            if both is not None:
+                report, module = both
+                _distributed.add_to_report(report, self._session)
+                self._report = report
+                return report, module
+        return self.report(), self.module_report()
 
     @contextlib.contextmanager
     def request(self, request_id: str):

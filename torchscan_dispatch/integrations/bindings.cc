@@ -368,6 +368,30 @@ __attribute__((visibility("default"))) int torchscan_module_layers_pickle(int ha
   }
 }
 
+// The operator (`which` bit 0) and module (bit 1) reports of a stopped scan
+// (Session::ReportsPickle), handed over as torchscan_module_layers_pickle
+// hands over its rows.
+__attribute__((visibility("default"))) int torchscan_reports_pickle(int handle, int which, const char** data,
+                                                                    int64_t* size) noexcept {
+  using torchscan::TheHandles;
+  thread_local std::string held;
+  try {
+    auto& h = TheHandles();
+    std::lock_guard<std::mutex> lock(h.mu);
+    const auto it = h.sessions.find(handle);
+    if (it == h.sessions.end()) return -1;
+    if (which < 1 || which > 3) return -1;
+    auto reports = it->second->session.ReportsPickle((which & 1) != 0, (which & 2) != 0);
+    if (!reports.ok()) return -1;
+    held = *std::move(reports);
+    *data = held.data();
+    *size = static_cast<int64_t>(held.size());
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
 // What a closed module scope of this thread's innermost scan ran, for the
 // token analysis (torchscan/token_flow.py), which asks after every module
 // call: bit 0 attention, bit 1 a softmax, and from bit 2 the number of

@@ -2,6 +2,7 @@
 // traffic, memory, trace, and the scan report that holds them all.
 #include "torchscan_dispatch/session/state.h"
 
+#include "reports/row_encoders.h"
 #include "reports/scan_report.h"
 
 namespace torchscan {
@@ -322,6 +323,24 @@ StatusOr<std::string> Session::LayersPickle(bool operator_view) {
     std::string out;
     reports::AppendLayersPickle(LayerTallies(s, s.Calls(), /*handlers=*/true, operator_view), s.options.scope,
                                 {true, true, true, true}, out, operator_view);
+    return out;
+  }());
+}
+
+StatusOr<std::string> Session::ReportsPickle(bool flop, bool module) {
+  return Public([&]() -> absl::StatusOr<std::string> {
+    State& s = *state_;
+    if (s.phase != Phase::kStopped) {
+      return absl::FailedPreconditionError("torchscan: the report is available once the scan has stopped");
+    }
+    Planned& p = s.Calls();
+    std::string out;
+    reports::PickleStream stream(out);
+    stream.BeginArray();
+    if (flop) reports::AppendJsonValue(FlopJson(s, p), stream);
+    if (module) reports::AppendJsonValue(ModuleJson(s, p), stream);
+    stream.EndArray();
+    stream.Finish();
     return out;
   }());
 }

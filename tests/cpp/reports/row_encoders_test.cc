@@ -5,8 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
+
+#include "reports/metric.h"
 
 namespace torchscan::reports {
 namespace {
@@ -116,6 +120,47 @@ TEST(RowEncoders, PickleStreamGrowsAndKeepsWhatWasInItsOutput) {
   expected += le32('j', 300) + "e.";
   EXPECT_EQ(out, expected);
   EXPECT_EQ(out.size(), expected.size());  // nothing of the buffer's last chunk is left past STOP
+}
+
+// A JSON tree as json.loads reads DumpJson's text of it: keys in the
+// tree's (sorted) order, a float stays a float (1.0, not 1), NaN is null,
+// counts past 2^64 - 1 and below -2^63 are exact ints.
+// {"a": "\xff", "z": [1.0, -2, 2^64 - 1, NaN, -2^70, false, null]}
+TEST(RowEncoders, AJsonTreeAsPickleOpcodes) {
+  const nlohmann::json tree = {
+      {"z", nlohmann::json::array({1.0, -2, std::numeric_limits<uint64_t>::max(), std::nan(""),
+                                   SignedCountJson(true, Count::Wide{1} << 70), false, nullptr})},
+      {"a", "\xff"}};
+  std::string out;
+  PickleStream w(out);
+  AppendJsonValue(tree, w);
+  w.Finish();
+  const std::string expected = std::string("\x80\x04", 2) + "}("  // PROTO 4, EMPTY_DICT, MARK
+                               + std::string(
+                                     "\x8c\x01"
+                                     "a"
+                                     "\x94",
+                                     4)                                      // "a" (memo 0)
+                               + std::string("\x8c\x03\xef\xbf\xbd\x94", 6)  // U+FFFD for the invalid byte (memo 1)
+                               + std::string(
+                                     "\x8c\x01"
+                                     "z"
+                                     "\x94",
+                                     4)                                   // "z" (memo 2)
+                               + "]("                                     // EMPTY_LIST, MARK
+                               + std::string("G\x3f\xf0\0\0\0\0\0\0", 9)  // BINFLOAT 1.0, big-endian
+                               + std::string("J\xfe\xff\xff\xff", 5)      // BININT -2
+                               + std::string("\x8a\x11", 2) + std::string(8, '\xff') +
+                               std::string(9, '\0')  // LONG1 2^64 - 1, sign byte 0
+                               + "N"                 // NaN: NONE
+                               // LONG1 -2^70: 2^136 - 2^70 in 17 little-endian bytes (bits 70..135 set).
+                               + std::string("\x8a\x11", 2) + std::string(8, '\0') + "\xc0" + std::string(8, '\xff')  //
+                               + "\x89"  // NEWFALSE
+                               + "N"     // NONE
+                               + "e"     // APPENDS
+                               + "u"     // SETITEMS
+                               + ".";    // STOP
+  EXPECT_EQ(out, expected);
 }
 
 TEST(RowEncoders, ValidUtf8KeepsValidTextAndReplacesTheRest) {
