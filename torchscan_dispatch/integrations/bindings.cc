@@ -213,6 +213,32 @@ TORCH_LIBRARY(torchscan, m) {
       .def_static("built_against", []() { return std::string(TORCHSCAN_BUILT_TORCH_VERSION); });
 }
 
+namespace {
+
+// The bytes `make` gives for the session behind `handle`, for the C entry
+// points that hand a stopped scan's report over: `*data` and `*size` then
+// name them, kept for the calling thread (one buffer per entry point) until
+// its next call. 0 on success; -1 for an unknown handle or a refusal.
+template <class Make>
+int HandOverBytes(int handle, const char** data, int64_t* size, Make make) noexcept {
+  thread_local std::string held;
+  try {
+    auto& h = TheHandles();
+    std::lock_guard<std::mutex> lock(h.mu);  // the session stays alive for the call
+    const auto it = h.sessions.find(handle);
+    if (it == h.sessions.end()) return -1;
+    auto bytes = make(it->second->session);
+    if (!bytes.ok()) return -1;
+    held = *std::move(bytes);
+    *data = held.data();
+    *size = static_cast<int64_t>(held.size());
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
+}  // namespace
 }  // namespace torchscan
 
 // The torch this library was built against, readable without loading it: the
@@ -350,22 +376,8 @@ __attribute__((visibility("default"))) int64_t torchscan_read_mask(uintptr_t ten
 // the rows through the custom class's module_layers, which says why).
 __attribute__((visibility("default"))) int torchscan_module_layers_pickle(int handle, const char** data,
                                                                           int64_t* size) noexcept {
-  using torchscan::TheHandles;
-  thread_local std::string held;
-  try {
-    auto& h = TheHandles();
-    std::lock_guard<std::mutex> lock(h.mu);
-    const auto it = h.sessions.find(handle);
-    if (it == h.sessions.end()) return -1;
-    auto rows = it->second->session.LayersPickle(/*operator_view=*/false);
-    if (!rows.ok()) return -1;
-    held = *std::move(rows);
-    *data = held.data();
-    *size = static_cast<int64_t>(held.size());
-    return 0;
-  } catch (...) {
-    return -1;
-  }
+  return torchscan::HandOverBytes(handle, data, size,
+                                  [](torchscan::Session& s) { return s.LayersPickle(/*operator_view=*/false); });
 }
 
 // The operator (`which` bit 0) and module (bit 1) reports of a stopped scan
@@ -373,23 +385,10 @@ __attribute__((visibility("default"))) int torchscan_module_layers_pickle(int ha
 // hands over its rows.
 __attribute__((visibility("default"))) int torchscan_reports_pickle(int handle, int which, const char** data,
                                                                     int64_t* size) noexcept {
-  using torchscan::TheHandles;
-  thread_local std::string held;
-  try {
-    auto& h = TheHandles();
-    std::lock_guard<std::mutex> lock(h.mu);
-    const auto it = h.sessions.find(handle);
-    if (it == h.sessions.end()) return -1;
-    if (which < 1 || which > 3) return -1;
-    auto reports = it->second->session.ReportsPickle((which & 1) != 0, (which & 2) != 0);
-    if (!reports.ok()) return -1;
-    held = *std::move(reports);
-    *data = held.data();
-    *size = static_cast<int64_t>(held.size());
-    return 0;
-  } catch (...) {
-    return -1;
-  }
+  if (which < 1 || which > 3) return -1;
+  return torchscan::HandOverBytes(handle, data, size, [which](torchscan::Session& s) {
+    return s.ReportsPickle((which & 1) != 0, (which & 2) != 0);
+  });
 }
 
 // What a closed module scope of this thread's innermost scan ran, for the
