@@ -261,16 +261,10 @@ void PickleStream::Long(bool negative, Count::Wide magnitude) {
 void PickleStream::CountValue(const Count& c) { Long(false, c.wide()); }
 
 void PickleStream::Number(double v) {
-  if (!std::isfinite(v)) {
-    Null();
-  } else if (Whole(v)) {
+  if (std::isfinite(v) && Whole(v)) {
     Int(static_cast<int64_t>(v));
   } else {
-    uint64_t bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    char* p = Room(9);
-    p[0] = kBinFloat;  // big-endian
-    for (int i = 0; i < 8; ++i) p[1 + i] = static_cast<char>((bits >> (8 * (7 - i))) & 0xff);
+    Float(v);  // non-finite: null
   }
 }
 
