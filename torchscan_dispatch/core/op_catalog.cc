@@ -5,8 +5,9 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <mutex>
+#include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -50,12 +51,89 @@ OpCall FormulaCall(const OpInfo& info, absl::Span<const ArgMeta> args, absl::Spa
   return call;
 }
 
+// Note [Computed tables across scans]
+// WinningKernel reads an operator's computed dispatch table, which PyTorch
+// only gives as text (dumpComputedTable: 15-35 us an operator, a fifth of a
+// small model's scan when every scan dumps again). The text is kept for the
+// process and used again while the operator's registrations are what they
+// were: which runtime and alias keys have a kernel, which of those kernels
+// are fallthroughs, and which runtime keys have a backend fallback. Those
+// decide every line's key and kind ("[kernel]", "[math kernel]",
+// "[autograd kernel]", "[backend fallback]", fallthroughs skipped), which is
+// all WinningKernel's callers read, except for operators whose kernel's
+// source file is read (a Python kernel's ".py:"): those are dumped each time.
+// A kernel replaced at a key that already had one changes only the
+// "registered at" part of its line.
+
+namespace {
+
+// The registrations a computed table follows from, as bits.
+std::vector<uint64_t> RegistrationPrint(const c10::OperatorHandle& op) {
+  std::vector<uint64_t> bits;
+  uint64_t word = 0;
+  int used = 0;
+  auto put = [&](bool b) {
+    word |= static_cast<uint64_t>(b) << used;
+    if (++used == 64) {
+      bits.push_back(word);
+      word = 0;
+      used = 0;
+    }
+  };
+  auto kernel = [&](c10::DispatchKey k) {
+    const bool has = op.hasKernelForDispatchKey(k);
+    put(has);
+    put(has && op.isKernelFallthroughKernel(k));
+  };
+  c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+  for (c10::DispatchKey k : c10::DispatchKeySet(c10::DispatchKeySet::FULL)) {
+    kernel(k);
+    put(dispatcher.hasBackendFallbackForDispatchKey(k));
+  }
+  for (auto k = static_cast<uint16_t>(c10::DispatchKey::StartOfAliasKeys);
+       k <= static_cast<uint16_t>(c10::DispatchKey::EndOfAliasKeys); ++k) {
+    kernel(static_cast<c10::DispatchKey>(k));
+  }
+  bits.push_back(word);
+  return bits;
+}
+
+struct SharedTable {
+  std::vector<uint64_t> print;
+  std::string table;
+};
+
+// Never destroyed: a report written while the process exits may still ask.
+std::mutex* const shared_tables_mu = new std::mutex();
+auto* const shared_tables = new std::unordered_map<c10::OperatorHandle, SharedTable>();
+
+// Operators with Python kernels whose children are their work (RanDecomposition).
+bool ReadsKernelSource(absl::string_view name) {
+  return name == "fsdp::all_gather_copy_in" || name == "fsdp::split_with_sizes_copy" || name == "fsdp::chunk_cat";
+}
+
+}  // namespace
+
+std::string OpCatalog::ComputedTable(const c10::OperatorHandle& op) {
+  if (ReadsKernelSource(Get(op).name)) return op.dumpComputedTable();
+  std::vector<uint64_t> print = RegistrationPrint(op);
+  {
+    std::lock_guard<std::mutex> lock(*shared_tables_mu);
+    auto it = shared_tables->find(op);
+    if (it != shared_tables->end() && it->second.print == print) return it->second.table;
+  }
+  std::string table = op.dumpComputedTable();  // outside the lock: other operators need not wait
+  std::lock_guard<std::mutex> lock(*shared_tables_mu);
+  (*shared_tables)[op] = SharedTable{std::move(print), table};
+  return table;
+}
+
 std::pair<c10::DispatchKey, absl::string_view> OpCatalog::WinningKernel(const c10::OperatorHandle& op,
                                                                         c10::DispatchKeySet keys) {
   auto [cached, fresh] = winners_[op].try_emplace(keys.raw_repr());
   if (!fresh) return cached->second;
   auto it = tables_.find(op);
-  if (it == tables_.end()) it = tables_.emplace(op, op.dumpComputedTable()).first;
+  if (it == tables_.end()) it = tables_.emplace(op, ComputedTable(op)).first;
   const std::string& table = it->second;
   cached->second = {c10::DispatchKey::Undefined, {}};
   for (c10::DispatchKeySet rest = keys; !rest.empty();) {
@@ -88,11 +166,7 @@ bool OpCatalog::RanDecomposition(const c10::OperatorHandle& op, c10::DispatchKey
   // all_gather_copy_in calls empty, split and _foreach_copy_;
   // split_with_sizes_copy calls torch.split_with_sizes_copy; chunk_cat
   // calls torch._chunk_cat).
-  // Never destroyed: a report written while the process exits (an attached
-  // server's last snapshot) may still ask.
-  static const auto* kRecordedPythonKernels = new absl::flat_hash_set<std::string>{
-      "fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat"};
-  if (kRecordedPythonKernels->contains(Get(op).name) && absl::StrContains(line, ".py:")) return true;
+  if (ReadsKernelSource(Get(op).name) && absl::StrContains(line, ".py:")) return true;
   return Get(op).has_math_kernel && absl::StrContains(line, "[math kernel]");
 }
 

@@ -58,6 +58,8 @@ class OpCatalog {
  private:
   // The key whose kernel this call reached, and its line in the computed table.
   std::pair<c10::DispatchKey, absl::string_view> WinningKernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys);
+  // The operator's computed dispatch table as text (Note [Computed tables across scans]).
+  std::string ComputedTable(const c10::OperatorHandle& op);
   std::unordered_map<c10::OperatorHandle, OpInfo> infos_;
   std::unordered_map<c10::OperatorHandle, std::string> tables_;  // strings stay put: lines view them
   std::unordered_map<c10::OperatorHandle, absl::flat_hash_map<uint64_t, std::pair<c10::DispatchKey, absl::string_view>>>
