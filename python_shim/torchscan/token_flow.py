@@ -32,9 +32,7 @@ arguments named like masks are masks, not sources.
 from __future__ import annotations
 
 import ctypes
-import inspect
 import json
-import struct
 from typing import Any, Dict, Optional, Sequence
 
 import torch
@@ -81,11 +79,7 @@ def _native_query():
     return entry_point("torchscan_token_flow_masks")
 
 
-# Relation kinds by number (kRelationKinds in analyses/token_flow.h).
-_KINDS = ("none", "same_position", "prefix", "all")
-_KIND_CODES = {kind: code for code, kind in enumerate(_KINDS)}
-# TokenMask::Problem by its summary's name (kMaskProblemNames).
-_MASK_PROBLEMS = {name: code for code, name in enumerate(tokens.MASK_PROBLEMS)}
+_KIND_CODES = {kind: code for code, kind in enumerate(tokens.KINDS)}
 _ANSWER_WORDS = 5 + 4 * 64  # an answer with up to 64 sources; more: the JSON request
 
 
@@ -113,32 +107,18 @@ class _WordRequests:
             masks: Sequence[dict] = ()) -> Optional[dict]:
         """The answer, or None when the request cannot be put this way (the
         caller asks in JSON)."""
-        texts: list = []
-        size = 0
-
-        def text(value: str) -> tuple:
-            nonlocal size
-            data = value.encode("utf-8", "surrogateescape")
-            texts.append(data)
-            size += len(data)
-            return size - len(data), len(data)
-
+        text = tokens.Texts()
         sizes = list(out.shape)
         words = [scope, *text(path), out._cdata, len(sizes), *sizes, len(sources)]
         for k, src in enumerate(sources):
             words += (src["identity"], k, src["sequence_axis"], src["length"])
         words.append(len(masks))
         for m in masks:
-            problem = _MASK_PROBLEMS.get(m.get("problem", ""))
-            if problem is None or "reason" in m:  # not a summary read_mask gives
+            mask = tokens.mask_words(m, text)
+            if mask is None:  # not a summary read_mask gives
                 return None
-            shape = m["shape"]
-            words += (m["identity"], problem, *text(m.get("dtype", "")), len(shape), *shape)
-            if "rows" in m:
-                runs = m["runs"]
-                words += (1, m["rows"], m["cols"], len(runs), *runs)
-            else:
-                words.append(0)
+            words.append(m["identity"])
+            words += mask
         words.append(len(steps))
         for step in steps:
             if "reason" in step:
@@ -153,12 +133,9 @@ class _WordRequests:
                     return None
                 words += (i["identity"], i["axis"], i["length"], kind, rel.get("limit", -1),
                           rel.get("first_position", 0))
-        blob = b"".join(texts)
-        # Packed into bytes, which ctypes passes as a pointer: a ctypes array
-        # built from the list costs several times as much.
-        try:
-            packed = struct.pack(f"={len(words)}q", *words)
-        except struct.error:  # a word past 64 bits: the JSON request says it
+        blob = text.blob()
+        packed = tokens.pack_words(words)
+        if packed is None:  # a word past 64 bits: the JSON request says it
             return None
         n = self._fn(packed, len(words), blob, len(blob), self._answer, _ANSWER_WORDS, *self._out)
         if n < 5:
@@ -168,14 +145,8 @@ class _WordRequests:
             reason = ctypes.string_at(self._reason.value, self._reason_length.value) if self._reason.value else b""
             return {"status": "unavailable", "reason": reason.decode("utf-8", "replace"),
                     "explicit_attention": a[1] == 1}
-        found = []
-        for at in range(5, 5 + 4 * a[4], 4):
-            relation: Dict[str, Any] = {"kind": _KINDS[a[at + 1]]}
-            if a[at + 2] >= 0:
-                relation["limit"] = a[at + 2]
-            if a[at + 3] > 0:
-                relation["first_position"] = a[at + 3]
-            found.append({"source": a[at], "relation": relation})
+        found = [{"source": a[at], "relation": tokens.relation_of(a[at + 1], a[at + 2], a[at + 3])}
+                 for at in range(5, 5 + 4 * a[4], 4)]
         return {"status": "complete", "output_axis": a[2], "output_length": a[3], "sources": found}
 
 
@@ -192,41 +163,6 @@ def _batch_first(module: nn.Module):
     return flag if isinstance(flag, bool) else None
 
 
-# (id of a signature, positional count, keyword names) -> (the signature, how
-# Signature.bind names each argument of such a call: [(name, index into args
-# or keyword)], or None where bind refuses it). A model calls each module the
-# same way every time; bind itself costs more than the rest of the naming.
-_BINDINGS: Dict[tuple, tuple] = {}
-
-
-def _binding(sig: inspect.Signature, nargs: int, keys: tuple) -> Optional[list]:
-    key = (id(sig), nargs, keys)
-    cached = _BINDINGS.get(key)
-    if cached is not None and cached[0] is sig:  # the same signature (an id can be reused once it is freed)
-        return cached[1]
-    plan: Optional[list] = None
-    try:
-        # bind() on stand-ins that say where each value comes from.
-        bound = sig.bind(*range(nargs), **{k: k for k in keys})
-        params = sig.parameters
-        steps: list = []
-        for name, where in bound.arguments.items():
-            kind = params[name].kind
-            if kind is inspect.Parameter.VAR_KEYWORD:
-                steps.extend((k, k) for k in where)
-            elif kind is inspect.Parameter.VAR_POSITIONAL:
-                steps.extend((f"{name}[{i}]", w) for i, w in enumerate(where))
-            else:
-                steps.append((name, where))
-        plan = steps
-    except (TypeError, ValueError):
-        plan = None
-    if len(_BINDINGS) > 4096:  # bounded: a model has few call forms
-        _BINDINGS.clear()
-    _BINDINGS[key] = (sig, plan)
-    return plan
-
-
 _PLAIN = (bool, int, float, str, type(None))  # values that hold no tensor
 
 
@@ -236,7 +172,7 @@ def _named_tensors(module: nn.Module, args: tuple, kwargs: dict) -> list:
     keywords where bind refuses the call)."""
     plan = None
     try:
-        plan = _binding(tokens.signature(module), len(args), tuple(kwargs))
+        plan = tokens.binding(tokens.signature(module), len(args), tuple(kwargs))
     except (TypeError, ValueError):  # no signature
         pass
     if plan is None:

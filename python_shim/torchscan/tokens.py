@@ -20,11 +20,13 @@ token-flow pass over the operators they ran (token_flow.py).
 """
 from __future__ import annotations
 
+import ctypes
 import inspect
 import json
+import struct
 import threading
 import weakref
-from typing import Any
+from typing import Any, Dict, Optional
 
 import torch
 import torch.nn as nn
@@ -143,6 +145,100 @@ def signature(module: nn.Module) -> inspect.Signature:
     return sig
 
 
+# (id of a signature, positional count, keyword names) -> (the signature, how
+# Signature.bind names each argument of such a call: [(name, index into args
+# or keyword)], or None where bind refuses it). A model calls each module the
+# same way every time; bind itself costs more than the rest of the naming.
+_BINDINGS: Dict[tuple, tuple] = {}
+
+
+def binding(sig: inspect.Signature, nargs: int, keys: tuple) -> Optional[list]:
+    key = (id(sig), nargs, keys)
+    cached = _BINDINGS.get(key)
+    if cached is not None and cached[0] is sig:  # the same signature (an id can be reused once it is freed)
+        return cached[1]
+    plan: Optional[list] = None
+    try:
+        # bind() on stand-ins that say where each value comes from.
+        bound = sig.bind(*range(nargs), **{k: k for k in keys})
+        params = sig.parameters
+        steps: list = []
+        for name, where in bound.arguments.items():
+            kind = params[name].kind
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                steps.extend((k, k) for k in where)
+            elif kind is inspect.Parameter.VAR_POSITIONAL:
+                steps.extend((f"{name}[{i}]", w) for i, w in enumerate(where))
+            else:
+                steps.append((name, where))
+        plan = steps
+    except (TypeError, ValueError):
+        plan = None
+    if len(_BINDINGS) > 4096:  # bounded: a model has few call forms
+        _BINDINGS.clear()
+    _BINDINGS[key] = (sig, plan)
+    return plan
+
+
+# Requests in words (Note [Token-flow requests without JSON] in
+# analyses/token_flow.h), for this module's native layers and for
+# token_flow's module calls. Relation kinds by number (kRelationKinds).
+KINDS = ("none", "same_position", "prefix", "all")
+
+
+class Texts:
+    """A word request's strings, each named in its words by (offset, length)."""
+
+    __slots__ = ("_parts", "_size")
+
+    def __init__(self) -> None:
+        self._parts: list = []
+        self._size = 0
+
+    def __call__(self, value: str) -> tuple:
+        data = value.encode("utf-8", "surrogateescape")
+        self._parts.append(data)
+        self._size += len(data)
+        return self._size - len(data), len(data)
+
+    def blob(self) -> bytes:
+        return b"".join(self._parts)
+
+
+def pack_words(words: list) -> Optional[bytes]:
+    """The words as bytes, which ctypes passes as a pointer (a ctypes array
+    built from the list costs several times as much); None when one does
+    not fit 64 bits (the JSON request says it)."""
+    try:
+        return struct.pack(f"={len(words)}q", *words)
+    except struct.error:
+        return None
+
+
+def mask_words(m: dict, text: Texts) -> Optional[tuple]:
+    """A mask summary's words from its problem on, or None for one the words
+    do not carry (a summary with a reason: read_mask gives none)."""
+    problem = _PROBLEM_CODES.get(m.get("problem", ""))
+    if problem is None or "reason" in m:
+        return None
+    shape = m["shape"]
+    words = (problem, *text(m.get("dtype", "")), len(shape), *shape)
+    if "rows" not in m:
+        return words + (0,)
+    runs = m["runs"]
+    return words + (1, m["rows"], m["cols"], len(runs), *runs)
+
+
+def relation_of(kind: int, limit: int, first_position: int) -> dict:
+    """A relation's words as the JSON answer names it (RelationJson)."""
+    relation: Dict[str, Any] = {"kind": KINDS[kind]}
+    if limit >= 0:
+        relation["limit"] = limit
+    if first_position > 0:
+        relation["first_position"] = first_position
+    return relation
+
+
 _READ_WORDS = 4096  # a thread's first buffer: a summary of up to 1,364 runs
 
 
@@ -183,6 +279,7 @@ class _NativeRead:
 
 # A summary's problems by code (kMaskProblemNames in analyses/token_flow.h; "": none).
 MASK_PROBLEMS = ("", "meta", "dtype", "non_finite", "differs")
+_PROBLEM_CODES = {name: code for code, name in enumerate(MASK_PROBLEMS)}
 
 
 def _read_natively(mask: torch.Tensor, shape: list, blocks_true: bool, padding: bool):
@@ -292,10 +389,15 @@ def _tensor(value) -> dict:
 def request(module: nn.Module, args: tuple, kwargs: dict) -> dict:
     """The engine's native-layer request for this call (token_flow.h,
     NativeLayerRequest); _Unbound when the arguments do not bind."""
-    try:
-        call = signature(module).bind(*args, **kwargs).arguments
-    except TypeError as e:
-        raise _Unbound(f"the call's arguments do not match {type(module).__name__}.forward ({e})") from None
+    sig = signature(module)
+    plan = binding(sig, len(args), tuple(kwargs))
+    if plan is None:  # bind refuses the call: its message says why
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise _Unbound(f"the call's arguments do not match {type(module).__name__}.forward ({e})") from None
+    # (The native layers' forwards take no *args or **kwargs: each name is a parameter.)
+    call = {name: args[where] if type(where) is int else kwargs[where] for name, where in plan or ()}
     layer = next(t.__name__ for t in TYPES if isinstance(module, t))
     layer_module: Any = module  # one of TYPES: its attention submodules by name
     attention: list = [module] if isinstance(module, nn.MultiheadAttention) else [layer_module.self_attn]
@@ -313,6 +415,89 @@ def request(module: nn.Module, args: tuple, kwargs: dict) -> dict:
             "masks": masks, "flags": {name: bool(call.get(name, False)) for name in _FLAGS[layer]}}
 
 
+_NATIVE_ANSWER_WORDS = 64  # up to three sources of up to three arguments need 34
+
+
+class _NativeWords:
+    """The library's C entry point torchscan_token_native_request (integrations/
+    bindings.cc) through ctypes, `fn` None where it cannot be reached (the
+    JSON request instead); each thread its own answer buffer."""
+
+    fn: Any = None
+    loaded = False
+    buffers = threading.local()
+
+    @classmethod
+    def load(cls) -> None:
+        from torchscan._library import entry_point
+
+        cls.fn = entry_point("torchscan_token_native_request")
+        cls.loaded = True
+
+    @classmethod
+    def out(cls) -> tuple:
+        out = getattr(cls.buffers, "out", None)
+        if out is None:
+            reason, length = ctypes.c_void_p(), ctypes.c_int64()
+            out = cls.buffers.out = ((ctypes.c_int64 * _NATIVE_ANSWER_WORDS)(), reason, length,
+                                     ctypes.byref(reason), ctypes.byref(length))
+        return out
+
+
+def _ask_in_words(req: dict) -> Optional[dict]:
+    """The answer NativeLayerJson gives for `req`, asked in words, or None
+    where they cannot carry it (the caller asks in JSON)."""
+    if not _NativeWords.loaded:
+        _NativeWords.load()
+    fn = _NativeWords.fn
+    if fn is None:
+        return None
+    text = Texts()
+    words = [*text(req["layer"]), len(req["attention"])]
+    for a in req["attention"]:
+        words += (1 if a["batch_first"] else 0, 1 if a["extra_positions"] else 0)
+    names = list(req["arguments"])
+    words.append(len(names))
+    for name in names:
+        t = req["arguments"][name]
+        words += text(name)
+        if "identity" in t:
+            sizes = t["sizes"]
+            words += (2, t["identity"], len(sizes), *sizes)
+        else:
+            words += (1 if t.get("nested") else 0, 0, 0)
+    words.append(len(req["masks"]))
+    for name, m in req["masks"].items():
+        mask = mask_words(m, text)
+        if mask is None:
+            return None
+        words += text(name)
+        words += mask
+    words.append(len(req["flags"]))
+    for name, value in req["flags"].items():
+        words += (*text(name), 1 if value else 0)
+    packed = pack_words(words)
+    if packed is None:
+        return None
+    blob = text.blob()
+    answer, reason, length, reason_ref, length_ref = _NativeWords.out()
+    n = fn(packed, len(words), blob, len(blob), answer, _NATIVE_ANSWER_WORDS, reason_ref, length_ref)
+    if n < 4:
+        return None
+    a = answer[:n]
+    if a[0] != 1:
+        why = ctypes.string_at(reason.value, length.value) if reason.value else b""
+        return {"status": "unavailable", "reason": why.decode("utf-8", "replace")}
+    sources, at = [], 4
+    for _ in range(a[3]):
+        count = a[at + 6]
+        sources.append({"arguments": [names[i] for i in a[at + 7:at + 7 + count]], "identity": a[at],
+                        "sequence_axis": a[at + 1], "length": a[at + 2],
+                        "relation": relation_of(a[at + 3], a[at + 4], a[at + 5])})
+        at += 7 + count
+    return {"status": "complete", "output": {"sequence_axis": a[1], "length": a[2]}, "sources": sources}
+
+
 def analyse(module: nn.Module, args: tuple, kwargs: dict) -> tuple:
     """(token_dependencies object, reason when unavailable or None, the
     sources' tensor identities)."""
@@ -321,7 +506,10 @@ def analyse(module: nn.Module, args: tuple, kwargs: dict) -> tuple:
     base = {"scope": "module_call", "method": METHOD, "assumptions": list(ASSUMPTIONS)}
     try:
         with torch.no_grad():
-            answer = json.loads(Session.token_flow(json.dumps(request(module, args, kwargs))))
+            req = request(module, args, kwargs)
+            answer = _ask_in_words(req)
+            if answer is None:
+                answer = json.loads(Session.token_flow(json.dumps(req)))
     except _Unbound as e:
         reason = str(e)
     except Exception as e:  # noqa: BLE001 - never fails the crawl; said in the report

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -325,6 +326,34 @@ int KindCode(std::string_view kind) {
   return -1;
 }
 
+// A mask's words from its problem on (both requests' masks end so); nullopt
+// for an unknown problem.
+std::optional<TokenMask> ReadMask(Words& in) {
+  TokenMask mask;
+  const int64_t problem = in.Next();
+  if (problem < 0 || problem >= kMaskProblems) return std::nullopt;
+  mask.problem = static_cast<TokenMask::Problem>(problem);
+  mask.dtype = in.Text();
+  for (int64_t j = in.Count(); j > 0; --j) mask.shape.push_back(in.Next());
+  if (in.Next() != 0) {
+    const int64_t rows = in.Next(), cols = in.Next();
+    std::vector<int64_t> runs;
+    for (int64_t j = in.Count(); j > 0; --j) runs.push_back(in.Next());
+    SetMaskRuns(mask, rows, cols, runs);
+  }
+  return mask;
+}
+
+// A relation's words: kind, limit, first_position.
+bool PutRelation(const TokenRelation& rel, int64_t*& at) {
+  const int kind = KindCode(rel.kind);
+  if (kind < 0) return false;
+  *at++ = kind;
+  *at++ = rel.limit;
+  *at++ = rel.first_position;
+  return true;
+}
+
 }  // namespace
 
 int64_t TokenFlowWords(const int64_t* words, int64_t count, std::string_view text, int64_t* answer, int64_t capacity,
@@ -345,19 +374,9 @@ int64_t TokenFlowWords(const int64_t* words, int64_t count, std::string_view tex
   }
   for (int64_t k = in.Count(); k > 0; --k) {
     const auto identity = static_cast<uintptr_t>(in.Next());
-    TokenMask mask;
-    const int64_t problem = in.Next();
-    if (problem < 0 || problem >= kMaskProblems) return -1;
-    mask.problem = static_cast<TokenMask::Problem>(problem);
-    mask.dtype = in.Text();
-    for (int64_t j = in.Count(); j > 0; --j) mask.shape.push_back(in.Next());
-    if (in.Next() != 0) {
-      const int64_t rows = in.Next(), cols = in.Next();
-      std::vector<int64_t> runs;
-      for (int64_t j = in.Count(); j > 0; --j) runs.push_back(in.Next());
-      SetMaskRuns(mask, rows, cols, runs);
-    }
-    req.masks[identity] = std::move(mask);
+    std::optional<TokenMask> mask = ReadMask(in);
+    if (!mask) return -1;
+    req.masks[identity] = std::move(*mask);
   }
   for (int64_t k = in.Count(); k > 0; --k) {
     TokenStep step;
@@ -403,14 +422,76 @@ int64_t TokenFlowWords(const int64_t* words, int64_t count, std::string_view tex
     *reason = r.reason;
     return size;
   }
-  int64_t at = 5;
+  int64_t* at = answer + 5;
   for (const auto& [source, rel] : r.sources) {
-    const int kind = KindCode(rel.kind);
-    if (kind < 0) return -1;
-    answer[at++] = source;
-    answer[at++] = kind;
-    answer[at++] = rel.limit;
-    answer[at++] = rel.first_position;
+    *at++ = source;
+    if (!PutRelation(rel, at)) return -1;
+  }
+  return size;
+}
+
+int64_t NativeLayerWords(const int64_t* words, int64_t count, std::string_view text, int64_t* answer, int64_t capacity,
+                         std::string* reason) {
+  Words in{words, count, 0, text};
+  NativeLayerRequest q;
+  q.layer = in.Text();
+  for (int64_t k = in.Count(); k > 0; --k) {
+    NativeAttention a;
+    a.batch_first = in.Next() != 0;
+    a.extra_positions = in.Next() != 0;
+    q.attention.push_back(a);
+  }
+  std::vector<std::string> names;  // the arguments in request order: the answer's sources name them by index
+  for (int64_t k = in.Count(); k > 0; --k) {
+    std::string name = in.Text();
+    NativeTensor t;
+    const int64_t kind = in.Next();
+    if (kind < 0 || kind > 2) return -1;
+    t.tensor = kind != 0;
+    t.nested = kind == 1;
+    t.identity = static_cast<uintptr_t>(in.Next());
+    for (int64_t j = in.Count(); j > 0; --j) t.sizes.push_back(in.Next());
+    if (q.arguments.count(name) != 0) return -1;
+    q.arguments[name] = std::move(t);
+    names.push_back(std::move(name));
+  }
+  for (int64_t k = in.Count(); k > 0; --k) {
+    std::string name = in.Text();
+    std::optional<TokenMask> mask = ReadMask(in);
+    if (!mask) return -1;
+    q.masks[std::move(name)] = std::move(*mask);
+  }
+  for (int64_t k = in.Count(); k > 0; --k) {
+    std::string name = in.Text();
+    q.flags[std::move(name)] = in.Next() != 0;
+  }
+  if (!in.ok || in.i != in.n) return -1;
+  const NativeLayerResult r = AnalyseNativeLayer(q);
+  int64_t size = 4;
+  if (r.complete) {
+    for (const NativeSource& s : r.sources) size += 7 + static_cast<int64_t>(s.arguments.size());
+  }
+  if (capacity < size) return -1;
+  answer[0] = r.complete ? 1 : 0;
+  answer[1] = r.output_axis;
+  answer[2] = r.output_length;
+  answer[3] = r.complete ? static_cast<int64_t>(r.sources.size()) : 0;
+  if (!r.complete) {
+    *reason = r.reason;
+    return size;
+  }
+  int64_t* at = answer + 4;
+  for (const NativeSource& s : r.sources) {
+    *at++ = static_cast<int64_t>(s.identity);
+    *at++ = s.axis;
+    *at++ = s.length;
+    if (!PutRelation(s.relation, at)) return -1;
+    *at++ = static_cast<int64_t>(s.arguments.size());
+    for (const std::string& name : s.arguments) {
+      const auto it = std::find(names.begin(), names.end(), name);
+      if (it == names.end()) return -1;
+      *at++ = it - names.begin();
+    }
   }
   return size;
 }

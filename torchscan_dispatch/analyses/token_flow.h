@@ -250,5 +250,17 @@ std::string TokenFlowJson(std::string_view request);
 inline constexpr const char* kRelationKinds[4] = {"none", "same_position", "prefix", "all"};
 int64_t TokenFlowWords(const int64_t* words, int64_t count, std::string_view text, int64_t* answer, int64_t capacity,
                        std::string* reason);
+// NativeLayerWords takes a NativeLayerRequest the same way (no scan needed):
+//   request: layer (offset, length), attention (count, then batch_first and
+//     extra_positions (1/0) each), arguments (count, then name (offset,
+//     length), kind (0 not a tensor, 1 nested, 2 tensor), identity, sizes
+//     (count, then each) each), masks (count, then name (offset, length) and
+//     the mask as above from its problem on, each), flags (count, then name
+//     (offset, length) and value (1/0) each).
+//   answer: complete (1/0), output_axis, output_length, sources (count, then
+//     identity, axis, length, kind, limit, first_position and arguments
+//     (count, then each one's index in the request's arguments) each).
+int64_t NativeLayerWords(const int64_t* words, int64_t count, std::string_view text, int64_t* answer, int64_t capacity,
+                         std::string* reason);
 
 }  // namespace torchscan

@@ -347,6 +347,28 @@ __attribute__((visibility("default"))) int torchscan_token_flow_request(const in
   }
 }
 
+// A native attention or Transformer layer's token dependencies from a
+// request in words (NativeLayerWords, Note [Token-flow requests without JSON]
+// in analyses/token_flow.h); the answer as torchscan_token_flow_request's.
+__attribute__((visibility("default"))) int torchscan_token_native_request(const int64_t* words, int count,
+                                                                          const char* text, int text_length,
+                                                                          int64_t* answer, int capacity,
+                                                                          const char** reason,
+                                                                          int64_t* reason_length) noexcept {
+  thread_local std::string held;
+  try {
+    if (count < 0 || text_length < 0 || capacity < 0) return -1;
+    held.clear();
+    const int64_t n = torchscan::NativeLayerWords(
+        words, count, std::string_view(text, static_cast<size_t>(text_length)), answer, capacity, &held);
+    *reason = held.data();
+    *reason_length = static_cast<int64_t>(held.size());
+    return static_cast<int>(n);
+  } catch (...) {
+    return -1;
+  }
+}
+
 // A mask's summary read from its memory (Note [Reading a mask's values] in
 // analyses/token_flow.h) for tokens.read_mask: `tensor` is the address of
 // the mask's TensorImpl (Tensor._cdata of a tensor the caller holds), flags
