@@ -152,6 +152,18 @@ def _llama_decode():
     return model, lambda: ((), {"input_ids": token, "past_key_values": copy.deepcopy(past), "use_cache": True})
 
 
+def _transformer_encoder():
+    """PyTorch's own nn.TransformerEncoder (4 layers, width 64, causal mask)
+    on 32 tokens: the native-layer token analysis (tokens.py) on every layer
+    and its attention."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 4, enable_nested_tensor=False).eval()
+    x = torch.randn(1, 32, 64)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(32)
+    return model, lambda: ((), {"src": x, "mask": mask})  # keywords only: every peer gets both
+
+
 def _module_models(models) -> list:
     def image(build):
         torch.manual_seed(0)
@@ -160,7 +172,8 @@ def _module_models(models) -> list:
         return model, lambda: ((x,), {})
 
     out = [("mobilenet_v3_small", lambda: image(models.mobilenet_v3_small)),
-           ("efficientnet_b0", lambda: image(models.efficientnet_b0))]
+           ("efficientnet_b0", lambda: image(models.efficientnet_b0)),
+           ("nn_transformer_encoder", _transformer_encoder)]
     try:
         import transformers  # noqa: F401
     except ImportError:

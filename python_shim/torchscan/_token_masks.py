@@ -116,25 +116,29 @@ class MaskReads:
     _COPY_BYTES = 64 << 20
 
     def __init__(self) -> None:
-        # identity -> (weak reference, version, data_ptr, shape, values, summary)
+        # identity -> (weak reference, version, data_ptr, shape, values, {(blocks_true, padding): summary})
         self._read: Dict[int, tuple] = {}
 
-    def summary(self, mask: torch.Tensor) -> dict:
-        """read_mask's summary; scaled_dot_product_attention's boolean masks
-        let True through."""
+    def summary(self, mask: torch.Tensor, blocks_true: bool = False, padding: bool = False) -> dict:
+        """read_mask's summary (by default as scaled_dot_product_attention
+        reads a mask: boolean True lets through)."""
         identity = mask._cdata
         entry = self._read.get(identity)
+        how = (blocks_true, padding)
         try:
             state = (mask._version, mask.data_ptr(), mask.shape)
         except Exception:  # noqa: BLE001 - no version (an inference tensor) or no storage: read every time
-            return tokens.read_mask(mask, blocks_true=False)
+            return tokens.read_mask(mask, blocks_true=blocks_true, padding=padding)
         if entry is not None and entry[0]() is mask and entry[1:4] == state and self._same_values(mask, entry[4]):
-            return entry[5]
-        summary = tokens.read_mask(mask, blocks_true=False)
+            summaries = entry[5]
+            if how not in summaries:
+                summaries[how] = tokens.read_mask(mask, blocks_true=blocks_true, padding=padding)
+            return summaries[how]
+        summary = tokens.read_mask(mask, blocks_true=blocks_true, padding=padding)
         self._read.pop(identity, None)
         values = self._values(mask)
         if values is not None:
-            self._read[identity] = (weakref.ref(mask), *state, values, summary)
+            self._read[identity] = (weakref.ref(mask), *state, values, {how: summary})
         return summary
 
     @classmethod

@@ -289,7 +289,7 @@ class TokenFlow:
     def _analyse(self, module, path, scope, index, args, kwargs, output, native, found) -> None:
         try:
             if native:
-                deps, reason, identities = tokens.analyse(module, args, kwargs)
+                deps, reason, identities = tokens.analyse(module, args, kwargs, self._mask_reads)
                 result = (deps, reason)
                 step = self._native_step(scope, output, deps, identities)
             else:

@@ -386,9 +386,11 @@ def _tensor(value) -> dict:
     return {"identity": value._cdata, "sizes": list(value.shape)}
 
 
-def request(module: nn.Module, args: tuple, kwargs: dict) -> dict:
+def request(module: nn.Module, args: tuple, kwargs: dict, reads=None) -> dict:
     """The engine's native-layer request for this call (token_flow.h,
-    NativeLayerRequest); _Unbound when the arguments do not bind."""
+    NativeLayerRequest); _Unbound when the arguments do not bind. reads: the
+    crawl's _token_masks.MaskReads (a mask passed to every layer is read
+    once), or None."""
     sig = signature(module)
     plan = binding(sig, len(args), tuple(kwargs))
     if plan is None:  # bind refuses the call: its message says why
@@ -407,7 +409,9 @@ def request(module: nn.Module, args: tuple, kwargs: dict) -> dict:
     for name in _MASKS[layer]:
         mask = call.get(name)
         if mask is not None:
-            masks[name] = read_mask(mask, blocks_true=True, padding=name.endswith("key_padding_mask"))
+            padding = name.endswith("key_padding_mask")
+            masks[name] = (read_mask(mask, blocks_true=True, padding=padding) if reads is None
+                           else reads.summary(mask, blocks_true=True, padding=padding))
     return {"query": "native", "layer": layer,
             "attention": [{"batch_first": bool(a.batch_first),
                            "extra_positions": a.bias_k is not None or bool(a.add_zero_attn)} for a in attention],
@@ -498,15 +502,15 @@ def _ask_in_words(req: dict) -> Optional[dict]:
     return {"status": "complete", "output": {"sequence_axis": a[1], "length": a[2]}, "sources": sources}
 
 
-def analyse(module: nn.Module, args: tuple, kwargs: dict) -> tuple:
+def analyse(module: nn.Module, args: tuple, kwargs: dict, reads=None) -> tuple:
     """(token_dependencies object, reason when unavailable or None, the
-    sources' tensor identities)."""
+    sources' tensor identities); reads as request's."""
     from torchscan._library import Session
 
     base = {"scope": "module_call", "method": METHOD, "assumptions": list(ASSUMPTIONS)}
     try:
         with torch.no_grad():
-            req = request(module, args, kwargs)
+            req = request(module, args, kwargs, reads)
             answer = _ask_in_words(req)
             if answer is None:
                 answer = json.loads(Session.token_flow(json.dumps(req)))

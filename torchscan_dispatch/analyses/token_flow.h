@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "torchscan_dispatch/core/recorder.h"
 
 namespace at {
@@ -61,8 +62,10 @@ struct TokenInput {
 };
 
 // One row of a relation over positions that need not be one interval: sorted,
-// disjoint, non-adjacent runs [lo, hi] (a mask's visible keys).
-using TokenRuns = std::vector<std::pair<int64_t, int64_t>>;
+// disjoint, non-adjacent runs [lo, hi] (a mask's visible keys). Most rows
+// are one or two runs, held inline: a mask's rows are copied, intersected
+// and united row by row, and a heap block per row cost more than the rest.
+using TokenRuns = absl::InlinedVector<std::pair<int64_t, int64_t>, 2>;
 TokenRuns IntersectRuns(const TokenRuns& a, const TokenRuns& b);
 TokenRuns UniteRuns(const TokenRuns& a, const TokenRuns& b);
 // The rows as intervals, or nullopt when a row is two runs or more.

@@ -110,3 +110,42 @@ def test_malformed_word_requests_are_refused():
     assert ask([0, len(text), 0, 0, 1, 0, 0, 9, 0, 0, 0, 0, 0]) == -1  # a mask with an unknown problem
     assert ask([0, len(text), 1 << 40, 0, 0, 0, 0]) == -1  # a count past the words left
     assert ask(empty, capacity=3) == -1  # no room for the answer
+
+
+def test_a_mask_every_layer_gets_is_read_once_per_reading(monkeypatch):
+    """nn.TransformerEncoder hands one mask and one key padding mask to each
+    layer, which hands them to its attention: eight calls read them, each
+    mask once per way of reading it, with the reports of reading every time."""
+    from torchscan import _token_masks
+
+    torch.manual_seed(0)
+    stack = nn.TransformerEncoder(nn.TransformerEncoderLayer(E, 4, 32, dropout=0.0, batch_first=True), 4,
+                                  enable_nested_tensor=False).eval()
+    x = torch.randn(2, L, E)
+    causal = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)  # True: blocked
+    padding = torch.zeros(2, L, dtype=torch.bool)
+    padding[:, 4:] = True
+    reads = []
+    read_mask = tokens.read_mask
+
+    def counted(mask, **kwargs):
+        reads.append((mask.dtype, kwargs.get("padding", False)))
+        return read_mask(mask, **kwargs)
+
+    monkeypatch.setattr(tokens, "read_mask", counted)
+    options = {"args": (x,), "kwargs": {"mask": causal, "src_key_padding_mask": padding}}
+    once = torchscan.crawl_module(stack, **options)
+    # The stack turns both into float masks once (F._canonical_mask) and passes those on.
+    assert sorted(reads, key=lambda r: r[1]) == [(torch.float32, False), (torch.float32, True)]
+    reads.clear()
+    with monkeypatch.context() as m:
+        m.setattr(_token_masks.MaskReads, "summary",
+                  lambda self, mask, blocks_true=False, padding=False: tokens.read_mask(
+                      mask, blocks_true=blocks_true, padding=padding))
+        every_time = torchscan.crawl_module(stack, **options)
+    assert len(reads) == 8 * 2  # four layers and their attentions, two masks each
+    analysed = 0
+    for a, b in zip(once["layers"], every_time["layers"]):
+        assert a.get("token_dependencies") == b.get("token_dependencies"), a["path"]
+        analysed += "token_dependencies" in a
+    assert analysed == 9  # the stack, four layers, four attentions
