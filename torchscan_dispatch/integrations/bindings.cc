@@ -238,6 +238,27 @@ int HandOverBytes(int handle, const char** data, int64_t* size, Make make) noexc
   }
 }
 
+// A token request in words answered by `Answer` (TokenFlowWords or
+// NativeLayerWords), for the C entry points that take one: the answer's word
+// count, or -1; an unavailable answer's reason kept for the calling thread
+// (one buffer per entry point) until its next call.
+template <int64_t (*Answer)(const int64_t*, int64_t, std::string_view, int64_t*, int64_t, std::string*)>
+int AnswerInWords(const int64_t* words, int count, const char* text, int text_length, int64_t* answer, int capacity,
+                  const char** reason, int64_t* reason_length) noexcept {
+  thread_local std::string held;
+  try {
+    if (count < 0 || text_length < 0 || capacity < 0) return -1;
+    held.clear();
+    const int64_t n =
+        Answer(words, count, std::string_view(text, static_cast<size_t>(text_length)), answer, capacity, &held);
+    *reason = held.data();
+    *reason_length = static_cast<int64_t>(held.size());
+    return static_cast<int>(n);
+  } catch (...) {
+    return -1;
+  }
+}
+
 }  // namespace
 }  // namespace torchscan
 
@@ -333,18 +354,8 @@ __attribute__((visibility("default"))) int torchscan_token_flow_request(const in
                                                                         int64_t* answer, int capacity,
                                                                         const char** reason,
                                                                         int64_t* reason_length) noexcept {
-  thread_local std::string held;
-  try {
-    if (count < 0 || text_length < 0 || capacity < 0) return -1;
-    held.clear();
-    const int64_t n = torchscan::TokenFlowWords(words, count, std::string_view(text, static_cast<size_t>(text_length)),
-                                                answer, capacity, &held);
-    *reason = held.data();
-    *reason_length = static_cast<int64_t>(held.size());
-    return static_cast<int>(n);
-  } catch (...) {
-    return -1;
-  }
+  return torchscan::AnswerInWords<torchscan::TokenFlowWords>(words, count, text, text_length, answer, capacity, reason,
+                                                             reason_length);
 }
 
 // A native attention or Transformer layer's token dependencies from a
@@ -355,18 +366,8 @@ __attribute__((visibility("default"))) int torchscan_token_native_request(const 
                                                                           int64_t* answer, int capacity,
                                                                           const char** reason,
                                                                           int64_t* reason_length) noexcept {
-  thread_local std::string held;
-  try {
-    if (count < 0 || text_length < 0 || capacity < 0) return -1;
-    held.clear();
-    const int64_t n = torchscan::NativeLayerWords(
-        words, count, std::string_view(text, static_cast<size_t>(text_length)), answer, capacity, &held);
-    *reason = held.data();
-    *reason_length = static_cast<int64_t>(held.size());
-    return static_cast<int>(n);
-  } catch (...) {
-    return -1;
-  }
+  return torchscan::AnswerInWords<torchscan::NativeLayerWords>(words, count, text, text_length, answer, capacity,
+                                                               reason, reason_length);
 }
 
 // A mask's summary read from its memory (Note [Reading a mask's values] in
