@@ -395,11 +395,11 @@ def request(module: nn.Module, args: tuple, kwargs: dict, reads=None) -> dict:
     plan = binding(sig, len(args), tuple(kwargs))
     if plan is None:  # bind refuses the call: its message says why
         try:
-            sig.bind(*args, **kwargs)
+            call = sig.bind(*args, **kwargs).arguments
         except TypeError as e:
             raise _Unbound(f"the call's arguments do not match {type(module).__name__}.forward ({e})") from None
-    # (The native layers' forwards take no *args or **kwargs: each name is a parameter.)
-    call = {name: args[where] if type(where) is int else kwargs[where] for name, where in plan or ()}
+    else:  # (the native layers' forwards take no *args or **kwargs: each name is a parameter)
+        call = {name: args[where] if type(where) is int else kwargs[where] for name, where in plan}
     layer = next(t.__name__ for t in TYPES if isinstance(module, t))
     layer_module: Any = module  # one of TYPES: its attention submodules by name
     attention: list = [module] if isinstance(module, nn.MultiheadAttention) else [layer_module.self_attn]
