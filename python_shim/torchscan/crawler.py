@@ -144,6 +144,26 @@ def _snapshots(args: tuple) -> Optional[list]:
     return out
 
 
+class _TupleOutput(tuple):
+    """An output snapshot of a tuple of plain dense tensors and Nones (what
+    attention layers return: the output and None for the weights), each
+    item a snapshot or None; described when the report is built."""
+
+
+def _tuple_snapshot(output) -> Optional[_TupleOutput]:
+    if type(output) is not tuple:
+        return None
+    items: list = []
+    for x in output:
+        if x is None:
+            items.append(None)
+        elif type(x) is torch.Tensor and not x.is_nested:
+            items.append((x.shape, x.dtype, x.device, x.requires_grad))
+        else:
+            return None
+    return _TupleOutput(items)
+
+
 _TENSOR_NAMES: dict = {}  # (dtype, device) -> their names (few pairs in a process)
 
 
@@ -247,8 +267,8 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
     session = scan._session
     open_scopes: list = []
     # Per layer call, in scope order: [module, inputs metadata, output
-    # metadata, input snapshots, output snapshot]; a snapshot (_snapshots)
-    # stands for the metadata not described yet.
+    # metadata, input snapshots, output snapshot]; a snapshot (_snapshots,
+    # _tuple_snapshot) stands for the metadata not described yet.
     calls: list = []
     Tensor = torch.Tensor
 
@@ -358,7 +378,11 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             ran = pop(handle, scope, failed, (ctypes.c_uint64 * len(ids))(*ids), len(ids))
             if ran < 0:
                 session.pop_module_scope(scope, failed, ids)
-        calls[index][2] = {"kind": "failed"} if failed else describe(output)
+        snapshot = None if failed else _tuple_snapshot(output)
+        if snapshot is None:
+            calls[index][2] = {"kind": "failed"} if failed else describe(output)
+        else:
+            calls[index][4] = snapshot
         if flow is not None and not failed and flow.asks(mod, scope, ran != 0):
             flow.after(mod, names.get(mod, ""), scope, index, hook_args, hook_kwargs, output, ran != 0)
 
@@ -463,7 +487,8 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
         if in_snapshots is not None:
             inputs = {"kind": "tuple", "items": [tensor(*t) for t in in_snapshots]}
         if out_snapshot is not None:
-            output = tensor(*out_snapshot)
+            output = (tensor(*out_snapshot) if type(out_snapshot) is not _TupleOutput else
+                      {"kind": "tuple", "items": [None if t is None else tensor(*t) for t in out_snapshot]})
         if full:
             metrics = row["metrics"]
         else:

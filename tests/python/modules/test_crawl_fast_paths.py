@@ -439,14 +439,14 @@ class _Mixed(nn.Module):
     def forward(self, x, ids):
         y = self.lin(x)  # noqa: F841  (the module call is the point, not its output)
         e = self.emb(ids)
-        a, b = self.pair(e, 3)
+        a, b, _ = self.pair(e, 3)
         c = self.kw(a, scale=b)
         return self.grow(c["out"])
 
 
 class _Pair(nn.Module):
     def forward(self, e, k):
-        return e[:, :k], e.sum()
+        return e[:, :k], e.sum(), None  # a tuple of tensors and None: snapshotted
 
 
 class _Kw(nn.Module):
