@@ -48,6 +48,24 @@ def _module_rows(session, handle: int = 0) -> list:
     return json.loads(session.module_layers())
 
 
+# Fewer layer calls than this: the streams take less time to write than a
+# thread takes to start.
+PREPARE_MIN_CALLS = 24
+
+
+def prepare(handle: int, which: int) -> bool:
+    """Starts the library writing the stopped scan's streams on a thread of
+    its own while Python builds its part of the report (Note [Reports
+    prepared on a second thread] in integrations/bindings.cc): which bit 0
+    its FlopReport and bit 1 its module report (_native_reports' `which`),
+    bit 2 its rows (_module_rows). _module_rows and _native_reports then
+    take them. False where it was not started (they write them then)."""
+    from torchscan._library import entry_point
+
+    fn = entry_point("torchscan_reports_prepare") if handle else None
+    return fn is not None and fn(handle, which) == 0
+
+
 def _native_reports(handle: int, which: int = 3):
     """Reports of the stopped scan whose native handle is `handle`: which=1
     its FlopReport, 2 its module report, 3 both (a list in that order): the

@@ -22,7 +22,7 @@ from torchscan import distributed as _distributed
 from torchscan import handlers as _handlers
 from torchscan import token_flow, tokens
 from torchscan._inputs import _dimension, _input_shapes, _generated_inputs, _caller_inputs
-from torchscan._layers import _FIELDS, Parameters, _memory_metrics, _module_rows
+from torchscan._layers import _FIELDS, PREPARE_MIN_CALLS, Parameters, _memory_metrics, _module_rows, prepare
 from torchscan._library import entry_point
 from torchscan._modules import AnalysisPause, ForwardHooks, forward_raised, safe_text
 from torchscan.flops import FlopScan
@@ -420,6 +420,8 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             _eval(module, modules)
             torch._C._set_grad_enabled(False)
             scan._run(module, call_args, call_kwargs)
+            if handlers is None:
+                _prepare_streams(scan, handle, calls, mode)
         finally:
             undo()
     except BaseException:
@@ -428,6 +430,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
 
     if handlers is not None:
         session.set_module_results(handlers.results_json(calls, names))
+        _prepare_streams(scan, handle, calls, mode)
     report = _build_report(module, modules, scan, calls, mode, strict, source, call_args, call_kwargs, training,
                            memory, flow.results if flow is not None else {}, handle)
     if trace:
@@ -436,6 +439,16 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             for e in report["trace"]["traceEvents"]:
                 e.get("args", {}).pop("flops", None)
     return report
+
+
+def _prepare_streams(scan: FlopScan, handle: int, calls: list, mode: str) -> None:
+    """Has the library write the stopped scan's rows (and, in the full mode,
+    its reports) on a thread of its own while the hooks go and Python builds
+    its part of the report (Note [Reports prepared on a second thread] in
+    integrations/bindings.cc); _build_report takes them last. Not for
+    caller formulas, which change the reports once resolved."""
+    if handle and len(calls) >= PREPARE_MIN_CALLS and not scan._formulas:
+        prepare(handle, 4 | (3 if mode == "full" else 0))
 
 
 def _restore_training(training: dict) -> None:
@@ -474,21 +487,33 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     import torchscan
 
     full = mode == "full"
-    rows = _module_rows(scan._session, handle)
-    flop_report, module_report = scan._both_reports(handle) if full else (None, None)
-    diagnostics = []
-    layers = []
+    # Python's part first: the library may be writing the rows and reports
+    # meanwhile (_prepare_streams), which are taken last.
     figures = Parameters(modules)
     stats = figures.by_module
-    type_names: dict = {}  # per module class
     tensor = _tensor_metadata
-    for row, (mod, inputs, output, in_snapshots, out_snapshot) in zip(rows, calls):
-        path = row["path"]
+    described = []  # per call: its module's type name and figures, its inputs and output metadata
+    type_names: dict = {}  # per module class
+    for mod, inputs, output, in_snapshots, out_snapshot in calls:
+        cls = type(mod)
+        type_name = type_names.get(cls)
+        if type_name is None:
+            type_name = type_names[cls] = safe_text(cls.__name__)
+        mod_stats = stats.get(mod)
+        if mod_stats is None:  # a module outside the tree (its hooks are the tree's): its own figures
+            mod_stats = stats[mod] = Parameters([mod]).by_module[mod]
         if in_snapshots is not None:
             inputs = {"kind": "tuple", "items": [tensor(*t) for t in in_snapshots]}
         if out_snapshot is not None:
             output = (tensor(*out_snapshot) if type(out_snapshot) is not _TupleOutput else
                       {"kind": "tuple", "items": [None if t is None else tensor(*t) for t in out_snapshot]})
+        described.append((type_name, mod_stats, inputs, output))
+    rows = _module_rows(scan._session, handle)
+    flop_report, module_report = scan._both_reports(handle) if full else (None, None)
+    diagnostics = []
+    layers = []
+    for row, (type_name, mod_stats, inputs, output) in zip(rows, described):
+        path = row["path"]
         if full:
             metrics = row["metrics"]
         else:
@@ -499,13 +524,6 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
             diagnostics.append({"code": "module_forward_error", "severity": "error", "metric": "module_flops",
                                 "message": f"{path or '(root)'} raised inside its forward; "
                                            "its estimates are unavailable", "path": path})
-        cls = type(mod)
-        type_name = type_names.get(cls)
-        if type_name is None:
-            type_name = type_names[cls] = safe_text(cls.__name__)
-        mod_stats = stats.get(mod)
-        if mod_stats is None:  # a module outside the tree (its hooks are the tree's): its own figures
-            mod_stats = stats[mod] = Parameters([mod]).by_module[mod]
         layer = {"path": path, "call_index": row["call_index"], "name": path.rsplit(".", 1)[-1] or type_name,
                  "depth": row["depth"], "type": type_name, "inputs": inputs, "output": output, **mod_stats,
                  "metrics": metrics}

@@ -6,13 +6,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <exception>
+#include <future>
 #include <limits>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
+
+#include <unistd.h>
 
 #include "torchscan_built_against.h"
 #include <nlohmann/json.hpp>
@@ -90,10 +99,17 @@ struct ScriptSession : torch::CustomClassHolder {
                             .module_scopes = module_scopes}) {}
   explicit ScriptSession(ScanOptions options) : session(std::move(options)) {}
   ~ScriptSession() override {
+    if (preparing.valid()) preparing.wait();  // before `session` goes (Note [Reports prepared on a second thread])
     if (handle == 0) return;
     Handles& h = TheHandles();
     std::lock_guard<std::mutex> lock(h.mu);
     h.sessions.erase(handle);
+  }
+  // The session, once any preparation running on it has finished: every
+  // use goes through here (Note [Reports prepared on a second thread]).
+  Session& Use() {
+    if (preparing.valid()) prepared = preparing.get();
+    return session;
   }
   // A C int (ctypes passes ints as such); 0 once they are used up.
   int64_t Handle() {
@@ -106,10 +122,62 @@ struct ScriptSession : torch::CustomClassHolder {
     return handle;
   }
   Session session;
-  int64_t handle = 0;  // 0: none given out
+  int64_t handle = 0;    // 0: none given out
+  bool stopped = false;  // its scan ran and was stopped: its reports can be written
+
+  // Note [Reports prepared on a second thread]
+  // crawl_module builds its report in Python after the scan stops: parameter
+  // figures, inputs and outputs of every layer call, then the engine's rows
+  // and reports, loaded from pickle streams. The streams depend only on the
+  // stopped session, so crawl_module asks for them first
+  // (torchscan_reports_prepare) and a thread of their own writes them while
+  // Python does its part; the entry points that hand them over take them
+  // when they are ready. Nothing else touches the session meanwhile: every
+  // use of it goes through Use(), which waits for the thread first (so does
+  // the destructor). Only the streams crawl_module asks for, as it would ask
+  // for them; a stream it does not take is dropped with the session.
+  struct Prepared {
+    int which = 0;  // bit 0 the FlopReport, bit 1 the module report, bit 2 the rows
+    std::optional<std::string> rows, reports;
+  };
+  std::future<Prepared> preparing;
+  std::optional<Prepared> prepared;
 };
 
 using Self = c10::intrusive_ptr<ScriptSession>;
+
+// The thread that writes prepared streams (Note [Reports prepared on a second
+// thread]): one per process, started when first needed and kept (a thread
+// started per crawl costs tens of microseconds, and its first allocations
+// more), started again in a forked child, where it did not survive the fork.
+struct StreamWriter {
+  std::mutex mu;
+  std::condition_variable ready;
+  std::deque<std::packaged_task<ScriptSession::Prepared()>> tasks;
+  const pid_t pid = getpid();
+};
+
+// Called with TheHandles().mu held.
+StreamWriter& TheStreamWriter() {
+  static StreamWriter* writer = nullptr;
+  if (writer == nullptr || writer->pid != getpid()) {
+    auto* w = new StreamWriter();  // never destroyed: the thread waits on it until the process ends
+    std::thread([w] {
+      for (;;) {
+        std::packaged_task<ScriptSession::Prepared()> task;
+        {
+          std::unique_lock<std::mutex> lock(w->mu);
+          w->ready.wait(lock, [w] { return !w->tasks.empty(); });
+          task = std::move(w->tasks.front());
+          w->tasks.pop_front();
+        }
+        task();
+      }
+    }).detach();
+    writer = w;
+  }
+  return *writer;
+}
 
 }  // namespace
 
@@ -121,41 +189,48 @@ TORCH_LIBRARY(torchscan, m) {
   m.impl("compiled_region", c10::DispatchKey::CompositeExplicitAutograd, [](std::string) {});
   m.class_<ScriptSession>("Session")
       .def(torch::init<std::string, bool, bool, bool, int64_t, bool, bool>())
-      .def("defer_formula", [](const Self& s, std::string op) { Raise(s->session.DeferOperatorFormula(op)); })
-      .def("start", [](const Self& s) { Raise(s->session.Start()); })
-      .def("stop", [](const Self& s) { Raise(s->session.Stop()); })
+      .def("defer_formula", [](const Self& s, std::string op) { Raise(s->Use().DeferOperatorFormula(op)); })
+      .def("start",
+           [](const Self& s) {
+             s->stopped = false;
+             Raise(s->Use().Start());
+           })
+      .def("stop",
+           [](const Self& s) {
+             Raise(s->Use().Stop());
+             s->stopped = true;
+           })
       .def("set_module_labels",
-           [](const Self& s, std::vector<std::string> labels) { Raise(s->session.SetModuleLabels(std::move(labels))); })
-      .def("enter_module_label", [](const Self& s, std::string label) { Raise(s->session.EnterModuleLabel(label)); })
-      .def("exit_module_label", [](const Self& s, std::string label) { Raise(s->session.ExitModuleLabel(label)); })
-      .def("active", [](const Self& s) { return s->session.active(); })
-      .def("recorded_operators", [](const Self& s) { return s->session.RecordedOperators(); })
-      .def("recorded_calls", [](const Self& s) { return static_cast<int64_t>(s->session.recorded_calls()); })
-      .def("held_calls", [](const Self& s) { return static_cast<int64_t>(s->session.held_calls()); })
-      .def("begin_request", [](const Self& s, std::string id) { Raise(s->session.BeginRequest(id)); })
-      .def("end_request", [](const Self& s) { Raise(s->session.EndRequest()); })
-      .def("deferred_calls", [](const Self& s) { return Value(s->session.DeferredCallsJson()); })
+           [](const Self& s, std::vector<std::string> labels) { Raise(s->Use().SetModuleLabels(std::move(labels))); })
+      .def("enter_module_label", [](const Self& s, std::string label) { Raise(s->Use().EnterModuleLabel(label)); })
+      .def("exit_module_label", [](const Self& s, std::string label) { Raise(s->Use().ExitModuleLabel(label)); })
+      .def("active", [](const Self& s) { return s->Use().active(); })
+      .def("recorded_operators", [](const Self& s) { return s->Use().RecordedOperators(); })
+      .def("recorded_calls", [](const Self& s) { return static_cast<int64_t>(s->Use().recorded_calls()); })
+      .def("held_calls", [](const Self& s) { return static_cast<int64_t>(s->Use().held_calls()); })
+      .def("begin_request", [](const Self& s, std::string id) { Raise(s->Use().BeginRequest(id)); })
+      .def("end_request", [](const Self& s) { Raise(s->Use().EndRequest()); })
+      .def("deferred_calls", [](const Self& s) { return Value(s->Use().DeferredCallsJson()); })
       .def("set_deferred_results",
-           [](const Self& s, std::string json) { Raise(s->session.SetDeferredResultsJson(json)); })
-      .def("set_module_results", [](const Self& s, std::string json) { Raise(s->session.SetModuleResultsJson(json)); })
-      .def("flop_report", [](const Self& s) { return Value(s->session.FlopReportJson()); })
-      .def(
-          "push_module_scope",
-          [](const Self& s, std::string path) { return static_cast<int64_t>(Value(s->session.PushModuleScope(path))); })
+           [](const Self& s, std::string json) { Raise(s->Use().SetDeferredResultsJson(json)); })
+      .def("set_module_results", [](const Self& s, std::string json) { Raise(s->Use().SetModuleResultsJson(json)); })
+      .def("flop_report", [](const Self& s) { return Value(s->Use().FlopReportJson()); })
+      .def("push_module_scope",
+           [](const Self& s, std::string path) { return static_cast<int64_t>(Value(s->Use().PushModuleScope(path))); })
       .def("pop_module_scope",
            [](const Self& s, int64_t id, bool failed, std::vector<int64_t> outputs) {
-             Raise(s->session.PopModuleScope(static_cast<int32_t>(id), failed,
-                                             std::vector<uintptr_t>(outputs.begin(), outputs.end())));
+             Raise(s->Use().PopModuleScope(static_cast<int32_t>(id), failed,
+                                           std::vector<uintptr_t>(outputs.begin(), outputs.end())));
            })
-      .def("layers", [](const Self& s) { return Value(s->session.LayersJson()); })
-      .def("module_layers", [](const Self& s) { return Value(s->session.LayersJson({}, /*operator_view=*/false)); })
-      .def("memory_report", [](const Self& s) { return Value(s->session.MemoryReportJson()); })
-      .def("trace", [](const Self& s) { return Value(s->session.TraceJson()); })
+      .def("layers", [](const Self& s) { return Value(s->Use().LayersJson()); })
+      .def("module_layers", [](const Self& s) { return Value(s->Use().LayersJson({}, /*operator_view=*/false)); })
+      .def("memory_report", [](const Self& s) { return Value(s->Use().MemoryReportJson()); })
+      .def("trace", [](const Self& s) { return Value(s->Use().TraceJson()); })
       // For the C entry points below (torchscan_push_module_scope, ...).
       .def("native_handle", [](const Self& s) { return s->Handle(); })
-      .def("module_report", [](const Self& s) { return Value(s->session.ModuleReportJson()); })
-      .def("traffic", [](const Self& s) { return Value(s->session.TrafficJson()); })
-      .def("scan_report", [](const Self& s) { return Value(s->session.ScanReportJson()); })
+      .def("module_report", [](const Self& s) { return Value(s->Use().ModuleReportJson()); })
+      .def("traffic", [](const Self& s) { return Value(s->Use().TrafficJson()); })
+      .def("scan_report", [](const Self& s) { return Value(s->Use().ScanReportJson()); })
       // scan(threads="all"): every thread that runs ATen work while it is
       // active joins on its first call. A factory, not a second constructor
       // (a custom class has one __init__), so Session(scope, memory, trace)
@@ -227,7 +302,7 @@ int HandOverBytes(int handle, const char** data, int64_t* size, Make make) noexc
     std::lock_guard<std::mutex> lock(h.mu);  // the session stays alive for the call
     const auto it = h.sessions.find(handle);
     if (it == h.sessions.end()) return -1;
-    auto bytes = make(it->second->session);
+    auto bytes = make(*it->second);
     if (!bytes.ok()) return -1;
     held = *std::move(bytes);
     *data = held.data();
@@ -291,7 +366,7 @@ __attribute__((visibility("default"))) int torchscan_push_module_scope(int handl
     const auto it = h.sessions.find(handle);
     if (it == h.sessions.end()) return -1;
     if (length < 0) return -1;
-    const auto id = it->second->session.PushModuleScope(std::string_view(path, static_cast<size_t>(length)));
+    const auto id = it->second->Use().PushModuleScope(std::string_view(path, static_cast<size_t>(length)));
     return id.ok() ? *id : -1;
   } catch (...) {
     return -1;
@@ -310,7 +385,7 @@ __attribute__((visibility("default"))) int torchscan_pop_module_scope(int handle
     const auto it = h.sessions.find(handle);
     if (it == h.sessions.end() || count < 0) return -1;
     bool ran_attention = true;
-    if (!it->second->session
+    if (!it->second->Use()
              .PopModuleScope(scope, failed != 0, std::vector<uintptr_t>(outputs, outputs + count), &ran_attention)
              .ok())
       return -1;
@@ -399,8 +474,11 @@ __attribute__((visibility("default"))) int64_t torchscan_read_mask(uintptr_t ten
 // the rows through the custom class's module_layers, which says why).
 __attribute__((visibility("default"))) int torchscan_module_layers_pickle(int handle, const char** data,
                                                                           int64_t* size) noexcept {
-  return torchscan::HandOverBytes(handle, data, size,
-                                  [](torchscan::Session& s) { return s.LayersPickle(/*operator_view=*/false); });
+  return torchscan::HandOverBytes(handle, data, size, [](torchscan::ScriptSession& s) {
+    torchscan::Session& session = s.Use();
+    if (s.prepared && s.prepared->rows) return torchscan::StatusOr<std::string>(*std::exchange(s.prepared->rows, {}));
+    return session.LayersPickle(/*operator_view=*/false);
+  });
 }
 
 // The operator (`which` bit 0) and module (bit 1) reports of a stopped scan
@@ -409,9 +487,63 @@ __attribute__((visibility("default"))) int torchscan_module_layers_pickle(int ha
 __attribute__((visibility("default"))) int torchscan_reports_pickle(int handle, int which, const char** data,
                                                                     int64_t* size) noexcept {
   if (which < 1 || which > 3) return -1;
-  return torchscan::HandOverBytes(handle, data, size, [which](torchscan::Session& s) {
-    return s.ReportsPickle((which & 1) != 0, (which & 2) != 0);
+  return torchscan::HandOverBytes(handle, data, size, [which](torchscan::ScriptSession& s) {
+    torchscan::Session& session = s.Use();
+    if (s.prepared && s.prepared->reports && (s.prepared->which & 3) == which) {
+      return torchscan::StatusOr<std::string>(*std::exchange(s.prepared->reports, {}));
+    }
+    return session.ReportsPickle((which & 1) != 0, (which & 2) != 0);
   });
+}
+
+// Starts writing a stopped scan's streams on a thread of their own (Note
+// [Reports prepared on a second thread]): `which` bit 0 its FlopReport and
+// bit 1 its module report (as torchscan_reports_pickle's `which`), bit 2 its
+// rows (torchscan_module_layers_pickle), which those entry points then hand
+// over. 0 when started; -1 when not (an unknown handle, a preparation not
+// taken yet, no thread to be had): the entry points then write them.
+__attribute__((visibility("default"))) int torchscan_reports_prepare(int handle, int which) noexcept {
+  using torchscan::TheHandles;
+  if (which < 1 || which > 7) return -1;
+  try {
+    auto& h = TheHandles();
+    std::lock_guard<std::mutex> lock(h.mu);
+    const auto it = h.sessions.find(handle);
+    if (it == h.sessions.end()) return -1;
+    torchscan::ScriptSession& s = *it->second;
+    s.Use();
+    if (!s.stopped || s.session.active()) return -1;  // a scan not run or still running has no report yet
+    torchscan::Session* session = &s.session;
+    // The thread ends before the session can go (~ScriptSession waits for it).
+    s.prepared.reset();
+    std::packaged_task<torchscan::ScriptSession::Prepared()> task([session, which] {
+      torchscan::ScriptSession::Prepared p;
+      p.which = which;
+      try {
+        if (which & 4) {
+          auto rows = session->LayersPickle(/*operator_view=*/false);
+          if (rows.ok()) p.rows = *std::move(rows);
+        }
+        if (which & 3) {
+          auto reports = session->ReportsPickle((which & 1) != 0, (which & 2) != 0);
+          if (reports.ok()) p.reports = *std::move(reports);
+        }
+      } catch (...) {  // the entry points write them again, and say why
+      }
+      return p;
+    });
+    torchscan::StreamWriter& writer = torchscan::TheStreamWriter();
+    std::future<torchscan::ScriptSession::Prepared> done = task.get_future();
+    {
+      std::lock_guard<std::mutex> queue(writer.mu);
+      writer.tasks.push_back(std::move(task));
+    }
+    writer.ready.notify_one();
+    s.preparing = std::move(done);
+    return 0;
+  } catch (...) {
+    return -1;
+  }
 }
 
 // What a closed module scope of this thread's innermost scan ran, for the

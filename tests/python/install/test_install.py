@@ -99,7 +99,8 @@ def test_library_has_a_soname_no_runpath_and_exports_only_the_api(prefix):
               # token-flow gate and requests, masks' values, and the module analysis's rows and reports.
               "torchscan_token_flow_masks", "torchscan_token_flow_request", "torchscan_token_native_request",
               "torchscan_read_mask",
-              "torchscan_module_layers_pickle", "torchscan_reports_pickle", "torchscan_resume_thread_recording")
+              "torchscan_module_layers_pickle", "torchscan_reports_pickle", "torchscan_reports_prepare",
+              "torchscan_resume_thread_recording")
     assert [s for s in exported if not s.startswith(public)] == []
     assert any(s.startswith("torchscan::Session::Start()") for s in exported)
 
