@@ -19,6 +19,9 @@
 #include <ATen/ops/detach_ops.h>
 #include <ATen/ops/div_ops.h>
 #include <ATen/ops/dropout_ops.h>
+#include <ATen/ops/_embedding_bag_forward_only_ops.h>
+#include <ATen/ops/_embedding_bag_ops.h>
+#include <ATen/ops/embedding_bag_ops.h>
 #include <ATen/ops/embedding_ops.h>
 #include <ATen/ops/exp_ops.h>
 #include <ATen/ops/expand_ops.h>
@@ -72,6 +75,7 @@
 #include <string_view>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <memory>
 #include <mutex>
 
@@ -242,14 +246,31 @@ class CallValues {
   std::array<c10::IValue, sizeof...(Args)> values_;
 };
 
+// A result of several tensors (embedding_bag's four), recorded as boxing
+// returns them: one IValue each, in order.
+template <class R>
+struct TensorTuple : std::false_type {};
+template <class... T>
+struct TensorTuple<std::tuple<T...>> : std::bool_constant<(std::is_same_v<T, at::Tensor> && ...)> {
+  using R = std::tuple<T...>;
+  static R FromStack(torch::jit::Stack& stack) {
+    return FromStack(stack, std::index_sequence_for<T...>());
+  }
+  template <size_t... I>
+  static R FromStack(torch::jit::Stack& stack, std::index_sequence<I...>) {
+    const size_t first = stack.size() - sizeof...(T);
+    return R(std::move(stack[first + I]).toTensor()...);
+  }
+};
+
 template <class Op, class Sig = typename Op::schema>
 struct Typed;
 
 template <class Op, class R, class... Args>
 struct Typed<Op, R(Args...)> {
-  // A functional operator returns a new tensor; an in-place one its first
-  // operand (what PyTorch's boxing assumes of it too).
-  static_assert(std::is_same_v<R, at::Tensor> || std::is_same_v<R, at::Tensor&>);
+  // A functional operator returns a new tensor, or several; an in-place one
+  // its first operand (what PyTorch's boxing assumes of it too).
+  static_assert(std::is_same_v<R, at::Tensor> || std::is_same_v<R, at::Tensor&> || TensorTuple<R>::value);
 
   static const c10::OperatorHandle& Handle() {
     static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
@@ -263,6 +284,8 @@ struct Typed<Op, R(Args...)> {
     ScanFallback(op, ks, &stack);
     if constexpr (std::is_same_v<R, at::Tensor>) {
       return std::move(stack.back()).toTensor();
+    } else if constexpr (TensorTuple<R>::value) {
+      return TensorTuple<R>::FromStack(stack);
     } else {
       return std::get<0>(std::forward_as_tuple(args...));
     }
@@ -291,8 +314,17 @@ struct Typed<Op, R(Args...)> {
         throw;
       }
     }();
-    const CallValues<at::Tensor> result(out);
-    top->End(index, result.span());
+    if constexpr (TensorTuple<R>::value) {
+      std::apply(
+          [&](const auto&... outputs) {
+            const CallValues<std::decay_t<decltype(outputs)>...> result(outputs...);
+            top->End(index, result.span());
+          },
+          out);
+    } else {
+      const CallValues<at::Tensor> result(out);
+      top->End(index, result.span());
+    }
     return out;
   }
 
@@ -373,6 +405,10 @@ void RegisterTypedKernels(torch::Library& lib) {
   Add<at::_ops::avg_pool2d>(lib);
   Add<at::_ops::adaptive_avg_pool2d>(lib);
   Add<at::_ops::index_select>(lib);
+  Add<at::_ops::embedding_bag>(lib);
+  Add<at::_ops::embedding_bag_padding_idx>(lib);
+  Add<at::_ops::_embedding_bag_forward_only>(lib);
+  Add<at::_ops::_embedding_bag>(lib);
   // Views and layout.
   Add<at::_ops::view>(lib);
   Add<at::_ops::reshape>(lib);

@@ -37,6 +37,7 @@ x, w, b = torch.randn(4, 8), torch.randn(3, 8), torch.randn(3)
 img, kernel = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
 q = torch.randn(1, 2, 4, 8)
 mean, var, ids, table = torch.zeros(3), torch.ones(3), torch.tensor([1, 2]), torch.randn(5, 8)
+bags, bag_table = torch.tensor([0, 1]), torch.randn(5, 8, requires_grad=True)
 
 def ops(x, w):
     y = torch.add(x, x, alpha=2) - x
@@ -58,6 +59,12 @@ def ops(x, w):
     F.batch_norm(img, mean, var, training=False)
     F.layer_norm(y, (8,))
     F.embedding(ids, table)
+    # Four results each: embedding_bag.padding_idx, and below it
+    # _embedding_bag_forward_only, or _embedding_bag where grad mode is on
+    # and the table requires grad; the overload without padding_idx.
+    F.embedding_bag(ids, table, bags, mode="max")
+    F.embedding_bag(ids, bag_table, bags)
+    torch.embedding_bag(table, ids, bags)
     F.scaled_dot_product_attention(q, q, q, is_causal=True)
     F.softmax(y, -1)
     F.dropout(y, 0.5, training=False)
