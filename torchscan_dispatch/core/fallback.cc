@@ -253,9 +253,7 @@ struct TensorTuple : std::false_type {};
 template <class... T>
 struct TensorTuple<std::tuple<T...>> : std::bool_constant<(std::is_same_v<T, at::Tensor> && ...)> {
   using R = std::tuple<T...>;
-  static R FromStack(torch::jit::Stack& stack) {
-    return FromStack(stack, std::index_sequence_for<T...>());
-  }
+  static R FromStack(torch::jit::Stack& stack) { return FromStack(stack, std::index_sequence_for<T...>()); }
   template <size_t... I>
   static R FromStack(torch::jit::Stack& stack, std::index_sequence<I...>) {
     const size_t first = stack.size() - sizeof...(T);
