@@ -6,9 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <future>
 #include <limits>
@@ -16,12 +14,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
-
-#include <unistd.h>
 
 #include "torchscan_built_against.h"
 #include <nlohmann/json.hpp>
@@ -31,6 +26,7 @@
 #include "reports/render.h"
 #include "reports/validate.h"
 #include "torchscan_dispatch/integrations/coverage_audit.h"
+#include "torchscan_dispatch/integrations/stream_writer.h"
 #include "torchscan_dispatch/core/fallback.h"
 #include "torchscan_dispatch/core/recorder.h"
 #include "torchscan_dispatch/analyses/token_flow.h"
@@ -131,11 +127,13 @@ struct ScriptSession : torch::CustomClassHolder {
   // and reports, loaded from pickle streams. The streams depend only on the
   // stopped session, so crawl_module asks for them first
   // (torchscan_reports_prepare) and a thread of their own writes them while
-  // Python does its part; the entry points that hand them over take them
-  // when they are ready. Nothing else touches the session meanwhile: every
-  // use of it goes through Use(), which waits for the thread first (so does
-  // the destructor). Only the streams crawl_module asks for, as it would ask
-  // for them; a stream it does not take is dropped with the session.
+  // Python does its part (stream_writer.h); the entry points that hand them
+  // over take them when they are ready. Nothing else touches the session
+  // meanwhile: every use of it goes through Use(), which waits for the
+  // streams first (so does the destructor); a session is used by one thread
+  // at a time, its crawl's. Only the streams crawl_module asks for, as it
+  // would ask for them; a stream it does not take is dropped with the
+  // session.
   struct Prepared {
     int which = 0;  // bit 0 the FlopReport, bit 1 the module report, bit 2 the rows
     std::optional<std::string> rows, reports;
@@ -145,39 +143,6 @@ struct ScriptSession : torch::CustomClassHolder {
 };
 
 using Self = c10::intrusive_ptr<ScriptSession>;
-
-// The thread that writes prepared streams (Note [Reports prepared on a second
-// thread]): one per process, started when first needed and kept (a thread
-// started per crawl costs tens of microseconds, and its first allocations
-// more), started again in a forked child, where it did not survive the fork.
-struct StreamWriter {
-  std::mutex mu;
-  std::condition_variable ready;
-  std::deque<std::packaged_task<ScriptSession::Prepared()>> tasks;
-  const pid_t pid = getpid();
-};
-
-// Called with TheHandles().mu held.
-StreamWriter& TheStreamWriter() {
-  static StreamWriter* writer = nullptr;
-  if (writer == nullptr || writer->pid != getpid()) {
-    auto* w = new StreamWriter();  // never destroyed: the thread waits on it until the process ends
-    std::thread([w] {
-      for (;;) {
-        std::packaged_task<ScriptSession::Prepared()> task;
-        {
-          std::unique_lock<std::mutex> lock(w->mu);
-          w->ready.wait(lock, [w] { return !w->tasks.empty(); });
-          task = std::move(w->tasks.front());
-          w->tasks.pop_front();
-        }
-        task();
-      }
-    }).detach();
-    writer = w;
-  }
-  return *writer;
-}
 
 }  // namespace
 
@@ -516,7 +481,9 @@ __attribute__((visibility("default"))) int torchscan_reports_prepare(int handle,
     torchscan::Session* session = &s.session;
     // The thread ends before the session can go (~ScriptSession waits for it).
     s.prepared.reset();
-    std::packaged_task<torchscan::ScriptSession::Prepared()> task([session, which] {
+    auto done = std::make_shared<std::promise<torchscan::ScriptSession::Prepared>>();
+    std::future<torchscan::ScriptSession::Prepared> future = done->get_future();
+    torchscan::RunOnStreamWriter(std::packaged_task<void()>([session, which, done] {
       torchscan::ScriptSession::Prepared p;
       p.which = which;
       try {
@@ -530,16 +497,9 @@ __attribute__((visibility("default"))) int torchscan_reports_prepare(int handle,
         }
       } catch (...) {  // the entry points write them again, and say why
       }
-      return p;
-    });
-    torchscan::StreamWriter& writer = torchscan::TheStreamWriter();
-    std::future<torchscan::ScriptSession::Prepared> done = task.get_future();
-    {
-      std::lock_guard<std::mutex> queue(writer.mu);
-      writer.tasks.push_back(std::move(task));
-    }
-    writer.ready.notify_one();
-    s.preparing = std::move(done);
+      done->set_value(std::move(p));
+    }));
+    s.preparing = std::move(future);
     return 0;
   } catch (...) {
     return -1;

@@ -182,3 +182,43 @@ def test_a_forked_child_prepares_on_a_thread_of_its_own():
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "child 0" in out.stdout, (out.stdout, out.stderr[-2000:])
+
+
+_FORK_WHILE_CRAWLING = r"""
+import os, sys, threading
+sys.path.insert(0, {root!r})
+import torch, torchscan
+torch.set_num_threads(1)
+from tests.python.modules.test_prepared_streams import _Stack
+model, x = _Stack().eval(), torch.rand(1, 4, 8, 8)
+stop = threading.Event()
+
+def crawl():  # prepares, and takes, its streams again and again
+    while not stop.is_set():
+        torchscan.crawl_module(model, args=(x,))
+
+t = threading.Thread(target=crawl)
+t.start()
+codes = []
+for _ in range(20):
+    pid = os.fork()
+    if pid == 0:  # whatever the other thread's crawl left here is freed without waiting on a thread that is gone
+        import gc
+        gc.collect()
+        report = torchscan.crawl_module(model, args=(x,))
+        os._exit(0 if report["totals"]["module_flops"]["status"] == "complete" else 3)
+    codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+stop.set()
+t.join()
+print("children", codes)
+"""
+
+
+def test_a_fork_while_another_thread_crawls_leaves_the_child_whole():
+    """A fork can land while another thread's streams are being written: the
+    child, which has no writing thread, starts its own and crawls whole."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    out = subprocess.run([sys.executable, "-c", _FORK_WHILE_CRAWLING.format(root=root)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "children [" + ", ".join(["0"] * 20) + "]" in out.stdout, (out.stdout, out.stderr[-2000:])
