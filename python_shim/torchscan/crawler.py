@@ -132,16 +132,105 @@ def _described_inputs(args: tuple, kwargs: dict):
     return {"kind": "call", "args": describe(tuple(args)), "kwargs": describe(kwargs)}
 
 
+# Note [Input snapshots]
+# A layer call's inputs are described as metadata.describe gives them at call
+# time, but building those dicts in the hook costs more than the rest of its
+# work: the hook takes a snapshot of what describe reads, and the report
+# builds the dicts from it (_described_snapshot). A snapshot of an argument
+# is (shape, dtype, device, requires_grad), a plain tuple, for a plain dense
+# tensor (torch.Size is immutable; no tensor is kept); the value itself for
+# None, bool, int, float and str (immutable); _Items for a plain tuple of
+# such arguments; _Object(type) for what describe names by its type alone.
+# Anything else (tensor subclasses, nested tensors, lists and dicts, which
+# may change after the call, subclasses of the types above) is not
+# snapshotted: the whole call is described at once.
+
+
+class _Items(tuple):
+    """The snapshot of a tuple argument: its items' snapshots."""
+
+
+class _Object(tuple):
+    """The snapshot of an argument describe names by its type alone: (type,)."""
+
+
+class _Call(tuple):
+    """The snapshot of a call with keyword arguments: (its positional
+    arguments' snapshots, ((keyword, snapshot), ...))."""
+
+
+_NOT_SNAPSHOTTED = object()
+_DESCRIBED_TYPES = (torch.Tensor, str, int, float, tuple, list, dict)  # isinstance checks of describe
+
+
+def _snapshot(value):
+    """A value's snapshot (Note [Input snapshots]), or _NOT_SNAPSHOTTED."""
+    t = type(value)
+    if t is torch.Tensor:
+        return _NOT_SNAPSHOTTED if value.is_nested else (value.shape, value.dtype, value.device, value.requires_grad)
+    if value is None or t is bool or t is int or t is float or t is str:
+        return value
+    if t is tuple:
+        items = []
+        for v in value:
+            item = _snapshot(v)
+            if item is _NOT_SNAPSHOTTED:
+                return item
+            items.append(item)
+        return _Items(items)
+    if isinstance(value, _DESCRIBED_TYPES):
+        return _NOT_SNAPSHOTTED
+    return _Object((t,))
+
+
 def _snapshots(args: tuple) -> Optional[list]:
-    """(shape, dtype, device, requires_grad) of each argument, taken now,
-    when every argument is a plain dense tensor (else None: describe them
-    now). torch.Size is immutable; no tensor is kept."""
+    """Each argument's snapshot, taken now (Note [Input snapshots]), or None
+    where one cannot be taken (describe them now)."""
     out = []
     for a in args:
-        if type(a) is not torch.Tensor or a.is_nested:
+        item = _snapshot(a)
+        if item is _NOT_SNAPSHOTTED:
             return None
-        out.append((a.shape, a.dtype, a.device, a.requires_grad))
+        out.append(item)
     return out
+
+
+def _call_snapshot(args: tuple, kwargs: dict) -> Optional[_Call]:
+    """The snapshot of a call with keyword arguments, or None (describe it now)."""
+    positional = _snapshots(args)
+    if positional is None:
+        return None
+    keywords = []
+    for k, v in kwargs.items():
+        item = _snapshot(v)
+        if item is _NOT_SNAPSHOTTED or type(k) is not str:
+            return None
+        keywords.append((k, item))
+    return _Call((positional, tuple(keywords)))
+
+
+def _described_snapshot(snapshot):
+    """What describe gave for the value when the snapshot was taken."""
+    t = type(snapshot)
+    if t is tuple:
+        return _tensor_metadata(*snapshot)
+    if t is _Items:
+        return {"kind": "tuple", "items": [_described_snapshot(s) for s in snapshot]}
+    if t is str:
+        return safe_text(snapshot)
+    if t is _Object:
+        return {"kind": "object", "type": safe_text(snapshot[0].__qualname__)}
+    return snapshot
+
+
+def _described_call(snapshots):
+    """What _described_inputs gave for the call when its snapshot was taken."""
+    if type(snapshots) is _Call:
+        positional, keywords = snapshots
+        return {"kind": "call", "args": {"kind": "tuple", "items": [_described_snapshot(s) for s in positional]},
+                "kwargs": {"kind": "mapping", "items": {safe_text(k): _described_snapshot(s) for k, s in keywords}}}
+    return {"kind": "tuple", "items": [_tensor_metadata(*s) if type(s) is tuple else _described_snapshot(s)
+                                       for s in snapshots]}
 
 
 class _TupleOutput(tuple):
@@ -343,7 +432,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             scope = session.push_module_scope(names.get(mod, ""))
         open_scopes.append((scope, len(calls)))
         if hook_kwargs:
-            snapshots = None
+            snapshots = _call_snapshot(hook_args, hook_kwargs)
         elif len(hook_args) == 1 and type(hook_args[0]) is Tensor and not hook_args[0].is_nested:  # the common case
             a = hook_args[0]
             snapshots = ((a.shape, a.dtype, a.device, a.requires_grad),)
@@ -503,7 +592,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
         if mod_stats is None:  # a module outside the tree (its hooks are the tree's): its own figures
             mod_stats = stats[mod] = Parameters([mod]).by_module[mod]
         if in_snapshots is not None:
-            inputs = {"kind": "tuple", "items": [tensor(*t) for t in in_snapshots]}
+            inputs = _described_call(in_snapshots)
         if out_snapshot is not None:
             output = (tensor(*out_snapshot) if type(out_snapshot) is not _TupleOutput else
                       {"kind": "tuple", "items": [None if t is None else tensor(*t) for t in out_snapshot]})

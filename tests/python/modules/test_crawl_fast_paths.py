@@ -4,6 +4,8 @@ gets its row with the output the forward produced, and the cyclic GC that
 crawl_module pauses comes back exactly as it was. Timings are in
 tools/benchmark.py (part d), never asserted here."""
 
+import collections
+import enum
 import gc
 
 import pytest
@@ -435,13 +437,31 @@ class _Mixed(nn.Module):
         self.pair = _Pair()
         self.kw = _Kw()
         self.grow = _Grow()
+        self.opts = _Options()
+        self.mutable = _Options()
 
     def forward(self, x, ids):
         y = self.lin(x)  # noqa: F841  (the module call is the point, not its output)
         e = self.emb(ids)
         a, b, _ = self.pair(e, 3)
         c = self.kw(a, scale=b)
+        # Snapshotted (Note [Input snapshots]): scalars, text, tuples of them
+        # and of tensors, objects named by their type, as positional and
+        # keyword arguments.
+        self.opts(c["out"], None, 2, flag=True, scale=0.5, name="t\u00eate", pair=(a, 3, (None, 1.5)),
+                  dtype=torch.float32, size=None)
+        # Described at call time: a list, a Parameter, a torch.Size, an int subclass.
+        self.mutable(a, [1, a], flag=self.lin.weight, scale=a.shape, name=_Small.ONE)
         return self.grow(c["out"])
+
+
+class _Small(enum.IntEnum):
+    ONE = 1
+
+
+class _Options(nn.Module):
+    def forward(self, t, *rest, **options):
+        return t + 1
 
 
 class _Pair(nn.Module):
@@ -464,6 +484,9 @@ def test_snapshotted_metadata_equals_describe_at_call_time():
     from torchscan.metadata import describe
 
     model = _Mixed()
+    taken = []  # the keyword calls' snapshots
+    real = crawler._call_snapshot
+    crawler._call_snapshot = lambda args, kwargs: taken.append(real(args, kwargs)) or taken[-1]
     seen = []  # (path, inputs, output) described by user hooks at call time
     names = {m: n for n, m in model.named_modules()}
     handles = []
@@ -478,14 +501,22 @@ def test_snapshotted_metadata_equals_describe_at_call_time():
     try:
         report = torchscan.crawl_module(model, args=(x, torch.tensor([[1, 2, 3]])))
     finally:
+        crawler._call_snapshot = real
         for h in handles:
             h.remove()
     assert [[l["path"], l["inputs"], l["output"]] for l in report["layers"]] == seen
+    # kw and opts were snapshotted, mutable was described at once.
+    assert [t is not None for t in taken] == [True, True, False]
     by_path = {l["path"]: l for l in report["layers"]}
     assert by_path["lin"]["inputs"]["items"][0] == {"kind": "tensor", "shape": [2, 4], "dtype": "float64",
                                                     "device": "cpu", "requires_grad": True}
     assert by_path["grow"]["inputs"]["items"][0]["shape"] == [1, 3, 4]  # before the in-place unsqueeze_
     assert by_path["grow"]["output"]["shape"] == [1, 1, 3, 4]
+    opts = by_path["opts"]["inputs"]
+    assert opts["args"]["items"][1:] == [None, 2]
+    assert opts["kwargs"]["items"]["pair"]["items"][1:] == [3, {"kind": "tuple", "items": [None, 1.5]}]
+    assert opts["kwargs"]["items"]["dtype"] == {"kind": "object", "type": "dtype"}
+    assert opts["kwargs"]["items"]["name"] == "t\u00eate"
 
 
 def test_tensor_metadata_of_a_snapshot_is_describe():
@@ -496,10 +527,25 @@ def test_tensor_metadata_of_a_snapshot_is_describe():
               torch.empty(2, 0, 4, device="meta", dtype=torch.bfloat16), torch.tensor(3.0)):
         (snapshot,) = crawler._snapshots((t,))
         assert crawler._tensor_metadata(*snapshot) == describe(t)
-    # Anything but plain dense tensors is described at call time.
-    assert crawler._snapshots((torch.rand(2), 3)) is None
-    assert crawler._snapshots((nn.Parameter(torch.rand(2)),)) is None
-    assert crawler._snapshots((torch.nested.nested_tensor([torch.rand(2), torch.rand(3)]),)) is None
+    # Other snapshotted values (Note [Input snapshots]) give describe's objects too.
+    class Opaque:
+        pass
+
+    values = (None, True, 0, -3, 2.5, float("nan"), "", "caf\u00e9", "\udcff", (), (torch.rand(2), 3, (None, "x")),
+              Opaque(), torch.float16, torch.device("cpu"))
+    snapshots = crawler._snapshots(values)
+    assert snapshots is not None
+    for value, snapshot in zip(values, snapshots):
+        got, want = crawler._described_snapshot(snapshot), describe(value)
+        assert got == want or (got != got and want != want), (value, got, want)  # nan is nan
+    # What may change after the call, or what describe reads otherwise, is
+    # described at call time.
+    for value in (nn.Parameter(torch.rand(2)), torch.nested.nested_tensor([torch.rand(2), torch.rand(3)]), [1],
+                  {"a": 1}, torch.Size([2]), (1, [2]), _Small.ONE, collections.namedtuple("P", "a")(1)):
+        assert crawler._snapshots((torch.rand(2), value)) is None, value
+    assert crawler._call_snapshot((), {"k": [1]}) is None
+    snapshot = crawler._call_snapshot((torch.rand(2),), {"k": 3, "t": torch.rand(1)})
+    assert crawler._described_call(snapshot) == crawler._described_inputs((torch.rand(2),), {"k": 3, "t": torch.rand(1)})
 
 
 # ---- module scopes through the library's C entry points (ctypes)
