@@ -58,13 +58,8 @@ def _snapshot(value):
     if value is None or t is bool or t is int or t is float or t is str:
         return value
     if t is tuple:
-        items = []
-        for v in value:
-            item = _snapshot(v)
-            if item is _NOT_SNAPSHOTTED:
-                return item
-            items.append(item)
-        return _Items(items)
+        items = _snapshots(value)
+        return _NOT_SNAPSHOTTED if items is None else _Items(items)
     if isinstance(value, _DESCRIBED_TYPES):
         return _NOT_SNAPSHOTTED
     return _Object((t,))
