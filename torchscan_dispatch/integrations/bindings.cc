@@ -465,8 +465,9 @@ __attribute__((visibility("default"))) int torchscan_reports_pickle(int handle, 
 // [Reports prepared on a second thread]): `which` bit 0 its FlopReport and
 // bit 1 its module report (as torchscan_reports_pickle's `which`), bit 2 its
 // rows (torchscan_module_layers_pickle), which those entry points then hand
-// over. 0 when started; -1 when not (an unknown handle, a preparation not
-// taken yet, no thread to be had): the entry points then write them.
+// over; streams prepared before and not taken are dropped. 0 when started;
+// -1 when not (an unknown handle, a scan not run or still running, no
+// thread to be had): the entry points then write them.
 __attribute__((visibility("default"))) int torchscan_reports_prepare(int handle, int which) noexcept {
   using torchscan::TheHandles;
   if (which < 1 || which > 7) return -1;
@@ -483,7 +484,7 @@ __attribute__((visibility("default"))) int torchscan_reports_prepare(int handle,
     s.prepared.reset();
     auto done = std::make_shared<std::promise<torchscan::ScriptSession::Prepared>>();
     std::future<torchscan::ScriptSession::Prepared> future = done->get_future();
-    torchscan::RunOnStreamWriter(std::packaged_task<void()>([session, which, done] {
+    torchscan::RunOnStreamWriter([session, which, done] {
       torchscan::ScriptSession::Prepared p;
       p.which = which;
       try {
@@ -498,7 +499,7 @@ __attribute__((visibility("default"))) int torchscan_reports_prepare(int handle,
       } catch (...) {  // the entry points write them again, and say why
       }
       done->set_value(std::move(p));
-    }));
+    });
     s.preparing = std::move(future);
     return 0;
   } catch (...) {

@@ -18,12 +18,12 @@ namespace {
 struct StreamWriter {
   std::mutex mu;
   std::condition_variable ready;
-  std::deque<std::packaged_task<void()>> tasks;
+  std::deque<std::function<void()>> tasks;
   const pid_t pid = getpid();
 
   void Loop() {
     for (;;) {
-      std::packaged_task<void()> task;
+      std::function<void()> task;
       {
         std::unique_lock<std::mutex> lock(mu);
         ready.wait(lock, [this] { return !tasks.empty(); });
@@ -55,7 +55,7 @@ StreamWriter& Writer() {
 
 }  // namespace
 
-void RunOnStreamWriter(std::packaged_task<void()> task) {
+void RunOnStreamWriter(std::function<void()> task) {
   StreamWriter& w = Writer();
   {
     std::lock_guard<std::mutex> lock(w.mu);

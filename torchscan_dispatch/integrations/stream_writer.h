@@ -3,13 +3,13 @@
 // thread] in bindings.cc).
 #pragma once
 
-#include <future>
+#include <functional>
 
 namespace torchscan {
 
 // Runs `task` on the process's stream-writing thread, after the tasks posted
 // before it. The thread starts when first needed and is kept; a forked child
 // starts its own (threads do not survive a fork).
-void RunOnStreamWriter(std::packaged_task<void()> task);
+void RunOnStreamWriter(std::function<void()> task);
 
 }  // namespace torchscan
