@@ -227,6 +227,7 @@ class TokenFlow:
         self._steps: list = []   # known module calls not yet taken by an enclosing one: (scope, step)
         self._pause = pause
         self._mask_reads = MaskReads()
+        self._native_answers: dict = {}  # Note [Native answers by request] in tokens.py
         self._query = _native_query() if native else None
         self._masks = (ctypes.c_uint64 * _MASK_CAPACITY)() if self._query is not None else None
         words = _native_words() if native else None
@@ -289,7 +290,8 @@ class TokenFlow:
     def _analyse(self, module, path, scope, index, args, kwargs, output, native, found) -> None:
         try:
             if native:
-                deps, reason, identities = tokens.analyse(module, args, kwargs, self._mask_reads)
+                deps, reason, identities = tokens.analyse(module, args, kwargs, self._mask_reads,
+                                                          self._native_answers)
                 result = (deps, reason)
                 step = self._native_step(scope, output, deps, identities)
             else:

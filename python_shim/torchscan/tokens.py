@@ -44,6 +44,7 @@ ASSUMPTIONS = [
 CODE = "token_dependencies_unavailable"
 
 TYPES = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+_LAYER_NAMES: Dict[type, str] = {t: t.__name__ for t in TYPES}  # the common case: the class itself, not a subclass
 # The layer's masks and causal flags, by forward argument name.
 _MASKS = {
     "MultiheadAttention": ("attn_mask", "key_padding_mask"),
@@ -90,8 +91,10 @@ _POSITIONWISE_FUNCTIONS = (F.relu, F.gelu, F.silu, torch.relu, torch.tanh, torch
 
 def _native_base(cls: type):
     """The one of TYPES whose forward and methods the class runs unchanged, or None."""
-    base = next((t for t in TYPES if issubclass(cls, t)), None)
-    if base is None or any(getattr(cls, name, None) is not f for name, f in _NATIVE_METHODS[base].items()):
+    if not issubclass(cls, TYPES):  # most classes: one C-level check
+        return None
+    base = next(t for t in TYPES if issubclass(cls, t))
+    if any(getattr(cls, name, None) is not f for name, f in _NATIVE_METHODS[base].items()):
         return None
     return base
 
@@ -400,7 +403,7 @@ def request(module: nn.Module, args: tuple, kwargs: dict, reads=None) -> dict:
             raise _Unbound(f"the call's arguments do not match {type(module).__name__}.forward ({e})") from None
     else:  # (the native layers' forwards take no *args or **kwargs: each name is a parameter)
         call = {name: args[where] if type(where) is int else kwargs[where] for name, where in plan}
-    layer = next(t.__name__ for t in TYPES if isinstance(module, t))
+    layer = _LAYER_NAMES.get(type(module)) or next(t.__name__ for t in TYPES if isinstance(module, t))
     layer_module: Any = module  # one of TYPES: its attention submodules by name
     attention: list = [module] if isinstance(module, nn.MultiheadAttention) else [layer_module.self_attn]
     if layer == "TransformerDecoderLayer":
@@ -448,9 +451,10 @@ class _NativeWords:
         return out
 
 
-def _ask_in_words(req: dict) -> Optional[dict]:
+def _ask_in_words(req: dict, memo: Optional[dict] = None) -> Optional[dict]:
     """The answer NativeLayerJson gives for `req`, asked in words, or None
-    where they cannot carry it (the caller asks in JSON)."""
+    where they cannot carry it (the caller asks in JSON). memo: answers by
+    request, for one crawl (Note [Native answers by request])."""
     if not _NativeWords.loaded:
         _NativeWords.load()
     fn = _NativeWords.fn
@@ -462,12 +466,16 @@ def _ask_in_words(req: dict) -> Optional[dict]:
         words += (1 if a["batch_first"] else 0, 1 if a["extra_positions"] else 0)
     names = list(req["arguments"])
     words.append(len(names))
+    identities: list = []  # the arguments' tensors, numbered from 1 in the words
     for name in names:
         t = req["arguments"][name]
         words += text(name)
         if "identity" in t:
+            identity = t["identity"]
+            if identity not in identities:
+                identities.append(identity)
             sizes = t["sizes"]
-            words += (2, t["identity"], len(sizes), *sizes)
+            words += (2, identities.index(identity) + 1, len(sizes), *sizes)
         else:
             words += (1 if t.get("nested") else 0, 0, 0)
     words.append(len(req["masks"]))
@@ -484,8 +492,34 @@ def _ask_in_words(req: dict) -> Optional[dict]:
     if packed is None:
         return None
     blob = text.blob()
+    key = (packed, blob)
+    answer = memo.get(key) if memo is not None else None
+    if answer is None:
+        answer = _native_answer(fn, packed, len(words), blob, names)
+        if answer is not None and memo is not None:
+            memo[key] = answer
+    if answer is None or answer["status"] != "complete":
+        return answer
+    # A fresh answer each time (the report holds it), with the tensors' identities.
+    return {"status": "complete", "output": dict(answer["output"]),
+            "sources": [{**s, "arguments": list(s["arguments"]), "identity": identities[s["identity"] - 1],
+                         "relation": dict(s["relation"])} for s in answer["sources"]]}
+
+
+# Note [Native answers by request]
+# A native layer's answer depends on nothing but its request's words: the
+# layer, its attention options, its arguments' shapes and which of them are
+# one tensor, the masks' summaries and the flags (NativeLayerWords reads no
+# recorded call). The words number the arguments' tensors from 1 instead of
+# naming their identities, so that every layer of a stack called the same
+# way asks the same words; a crawl keeps each words' answer and asks the
+# engine once. The identities are put back into each answer.
+
+
+def _native_answer(fn, packed: bytes, count: int, blob: bytes, names: list) -> Optional[dict]:
+    """The engine's answer to the words, sources numbered as the words number them."""
     answer, reason, length, reason_ref, length_ref = _NativeWords.out()
-    n = fn(packed, len(words), blob, len(blob), answer, _NATIVE_ANSWER_WORDS, reason_ref, length_ref)
+    n = fn(packed, count, blob, len(blob), answer, _NATIVE_ANSWER_WORDS, reason_ref, length_ref)
     if n < 4:
         return None
     a = answer[:n]
@@ -502,18 +536,28 @@ def _ask_in_words(req: dict) -> Optional[dict]:
     return {"status": "complete", "output": {"sequence_axis": a[1], "length": a[2]}, "sources": sources}
 
 
-def analyse(module: nn.Module, args: tuple, kwargs: dict, reads=None) -> tuple:
-    """(token_dependencies object, reason when unavailable or None, the
-    sources' tensor identities); reads as request's."""
+def _json_answer(req: dict) -> dict:
     from torchscan._library import Session
 
+    return json.loads(Session.token_flow(json.dumps(req)))
+
+
+def analyse(module: nn.Module, args: tuple, kwargs: dict, reads=None, memo: Optional[dict] = None) -> tuple:
+    """(token_dependencies object, reason when unavailable or None, the
+    sources' tensor identities); reads as request's, memo as _ask_in_words'."""
     base = {"scope": "module_call", "method": METHOD, "assumptions": list(ASSUMPTIONS)}
+    grad = torch.is_grad_enabled()  # a crawl runs without: no guard to enter then
     try:
-        with torch.no_grad():
+        if grad:
+            torch._C._set_grad_enabled(False)
+        try:
             req = request(module, args, kwargs, reads)
-            answer = _ask_in_words(req)
+            answer = _ask_in_words(req, memo)
             if answer is None:
-                answer = json.loads(Session.token_flow(json.dumps(req)))
+                answer = _json_answer(req)
+        finally:
+            if grad:
+                torch._C._set_grad_enabled(True)
     except _Unbound as e:
         reason = str(e)
     except Exception as e:  # noqa: BLE001 - never fails the crawl; said in the report

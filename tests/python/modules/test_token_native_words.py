@@ -64,8 +64,8 @@ def test_each_request_gets_the_json_answer_in_words(case, monkeypatch):
     asked = []
     ask = tokens._ask_in_words
 
-    def recording(req):
-        answer = ask(req)
+    def recording(req, memo=None):
+        answer = ask(req, memo)
         asked.append((req, answer))
         return answer
 
@@ -149,3 +149,86 @@ def test_a_mask_every_layer_gets_is_read_once_per_reading(monkeypatch):
         assert a.get("token_dependencies") == b.get("token_dependencies"), a["path"]
         analysed += "token_dependencies" in a
     assert analysed == 9  # the stack, four layers, four attentions
+
+
+def _counting_engine(monkeypatch) -> list:
+    """Counts the native word requests that reach the engine."""
+    if not tokens._NativeWords.loaded:
+        tokens._NativeWords.load()
+    fn, calls = tokens._NativeWords.fn, []
+    assert fn is not None
+
+    def counted(*words):
+        calls.append(words[1])
+        return fn(*words)
+
+    monkeypatch.setattr(tokens._NativeWords, "fn", counted)
+    return calls
+
+
+def _without_memo(monkeypatch):
+    ask = tokens._ask_in_words
+    monkeypatch.setattr(tokens, "_ask_in_words", lambda req, memo=None: ask(req, None))
+
+
+def test_layers_called_alike_ask_the_engine_once(monkeypatch):
+    """Note [Native answers by request]: the four layers of a stack get one
+    request in words (numbered tensors, one mask summary), and their
+    attentions another: two engine calls, and the rows of a crawl that asks
+    for every call."""
+    torch.manual_seed(0)
+    stack = nn.TransformerEncoder(nn.TransformerEncoderLayer(E, 4, 32, dropout=0.0, batch_first=True), 4,
+                                  enable_nested_tensor=False).eval()
+    x = torch.randn(2, L, E)
+    causal = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)
+    options = {"args": (x,), "kwargs": {"mask": causal}}
+    with monkeypatch.context() as m:
+        calls = _counting_engine(m)
+        remembered = torchscan.crawl_module(stack, **options)
+    assert len(calls) == 2
+    with monkeypatch.context() as m:
+        calls = _counting_engine(m)
+        _without_memo(m)
+        asked = torchscan.crawl_module(stack, **options)
+    assert len(calls) == 8
+    rows = [(a.get("token_dependencies"), b.get("token_dependencies")) for a, b in zip(remembered["layers"],
+                                                                                        asked["layers"])]
+    assert all(a == b for a, b in rows)
+    assert sum(a is not None and a["status"] == "complete" for a, _ in rows) == 9
+
+
+class _TwoWays(nn.Module):
+    """One attention called as self-attention, then on another tensor of the
+    same shape as keys and values, then again as self-attention with a mask:
+    the same shapes, different requests."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.attn = nn.MultiheadAttention(E, 4, batch_first=True)
+
+    def forward(self, x, y, mask):
+        a = self.attn(x, x, x, need_weights=False)[0]
+        b = self.attn(a, y, y, need_weights=False)[0]
+        return self.attn(b, b, b, attn_mask=mask, need_weights=False)[0]
+
+
+def test_calls_that_differ_only_in_which_tensors_are_one_get_their_own_answer(monkeypatch):
+    torch.manual_seed(0)
+    x, y = torch.randn(2, L, E), torch.randn(2, L, E)
+    causal = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)
+    options = {"args": (x, y, causal)}
+    with monkeypatch.context() as m:
+        calls = _counting_engine(m)
+        remembered = torchscan.crawl_module(_TwoWays(), **options)
+    assert len(calls) == 3
+    with monkeypatch.context() as m:
+        _without_memo(m)
+        asked = torchscan.crawl_module(_TwoWays(), **options)
+    deps = [layer["token_dependencies"] for layer in remembered["layers"] if layer["path"] == "attn"]
+    assert deps == [layer["token_dependencies"] for layer in asked["layers"] if layer["path"] == "attn"]
+    # Self-attention: one source read by query, key and value; cross: two.
+    assert [[s["arguments"] for s in d["sources"]] for d in deps] == [
+        [["query", "key", "value"]], [["query"], ["key", "value"]], [["query", "key", "value"]]]
+    assert deps[0]["sources"][0]["relation"] == {"kind": "all"}
+    assert deps[2]["sources"][0]["relation"]["kind"] == "prefix"
