@@ -46,43 +46,49 @@ def _take_buffers(module: nn.Module, missing: set, known: dict) -> None:
 class TreeBuffers:
     """Where a crawl looks for the masks a call's arguments do not hold: the
     buffers of the module and its descendants. The crawl's modules are
-    fixed when it starts (its hooks are on them), so a module's descendants
-    are a contiguous span of their preorder, which is built once per crawl,
-    when a mask is first missed; the buffers themselves are read live. A
-    tree whose structure is not that preorder by then (a module reached
-    twice, children changed during the forward), and a module outside it,
-    are walked instead (_find_buffers). Outer modules of a transformer miss
-    the masks their layers make inside, each call: a walk per call
-    costs the depth of the tree times its size."""
+    fixed when it starts (its hooks are on them): a module's descendants
+    are a contiguous span of the preorder the crawl listed then (every
+    path, so a shared module appears at each; its first span stands for
+    it), whose ends are derived once per crawl from the paths' depths when
+    a mask is first missed; the buffers themselves are read live. A module
+    outside the crawl's list is walked instead (_find_buffers). Outer
+    modules of a transformer miss the masks their layers make inside, each
+    call: a walk per call costs the depth of the tree times its size.
+
+    A child added during the forward is not searched (its mask stays
+    unknown: the call's tokens are unavailable, said so); a tensor found is
+    the one whose identity the engine recorded, wherever it is held."""
 
     def __init__(self, named: Optional[list]) -> None:
-        self._named = named  # (path, module) in the crawl's preorder, or None
-        self._order: list = []
+        self._named = named  # (path, module) in the crawl's preorder, every path, or None
+        # Each position's own buffer dict, in preorder: the dicts register_buffer
+        # and assignment change, so they are live; most are empty, and
+        # filter() skips those at C speed (a missed mask made inside a call
+        # is searched for in every outer module's span).
+        self._buffers: list = []
         self._spans: Optional[Dict[int, tuple]] = None  # id(module) -> (first, one past its last descendant)
 
     def _span(self, module: nn.Module) -> Optional[tuple]:
         if self._spans is None:
             self._spans = {}
             if self._named:
-                order: list = []
-                ends: list = []
-                stack: list = [self._named[0][1]]
-                while stack:
-                    item = stack.pop()
-                    if type(item) is int:  # the end of a module's descendants
-                        ends[item] = len(order)
-                        continue
-                    stack.append(len(order))
-                    order.append(item)
-                    ends.append(0)
-                    children = item._modules
-                    if children:
-                        stack.extend(reversed([c for c in children.values() if c is not None]))
-                if len(order) == len(self._named) and all(a is b for a, (_, b) in zip(order, self._named)):
-                    spans = {id(m): (i, end) for i, (m, end) in enumerate(zip(order, ends))}
-                    if len(spans) == len(order):  # no module reached twice
-                        self._order, self._spans = order, spans
+                self._build(self._named)
         return self._spans.get(id(module))
+
+    def _build(self, named: list) -> None:
+        # A path's depth is its count of names (a child's name holds no dot:
+        # add_module refuses one); an entry's descendants end at the next
+        # entry no deeper than it.
+        ends = [len(named)] * len(named)
+        open_entries: list = []  # (depth, index) of entries whose descendants may follow
+        for i, (path, _) in enumerate(named):
+            depth = path.count(".") + 1 if path else 0
+            while open_entries and open_entries[-1][0] >= depth:
+                ends[open_entries.pop()[1]] = i
+            open_entries.append((depth, i))
+        # reversed: the first position of a shared module is written last
+        self._spans = {id(m): (i, ends[i]) for i, (_, m) in reversed(list(enumerate(named)))}
+        self._buffers = [m._buffers for _, m in named]
 
     def find(self, module: nn.Module, missing: set, known: dict) -> None:
         """As _find_buffers."""
@@ -90,11 +96,13 @@ class TreeBuffers:
         if span is None:
             _find_buffers(module, missing, known)
             return
-        for m in self._order[span[0]:span[1]]:
-            if m._buffers:
-                _take_buffers(m, missing, known)
-                if not missing:
-                    return
+        for buffers in filter(None, self._buffers[span[0]:span[1]]):
+            for b in buffers.values():
+                if b is not None and b._cdata in missing:
+                    missing.discard(b._cdata)
+                    known[b._cdata] = b
+            if not missing:
+                return
 
 
 class MaskReads:

@@ -251,10 +251,13 @@ def test_masks_held_deeper_in_the_tree_are_found_as_a_walk_finds_them(monkeypatc
         return spans[-1]
 
     monkeypatch.setattr(_token_masks.TreeBuffers, "_span", recorded)
-    # A tree (the crawl's preorder spans), and one that reaches `deep` twice (a walk).
+    # A tree, and one that reaches `deep` twice: both searched in the crawl's
+    # preorder (every path: the Sequential, then per Deep itself, qkv, proj,
+    # store and its bank, five positions), `deep` at its first span both times.
     tree, shared = torchscan.crawl_module(nn.Sequential(Deep(), Deep()), args=(x,)), \
         torchscan.crawl_module(nn.Sequential(deep, deep), args=(x,))
-    assert spans and all(s is not None for s in spans[:3]) and spans[3:] and all(s is None for s in spans[3:])
+    assert spans[:3] == [(1, 6), (6, 11), (0, 11)], spans
+    assert spans[3:] == [(1, 6), (1, 6), (0, 11)], spans
     monkeypatch.setattr(_token_masks.TreeBuffers, "_span", lambda self, module: None)  # a walk throughout
     for report, walked in ((tree, torchscan.crawl_module(nn.Sequential(Deep(), Deep()), args=(x,))),
                            (shared, torchscan.crawl_module(nn.Sequential(deep, deep), args=(x,)))):
@@ -264,6 +267,32 @@ def test_masks_held_deeper_in_the_tree_are_found_as_a_walk_finds_them(monkeypatc
         assert all(d["sources"][0]["relation"] == {"kind": "prefix"} for d in outer)
         assert [r.get("token_dependencies") for r in report["layers"]] == \
             [r.get("token_dependencies") for r in walked["layers"]]
+
+
+def test_a_mask_in_a_child_added_during_the_forward_is_unknown():
+    """The search covers the modules the crawl listed when it started: a
+    child added by the forward is not searched, and the call says its mask's
+    values are unknown instead of guessing."""
+    class Bank(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("keep", torch.ones(L, L, dtype=torch.bool).tril())
+
+    class Late(SelfAttention):
+        def forward(self, x):
+            if not hasattr(self, "late"):
+                self.late = Bank()
+            return super().forward(x, self.late.keep)
+
+    x = torch.randn(2, L, E)
+    late = Late()
+    first = torchscan.crawl_module(nn.Sequential(late), args=(x,))
+    deps = [r["token_dependencies"] for r in first["layers"] if r["path"] == "0"][0]
+    assert deps["status"] == "unavailable" and "mask" in deps["reason"], deps
+    # Listed from the next crawl on (the child is in the tree when it starts): prefix.
+    second = torchscan.crawl_module(nn.Sequential(late), args=(x,))
+    deps = [r["token_dependencies"] for r in second["layers"] if r["path"] == "0"][0]
+    assert deps["status"] == "complete" and deps["sources"][0]["relation"] == {"kind": "prefix"}, deps
 
 
 class Block(nn.Module):
