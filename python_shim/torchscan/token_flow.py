@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import struct
 from typing import Any, Dict, Optional, Sequence
 
 import torch
@@ -71,8 +72,10 @@ def _native_query():
     whether a closed module scope of this thread's innermost scan ran
     attention or a softmax, and with which masks, for the price of a C call:
     it runs after every module call, and almost every call ran neither.
-    Arguments: scope, path (bytes) and its length, a uint64 buffer for the
-    masks' identities and its capacity; the result: bit 0 attention, bit 1
+    Arguments: scope, path (bytes) and its length, the scopes of the known
+    calls inside (int32 words, which it does not search: the request takes
+    them as steps) and their count, a uint64 buffer for the masks'
+    identities and its capacity; the result: bit 0 attention, bit 1
     softmax, the mask count from bit 2, or -1."""
     from torchscan._library import entry_point
 
@@ -234,17 +237,20 @@ class TokenFlow:
         self._words = _WordRequests(words) if words is not None else None
         self._Session = _session()
 
-    def _found(self, path: str, scope: int) -> dict:
-        """What the call's scope ran: {"attention", "softmax", "masks"}."""
+    def _found(self, path: str, scope: int, steps: Sequence[int] = ()) -> dict:
+        """What the call's scope ran outside the known calls `steps` (their
+        scopes): {"attention", "softmax", "masks"}."""
         if self._query is not None and self._masks is not None:
             encoded = path.encode()
-            flags = self._query(scope, encoded, len(encoded), self._masks, _MASK_CAPACITY)
+            packed = struct.pack(f"={len(steps)}i", *steps) if steps else None
+            flags = self._query(scope, encoded, len(encoded), packed, len(steps), self._masks, _MASK_CAPACITY)
             if flags == 0:  # the common case: neither
                 return _NOTHING
             count = flags >> 2
             if flags > 0 and count <= _MASK_CAPACITY:
                 return {"attention": bool(flags & 1), "softmax": bool(flags & 2), "masks": self._masks[:count]}
-        return json.loads(self._Session.token_flow(json.dumps({"query": "masks", "scope": scope, "path": path})))
+        query = {"query": "masks", "scope": scope, "path": path, "steps": list(steps)}
+        return json.loads(self._Session.token_flow(json.dumps(query)))
 
     def asks(self, module: nn.Module, scope: int, ran: bool) -> bool:
         """Whether after() may have anything to do for this call: not for a
@@ -276,7 +282,8 @@ class TokenFlow:
             # work): a call that ran neither attention nor a softmax, with no
             # known call inside, has no token relations to derive.
             try:
-                found = self._found(path, scope)
+                # Not searched inside the known calls: the request takes them as steps.
+                found = self._found(path, scope, [s for s, _ in self._steps if s > scope] if known_inside else ())
             except Exception:  # noqa: BLE001 - asked again inside the analysis, which reports it
                 found = None
             if found is not None and not found["attention"] and not found.get("softmax") and not known_inside:
@@ -344,9 +351,11 @@ class TokenFlow:
 
     def _custom(self, module, path, scope, args, kwargs, output, found):
         Session = self._Session
-        if found is None:
-            found = json.loads(Session.token_flow(json.dumps({"query": "masks", "scope": scope, "path": path})))
+        inside_scopes = [s for s, _ in self._steps if s > scope]
         inside = [st for s, st in self._steps if s > scope]
+        if found is None:
+            query = {"query": "masks", "scope": scope, "path": path, "steps": inside_scopes}
+            found = json.loads(Session.token_flow(json.dumps(query)))
         # No attention inside: token relations do not apply, unless a softmax
         # ran over scores of two token-indexed tensors (attention written
         # with explicit products, as Hugging Face's eager attention): that

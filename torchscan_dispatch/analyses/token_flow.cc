@@ -188,12 +188,28 @@ nlohmann::json token_flow_internal::RelationJson(const TokenRelation& r) {
   return j;
 }
 
-TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope) {
+TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope, const std::vector<int32_t>& steps) {
   TokenMaskQuery q;
   if (!ClosedScope(recorder, scope)) return q;
-  const auto& sc = recorder.scopes()[scope];
+  const auto& scopes = recorder.scopes();
+  const auto& sc = scopes[scope];
   const auto& events = recorder.events();
-  for (int64_t i = sc.begin_event - recorder.folded(); i < sc.end_event - recorder.folded(); ++i) {
+  const int64_t base = recorder.folded();
+  // The steps' calls, as the pass finds them (Pass::Run): closed scopes inside this one.
+  std::vector<std::pair<int64_t, int64_t>> skip;
+  for (int32_t s : steps) {
+    if (s <= scope || s >= static_cast<int32_t>(scopes.size()) || scopes[s].end_event < 0) continue;
+    if (scopes[s].begin_event < sc.begin_event || scopes[s].end_event > sc.end_event) continue;
+    skip.emplace_back(scopes[s].begin_event - base, scopes[s].end_event - base);
+  }
+  std::sort(skip.begin(), skip.end());
+  size_t k = 0;
+  for (int64_t i = sc.begin_event - base; i < sc.end_event - base; ++i) {
+    while (k < skip.size() && skip[k].second <= i) ++k;
+    if (k < skip.size() && skip[k].first <= i) {
+      i = skip[k].second - 1;  // past the step's calls
+      continue;
+    }
     const Event& e = events[i];
     const OpInfo& info = Catalog().Get(e.op());
     // The catalog's cached traits: this runs after every module call of a crawl.
@@ -238,7 +254,7 @@ std::string TokenFlowJson(std::string_view text) {
   if (j.value("query", "") == "masks") {
     nlohmann::json out = {{"attention", false}, {"masks", nlohmann::json::array()}};
     if (!ours) return out.dump();
-    const TokenMaskQuery q = FindAttentionMasks(*recorder, scope);
+    const TokenMaskQuery q = FindAttentionMasks(*recorder, scope, j.value("steps", std::vector<int32_t>{}));
     out["attention"] = q.attention;
     out["softmax"] = q.softmax;
     for (uintptr_t m : q.masks) out["masks"].push_back(static_cast<uint64_t>(m));

@@ -170,13 +170,16 @@ struct TokenFlowResult {
 };
 
 // Whether the scope ran an attention operator, and the identities of the
-// attention masks its calls used (the caller reads their values).
+// attention masks its calls used (the caller reads their values). `steps`:
+// module calls inside the scope that a request will take as steps, whose
+// calls the pass never visits: their operators and masks are not searched
+// (an outer module of a transformer asks for none of its layers' masks).
 struct TokenMaskQuery {
   bool attention = false;
   bool softmax = false;  // a softmax ran: attention written with explicit products, perhaps
   std::vector<uintptr_t> masks;
 };
-TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope);
+TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope, const std::vector<int32_t>& steps = {});
 // The recorder holding `scope`, closed and still unfolded, with this `path`:
 // this thread's innermost scan, the crawl's (a scan the model opened inside
 // it would hold other scopes: those are refused, never read); or nullptr.

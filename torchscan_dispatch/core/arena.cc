@@ -2,6 +2,8 @@
 
 #include <mutex>
 
+#include "torchscan_dispatch/core/fork_guard.h"
+
 namespace torchscan {
 namespace {
 
@@ -9,8 +11,12 @@ namespace {
 constexpr size_t kMaxIdleBlocks = 1024;
 
 std::mutex& PoolMutex() {
-  static std::mutex mu;
-  return mu;
+  static std::mutex* const mu = [] {
+    auto* m = new std::mutex;  // never destroyed: guarded across fork (Note [Locks across fork])
+    GuardAcrossFork(m, ForkRank::kArenaPool);
+    return m;
+  }();
+  return *mu;
 }
 std::vector<unsigned char*>& Idle() {
   static auto* idle = new std::vector<unsigned char*>();

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "torchscan_dispatch/core/fork_guard.h"
 
 namespace torchscan {
 
@@ -105,7 +106,11 @@ struct SharedTable {
 };
 
 // Never destroyed: a report written while the process exits may still ask.
-std::mutex* const shared_tables_mu = new std::mutex();
+std::mutex* const shared_tables_mu = [] {
+  auto* m = new std::mutex;
+  GuardAcrossFork(m, ForkRank::kOperatorTables);  // Note [Locks across fork]
+  return m;
+}();
 auto* const shared_tables = new std::unordered_map<c10::OperatorHandle, SharedTable>();
 
 // Operators with Python kernels whose children are their work (RanDecomposition).

@@ -28,6 +28,7 @@
 #include "torchscan_dispatch/integrations/coverage_audit.h"
 #include "torchscan_dispatch/integrations/stream_writer.h"
 #include "torchscan_dispatch/core/fallback.h"
+#include "torchscan_dispatch/core/fork_guard.h"
 #include "torchscan_dispatch/core/recorder.h"
 #include "torchscan_dispatch/analyses/token_flow.h"
 #include "torchscan_dispatch/torchscan.h"
@@ -72,7 +73,11 @@ struct Handles {
 };
 
 Handles& TheHandles() {
-  static auto* handles = new Handles;  // never destroyed: sessions may outlive static destruction
+  static auto* handles = [] {
+    auto* h = new Handles;                        // never destroyed: sessions may outlive static destruction
+    GuardAcrossFork(&h->mu, ForkRank::kHandles);  // Note [Locks across fork] in core/fork_guard.h
+    return h;
+  }();
   return *handles;
 }
 
@@ -511,17 +516,21 @@ __attribute__((visibility("default"))) int torchscan_reports_prepare(int handle,
 // token analysis (torchscan/token_flow.py), which asks after every module
 // call: bit 0 attention, bit 1 a softmax, and from bit 2 the number of
 // attention masks, whose identities (TensorImpl addresses) fill `masks` up
-// to `capacity`. 0 when the scope is not that scan's (another `path`), not
-// closed, or folded; -1 when it fails. The "masks" query of TokenFlowJson,
+// to `capacity`; the calls of the `step_count` module scopes in `steps`
+// (those the request will take as steps) are not searched. 0 when the scope
+// is not that scan's (another `path`), not closed, or folded; -1 when it
+// fails or an argument is malformed. The "masks" query of TokenFlowJson,
 // without its JSON.
 __attribute__((visibility("default"))) int torchscan_token_flow_masks(int scope, const char* path, int length,
+                                                                      const int32_t* steps, int step_count,
                                                                       uint64_t* masks, int capacity) noexcept {
   try {
-    if (length < 0) return 0;
+    if (length < 0 || step_count < 0 || (step_count > 0 && steps == nullptr)) return -1;
     const torchscan::Recorder* recorder =
         torchscan::ClosedScopeRecorder(scope, std::string_view(path, static_cast<size_t>(length)));
     if (recorder == nullptr) return 0;
-    const torchscan::TokenMaskQuery q = torchscan::FindAttentionMasks(*recorder, scope);
+    const torchscan::TokenMaskQuery q =
+        torchscan::FindAttentionMasks(*recorder, scope, std::vector<int32_t>(steps, steps + step_count));
     if (q.masks.size() > static_cast<size_t>(std::numeric_limits<int>::max() >> 2)) return -1;
     for (size_t i = 0; i < q.masks.size() && i < static_cast<size_t>(std::max(capacity, 0)); ++i) {
       masks[i] = static_cast<uint64_t>(q.masks[i]);

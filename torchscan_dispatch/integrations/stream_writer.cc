@@ -9,6 +9,8 @@
 
 #include <unistd.h>
 
+#include "torchscan_dispatch/core/fork_guard.h"
+
 namespace torchscan {
 namespace {
 
@@ -35,11 +37,19 @@ struct StreamWriter {
   }
 };
 
-std::mutex start_mu;
 std::atomic<StreamWriter*> current{nullptr};
 
+std::mutex& StartMutex() {
+  static std::mutex* const mu = [] {
+    auto* m = new std::mutex;  // Note [Locks across fork] in core/fork_guard.h
+    GuardAcrossFork(m, ForkRank::kStreamWriterStart);
+    return m;
+  }();
+  return *mu;
+}
+
 StreamWriter& Writer() {
-  std::lock_guard<std::mutex> lock(start_mu);
+  std::lock_guard<std::mutex> lock(StartMutex());
   StreamWriter* w = current.load();
   // In a forked child the parent's thread is gone: the child starts its own
   // (the parent's writer is left as the fork copied it, unused). A task the

@@ -112,16 +112,23 @@ def test_closing_a_scope_and_the_native_query_answer_as_the_json_query(name, mod
     softmax; only then is the C query asked for its masks. For every module
     call both must give the JSON query's answer."""
     after, native_found = token_flow.TokenFlow.after, token_flow.TokenFlow._found
-    seen = []
+    seen, found_outside = [], []
 
     def checked(self, module, path, scope, index, args, kwargs, output, ran=True):
         by_json = json.loads(token_flow._session().token_flow(json.dumps(
             {"query": "masks", "scope": scope, "path": path})))
         assert ran == (by_json["attention"] or bool(by_json.get("softmax"))), (name, path)
-        if ran:
-            native = native_found(self, path, scope)
+        steps = [s for s, _ in self._steps if s > scope]
+        for known in ((), steps) if ran else ():  # the whole scope, and outside its known calls
+            native = native_found(self, path, scope, known)
+            expected = json.loads(token_flow._session().token_flow(json.dumps(
+                {"query": "masks", "scope": scope, "path": path, "steps": list(known)})))
             assert (native["attention"], bool(native.get("softmax")), list(native["masks"])) == \
-                (by_json["attention"], bool(by_json.get("softmax")), by_json["masks"]), (name, path)
+                (expected["attention"], bool(expected.get("softmax")), expected["masks"]), (name, path, known)
+        if ran and steps:
+            outside = native_found(self, path, scope, steps)
+            assert set(outside["masks"]) <= set(by_json["masks"]), (name, path)
+            found_outside.append(len(outside["masks"]) < len(by_json["masks"]))
         seen.append((path, ran))
         return after(self, module, path, scope, index, args, kwargs, output, ran)
 
@@ -133,6 +140,22 @@ def test_closing_a_scope_and_the_native_query_answer_as_the_json_query(name, mod
         assert not any(ran for _, ran in seen)
     else:
         assert any(ran for _, ran in seen)
+    if name == "bert_padding":  # the calls around the attention calls need none of their mask
+        assert found_outside and all(found_outside), found_outside
+
+
+@pytest.mark.parametrize("name,model,options", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
+def test_masks_inside_known_calls_are_not_needed(name, model, options, monkeypatch):
+    """The mask query passes over the known calls inside a call (the
+    request takes them as steps): the reports are those of searching the
+    whole call."""
+    skipping = torchscan.crawl_module(model, **options)
+    found = token_flow.TokenFlow._found
+    monkeypatch.setattr(token_flow.TokenFlow, "_found", lambda self, path, scope, steps=(): found(self, path, scope))
+    whole = torchscan.crawl_module(model, **options)
+    assert [l.get("token_dependencies") for l in skipping["layers"]] == \
+        [l.get("token_dependencies") for l in whole["layers"]]
+    assert skipping["diagnostics"] == whole["diagnostics"]
 
 
 def _module(model, layer):
@@ -191,23 +214,27 @@ def test_a_request_as_words_is_answered_as_the_json_request(name, model, options
         assert any(status == "complete" for _, status, _, _ in asked)
     elif name in ("attention_masks", "float_mask"):  # read masks, relations found
         assert any(status == "complete" and problems == [None] for _, status, _, problems in asked), asked
-    elif name == "bert_padding":  # the layers' one mask, sent with each call that holds it
-        assert sum(problems == [None] for _, _, _, problems in asked) >= 6, asked
+    elif name == "bert_padding":
+        # The layers' one mask, sent with the two attention calls that ran
+        # SDPA with it: the calls around them take those as steps and ask for
+        # no mask.
+        with_mask = [path for path, _, _, problems in asked if problems == [None]]
+        assert with_mask == ["encoder.layer.0.attention.self", "encoder.layer.1.attention.self"], asked
     elif name == "mask_differs":
         assert any(status == "unavailable" and problems == ["differs"] for _, status, _, problems in asked), asked
 
 
 class _ChangesItsMask(nn.Module):
-    """Two attentions with one mask, changed in place between them."""
+    """Three attentions with one mask, changed in place after the first."""
 
     def __init__(self):
         super().__init__()
-        self.first, self.second = _Attention(), _Attention()
+        self.first, self.second, self.third = _Attention(), _Attention(), _Attention()
 
     def forward(self, x, mask):
         y = self.first(x, mask=mask)
         mask.fill_(True)  # every query now sees every key
-        return self.second(y, mask=mask)
+        return self.third(self.second(y, mask=mask), mask=mask)
 
 
 def _count_reads(monkeypatch) -> list:
@@ -249,11 +276,12 @@ def test_a_mask_is_read_once_while_it_holds_the_same_values(monkeypatch):
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     x = torch.rand(2, 5, 16)
     report, cached, every_time = crawl(_ChangesItsMask(), lambda: {"args": (x,), "kwargs": {"mask": causal.clone()}})
-    # first (version 0), then second and the root (version 1): two reads, not three.
+    # first (version 0), then second and third (version 1): two reads, not
+    # three. The root takes the three calls as steps and needs no mask.
     assert cached == [0, 1] and every_time == [0, 1, 1]
     sources = {l["path"]: l["token_dependencies"]["sources"][0]["relation"] for l in report["layers"]
                if l.get("token_dependencies", {}).get("status") == "complete"}
-    assert sources["first"] == {"kind": "prefix"} and sources["second"] == {"kind": "all"}, sources
+    assert sources["first"] == {"kind": "prefix"} and sources["second"] == sources["third"] == {"kind": "all"}, sources
 
 
 def test_masks_without_a_version_are_read_every_time():
