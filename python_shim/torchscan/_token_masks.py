@@ -30,14 +30,14 @@ def _find_buffers(module: nn.Module, missing: set, known: dict) -> None:
         if id(m) in seen:
             continue
         seen.add(id(m))
-        _take_buffers(m, missing, known)
+        _take_buffers(m._buffers, missing, known)
         stack.extend(c for c in m._modules.values() if c is not None)
 
 
-def _take_buffers(module: nn.Module, missing: set, known: dict) -> None:
-    """Moves the module's own buffers whose identities are in `missing`
+def _take_buffers(buffers: dict, missing: set, known: dict) -> None:
+    """Moves the buffers (a module's own) whose identities are in `missing`
     into `known`."""
-    for b in module._buffers.values():
+    for b in buffers.values():
         if b is not None and b._cdata in missing:
             missing.discard(b._cdata)
             known[b._cdata] = b
@@ -97,10 +97,7 @@ class TreeBuffers:
             _find_buffers(module, missing, known)
             return
         for buffers in filter(None, self._buffers[span[0]:span[1]]):
-            for b in buffers.values():
-                if b is not None and b._cdata in missing:
-                    missing.discard(b._cdata)
-                    known[b._cdata] = b
+            _take_buffers(buffers, missing, known)
             if not missing:
                 return
 

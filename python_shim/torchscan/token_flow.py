@@ -351,10 +351,9 @@ class TokenFlow:
 
     def _custom(self, module, path, scope, args, kwargs, output, found):
         Session = self._Session
-        inside_scopes = [s for s, _ in self._steps if s > scope]
         inside = [st for s, st in self._steps if s > scope]
         if found is None:
-            query = {"query": "masks", "scope": scope, "path": path, "steps": inside_scopes}
+            query = {"query": "masks", "scope": scope, "path": path, "steps": [st["scope"] for st in inside]}
             found = json.loads(Session.token_flow(json.dumps(query)))
         # No attention inside: token relations do not apply, unless a softmax
         # ran over scores of two token-indexed tensors (attention written

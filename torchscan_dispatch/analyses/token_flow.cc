@@ -191,16 +191,12 @@ nlohmann::json token_flow_internal::RelationJson(const TokenRelation& r) {
 TokenMaskQuery FindAttentionMasks(const Recorder& recorder, int32_t scope, const std::vector<int32_t>& steps) {
   TokenMaskQuery q;
   if (!ClosedScope(recorder, scope)) return q;
-  const auto& scopes = recorder.scopes();
-  const auto& sc = scopes[scope];
+  const auto& sc = recorder.scopes()[scope];
   const auto& events = recorder.events();
   const int64_t base = recorder.folded();
-  // The steps' calls, as the pass finds them (Pass::Run): closed scopes inside this one.
-  std::vector<std::pair<int64_t, int64_t>> skip;
+  std::vector<std::pair<int64_t, int64_t>> skip;  // the steps' calls, as the pass takes them (Pass::Run)
   for (int32_t s : steps) {
-    if (s <= scope || s >= static_cast<int32_t>(scopes.size()) || scopes[s].end_event < 0) continue;
-    if (scopes[s].begin_event < sc.begin_event || scopes[s].end_event > sc.end_event) continue;
-    skip.emplace_back(scopes[s].begin_event - base, scopes[s].end_event - base);
+    if (auto calls = token_flow_internal::StepCalls(recorder, scope, s)) skip.push_back(*calls);
   }
   std::sort(skip.begin(), skip.end());
   size_t k = 0;

@@ -26,10 +26,7 @@ TokenFlowResult Pass::Run() {
   };
   std::vector<Range> steps;
   for (const TokenStep& s : req_.steps) {
-    if (s.scope <= req_.scope || s.scope >= static_cast<int32_t>(scopes.size())) continue;
-    const auto& sc = scopes[s.scope];
-    if (sc.end_event < 0 || sc.begin_event - base < begin || sc.end_event - base > end) continue;
-    steps.push_back({sc.begin_event - base, sc.end_event - base, &s});
+    if (auto calls = StepCalls(recorder_, req_.scope, s.scope)) steps.push_back({calls->first, calls->second, &s});
   }
   std::sort(steps.begin(), steps.end(),
             [](const Range& a, const Range& b) { return a.begin != b.begin ? a.begin < b.begin : a.end > b.end; });

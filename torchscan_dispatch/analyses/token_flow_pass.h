@@ -73,6 +73,19 @@ inline SdpaArgs SdpaOf(absl::string_view name) {
   return {};
 }
 
+// The calls [begin, end) of module call `step`, numbered as the recorder's
+// unfolded events are, when it is closed and inside module call `scope`
+// (a step a request may take); nullopt otherwise.
+inline std::optional<std::pair<int64_t, int64_t>> StepCalls(const Recorder& recorder, int32_t scope, int32_t step) {
+  const auto& scopes = recorder.scopes();
+  if (step <= scope || step >= static_cast<int32_t>(scopes.size())) return std::nullopt;
+  const auto &outer = scopes[scope], &inner = scopes[step];
+  if (inner.end_event < 0 || inner.begin_event < outer.begin_event || inner.end_event > outer.end_event) {
+    return std::nullopt;
+  }
+  return std::make_pair(inner.begin_event - recorder.folded(), inner.end_event - recorder.folded());
+}
+
 inline OpCatalog& Catalog() {
   thread_local OpCatalog catalog;
   return catalog;

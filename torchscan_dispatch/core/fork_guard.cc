@@ -10,7 +10,7 @@ namespace torchscan {
 namespace {
 
 struct Guarded {
-  std::mutex registry;  // taken first by the handler, so no registration races a fork
+  std::mutex registry;                             // taken first by the handler, so no registration races a fork
   std::vector<std::pair<int, std::mutex*>> locks;  // sorted by rank
 };
 
