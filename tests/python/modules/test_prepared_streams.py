@@ -189,6 +189,11 @@ import torch, torchscan
 torch.set_num_threads(1)
 from tests.python.modules.test_prepared_streams import _Stack
 model, x = _Stack().eval(), torch.rand(1, 4, 8, 8)
+# PyTorch makes each operator's handle on its first call (a function-local
+# static): a fork that lands during that first call leaves the child
+# waiting on the initialization forever, with or without TorchScan. Every
+# operator the crawl runs is called once before the other thread starts.
+torchscan.crawl_module(model, args=(x,))
 stop = threading.Event()
 
 def crawl():  # prepares, and takes, its streams again and again
