@@ -438,8 +438,9 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     import torchscan
 
     full = mode == "full"
-    # Python's part first: the library may be writing the rows and reports
-    # meanwhile (_prepare_streams), which are taken last.
+    # Python's part first, all that does not depend on the engine's rows and
+    # reports: the library may be writing them meanwhile (_prepare_streams),
+    # and they are taken last.
     figures = Parameters(modules)
     stats = figures.by_module
     tensor = _tensor_metadata
@@ -459,6 +460,18 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
             output = (tensor(*out_snapshot) if type(out_snapshot) is not _TupleOutput else
                       {"kind": "tuple", "items": [None if t is None else tensor(*t) for t in out_snapshot]})
         described.append((type_name, mod_stats, inputs, output))
+    unique_params, unique_buffers = figures.parameters.values(), figures.buffers.values()
+    context = {
+        "torchscan_version": torchscan.__version__, "torch_version": torch.__version__,
+        "python_version": platform.python_version(), "model_type": safe_text(type(module).__name__),
+        "execution_mode": "eval_no_grad", "analysis_mode": mode,
+        "training_before": training.get(module, False),
+        # str() once per distinct device and dtype.
+        "devices": sorted({str(d) for d in {t.device for t in (*unique_params, *unique_buffers)}}),
+        "dtypes": sorted({str(d).replace("torch.", "") for d in {t.dtype for t in unique_params}}),
+    }
+    described_inputs = {"source": source, "args": describe(tuple(call_args)), "kwargs": describe(call_kwargs)}
+    distributed = _distributed.distributed_context()
     rows = _module_rows(scan._session, handle)
     flop_report, module_report = scan._both_reports(handle) if full else (None, None)
     diagnostics = []
@@ -495,7 +508,6 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
             tokens.not_applicable_fields(layer["metrics"], "forward")
             if reason is not None:
                 diagnostics.append(tokens.diagnostic(layer["path"], reason))
-    unique_params, unique_buffers = figures.parameters.values(), figures.buffers.values()
     if figures.registered > len(unique_params):  # some tensor is registered twice (tied weights)
         _mark_shared_parameters(layers, calls)
     totals: Dict[str, Any] = dict(figures.totals)
@@ -511,16 +523,8 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
 
     report: Dict[str, Any] = {
         "schema_version": 1,
-        "context": {
-            "torchscan_version": torchscan.__version__, "torch_version": torch.__version__,
-            "python_version": platform.python_version(), "model_type": safe_text(type(module).__name__),
-            "execution_mode": "eval_no_grad", "analysis_mode": mode,
-            "training_before": training.get(module, False),
-            # str() once per distinct device and dtype.
-            "devices": sorted({str(d) for d in {t.device for t in (*unique_params, *unique_buffers)}}),
-            "dtypes": sorted({str(d).replace("torch.", "") for d in {t.dtype for t in unique_params}}),
-        },
-        "inputs": {"source": source, "args": describe(tuple(call_args)), "kwargs": describe(call_kwargs)},
+        "context": context,
+        "inputs": described_inputs,
         "layers": layers,
         "totals": totals,
         "operator_flops": flop_report,
@@ -529,7 +533,6 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     # In a torch.distributed job: the rank's context and its collectives' bytes
     # (once, at the top level: the FlopReport inside does not repeat them).
     communication = flop_report.pop("communication", None)
-    distributed = _distributed.distributed_context()
     if distributed:
         report["context"].update(distributed)
         report["communication"] = (communication if communication is not None
