@@ -472,8 +472,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
     }
     described_inputs = {"source": source, "args": describe(tuple(call_args)), "kwargs": describe(call_kwargs)}
     distributed = _distributed.distributed_context()
-    rows = _module_rows(scan._session, handle)
-    flop_report, module_report = scan._both_reports(handle) if full else (None, None)
+    rows = _module_rows(scan._session, handle)  # handed over while the library still writes the reports
     diagnostics = []
     layers = []
     for row, (type_name, mod_stats, inputs, output) in zip(rows, described):
@@ -497,6 +496,7 @@ def _build_report(module, modules, scan, calls, mode, strict, source, call_args,
         if "metric_ownership" in row:
             layer["metric_ownership"] = row["metric_ownership"]
         layers.append(layer)
+    flop_report, module_report = scan._both_reports(handle) if full else (None, None)
 
     memory_report = _memory_metrics(scan._session, layers) if memory else None
     if token_results:

@@ -259,7 +259,13 @@ class TokenFlow:
         calls of a network), which the hook then skips. Known calls are
         kept in scope order: only the last can be inside this one."""
         steps = self._steps
-        return ran or (bool(steps) and steps[-1][0] > scope) or self._native_types.get(type(module)) is not False
+        if ran or (bool(steps) and steps[-1][0] > scope):
+            return True
+        cls = type(module)
+        native = self._native_types.get(cls)
+        if native is None and not issubclass(cls, tokens.TYPES):  # no native layer: known without after()
+            native = self._native_types[cls] = False
+        return native is not False
 
     def after(self, module: nn.Module, path: str, scope: int, index: int, args: tuple, kwargs: dict,
               output, ran: bool = True) -> None:

@@ -138,13 +138,16 @@ struct ScriptSession : torch::CustomClassHolder {
   // streams first (so does the destructor); a session is used by one thread
   // at a time, its crawl's. Only the streams crawl_module asks for, as it
   // would ask for them; a stream it does not take is dropped with the
-  // session.
+  // session. The rows come first, and are handed over as soon as they are
+  // written (they are a string of their own, which the thread no longer
+  // touches), so Python loads them while the thread writes the reports.
   struct Prepared {
-    int which = 0;  // bit 0 the FlopReport, bit 1 the module report, bit 2 the rows
-    std::optional<std::string> rows, reports;
+    int which = 0;  // bit 0 the FlopReport, bit 1 the module report
+    std::optional<std::string> reports;
   };
   std::future<Prepared> preparing;
   std::optional<Prepared> prepared;
+  std::future<std::optional<std::string>> preparing_rows;  // valid while prepared rows are not taken
 };
 
 using Self = c10::intrusive_ptr<ScriptSession>;
@@ -445,9 +448,11 @@ __attribute__((visibility("default"))) int64_t torchscan_read_mask(uintptr_t ten
 __attribute__((visibility("default"))) int torchscan_module_layers_pickle(int handle, const char** data,
                                                                           int64_t* size) noexcept {
   return torchscan::HandOverBytes(handle, data, size, [](torchscan::ScriptSession& s) {
-    torchscan::Session& session = s.Use();
-    if (s.prepared && s.prepared->rows) return torchscan::StatusOr<std::string>(*std::exchange(s.prepared->rows, {}));
-    return session.LayersPickle(/*operator_view=*/false);
+    if (s.preparing_rows.valid()) {  // without Use(): the thread may still be writing the reports
+      std::optional<std::string> rows = s.preparing_rows.get();
+      if (rows) return torchscan::StatusOr<std::string>(*std::move(rows));
+    }
+    return s.Use().LayersPickle(/*operator_view=*/false);
   });
 }
 
@@ -488,24 +493,35 @@ __attribute__((visibility("default"))) int torchscan_reports_prepare(int handle,
     // The thread ends before the session can go (~ScriptSession waits for it).
     s.prepared.reset();
     auto done = std::make_shared<std::promise<torchscan::ScriptSession::Prepared>>();
+    auto rows_done = std::make_shared<std::promise<std::optional<std::string>>>();
     std::future<torchscan::ScriptSession::Prepared> future = done->get_future();
-    torchscan::RunOnStreamWriter([session, which, done] {
+    std::future<std::optional<std::string>> rows_future;
+    if (which & 4) rows_future = rows_done->get_future();
+    torchscan::RunOnStreamWriter([session, which, done, rows_done] {
       torchscan::ScriptSession::Prepared p;
-      p.which = which;
-      try {
-        if (which & 4) {
-          auto rows = session->LayersPickle(/*operator_view=*/false);
-          if (rows.ok()) p.rows = *std::move(rows);
+      p.which = which & 3;
+      // Each promise is kept whatever happens: the entry points write what
+      // is missing again, and say why.
+      if (which & 4) {
+        std::optional<std::string> rows;
+        try {
+          auto written = session->LayersPickle(/*operator_view=*/false);
+          if (written.ok()) rows = *std::move(written);
+        } catch (...) {
         }
+        rows_done->set_value(std::move(rows));  // handed over from here on, while the reports are written
+      }
+      try {
         if (which & 3) {
           auto reports = session->ReportsPickle((which & 1) != 0, (which & 2) != 0);
           if (reports.ok()) p.reports = *std::move(reports);
         }
-      } catch (...) {  // the entry points write them again, and say why
+      } catch (...) {
       }
       done->set_value(std::move(p));
     });
     s.preparing = std::move(future);
+    s.preparing_rows = std::move(rows_future);
     return 0;
   } catch (...) {
     return -1;

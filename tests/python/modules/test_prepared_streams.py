@@ -102,6 +102,29 @@ def test_the_entry_point_refuses_what_it_cannot_prepare():
     assert prepared is not None and prepared == _layers._native_reports(handle, 3)
 
 
+def test_the_streams_are_the_same_in_any_order_of_taking():
+    # The rows are handed over as soon as they are written, without waiting
+    # for the reports; each stream is the one written without preparation,
+    # whichever is taken first, and the rows taken twice are written again.
+    scan = FlopScan(scope="forward")
+    with scan:
+        torch.rand(8, 8) @ torch.rand(8, 8)
+        torch.relu(torch.rand(3))
+    handle = scan._session.native_handle()
+    rows, reports = _layers._module_rows(scan._session, handle), _layers._native_reports(handle, 3)
+    assert rows is not None and reports is not None
+    for which, order in ((7, "rows"), (7, "reports"), (4, "rows"), (4, "reports"), (3, "rows")):
+        assert _layers.prepare(handle, which)
+        if order == "rows":
+            assert _layers._module_rows(scan._session, handle) == rows
+            assert _layers._module_rows(scan._session, handle) == rows  # taken: written again
+            assert _layers._native_reports(handle, 3) == reports
+        else:
+            assert _layers._native_reports(handle, 3) == reports
+            assert _layers._module_rows(scan._session, handle) == rows
+        assert _layers._native_reports(handle, 1) == reports[:1]  # another stream than the prepared one
+
+
 def test_a_preparation_never_taken_goes_with_its_session():
     for _ in range(20):
         scan = FlopScan(scope="forward")
