@@ -84,6 +84,10 @@ def _metric_text(m: Any) -> str:
 
 
 def _shape(meta: Any) -> str:
+    if type(meta) is dict and meta.get("kind") == "tensor":  # the common case: a tensor of whole dims
+        shape = meta.get("shape")
+        if type(shape) is list and all(type(d) is int for d in shape):
+            return "[" + ", ".join(map(str, shape)) + "]"
     if not isinstance(meta, dict):
         return "-"
     kind = _string(meta, "kind")
@@ -192,24 +196,44 @@ class _MetricSum:
         return ">= " + _human_wide(self.known) if self.incomplete else _human_wide(self.known)
 
 
+def _sum_text(m: Any) -> str:
+    """_MetricSum's text after adding `m` alone (a row that folds no other)."""
+    if not isinstance(m, dict):
+        return "-"
+    status = m.get("status")  # anything but these two strings reads as _string's "" does
+    if status == "unavailable":
+        return "n/a"
+    complete = status == "complete"
+    v = m.get("value" if complete else "known_value")
+    if type(v) is int and 0 <= v < _U64:  # the common count, as _human_wide writes it
+        text = str(v) if v < 1000 else _human_number(float(v))
+    else:
+        c = _exact_count(v)
+        if c is None:
+            return "n/a"
+        text = _human_wide(c)
+    return text if complete else ">= " + text
+
+
 _ROW_METRICS = ("module_flops", "macs", "dmas")
 _MAX_INDENT = 32
 
 
 def _table(rows: List[List[str]]) -> str:
-    width = [0] * len(rows[0])
-    for r in rows:
-        for c, cell in enumerate(r):
-            width[c] = max(width[c], len(cell.encode()))  # bytes, as the library counts them
+    # Widths in bytes, as the library counts them; an ASCII cell's length is
+    # its byte count (no encoding made).
+    sizes = [[len(cell) if cell.isascii() else len(cell.encode()) for cell in r] for r in rows]
+    width = [max(column) for column in zip(*sizes)]
     out = []
-    for i, r in enumerate(rows):
-        line = []
-        for c, cell in enumerate(r):
-            pad = " " * (width[c] - len(cell.encode()))
-            line.append(cell + pad if c == 0 else "  " + (cell + pad if c <= 2 else pad + cell))
-        out.append("".join(line) + "\n")
+    columns = range(len(width))
+    for i, (r, n) in enumerate(zip(rows, sizes)):
+        # Left-aligned: the label, the type and the output shape; the figures
+        # right-aligned. Padded to the width in bytes: a cell's characters
+        # plus the bytes it lacks.
+        out.append("  ".join([r[c].ljust(width[c] - n[c] + len(r[c])) if c <= 2 else
+                              r[c].rjust(width[c] - n[c] + len(r[c])) for c in columns]) + "\n")
         if i == 0:
-            out.append("-" * (sum(w + 2 for w in width) - 2) + "\n")
+            out.append("-" * (sum(width) + 2 * len(width) - 2) + "\n")
     return "".join(out)
 
 
@@ -228,37 +252,40 @@ def render_analysis(r: dict, max_depth: int = -1, receptive_field: bool = False)
     memory = any(isinstance(l.get("metrics"), dict) and "peak_memory" in l["metrics"] for l in layers)
     if memory:
         rows[0] += ["Peak mem", "Kept"]
-    visible: list = []  # [layer, sums, parameters, parameters_known, repeat]
+    # [layer, its depth, sums (None: the layer's own metrics alone), parameters, parameters_known, repeat]
+    visible: list = []
     folded = False
     shared_notes: List[str] = []
     shared_rows = 0
+    sums_rows = max_depth >= 0  # rows may fold deeper layers into theirs: their metrics are summed
     for l in layers:
         depth = _depth(l)
-        found = l.get("metrics")
+        call = l.get("call_index")
+        repeat = _is_int(call) and call != 0
         if not (max_depth >= 0 and depth > max_depth):
-            call = l.get("call_index")
-            visible.append([l, [_MetricSum(), _MetricSum(), _MetricSum()], 0, True,
-                            _is_int(call) and call != 0])
+            visible.append([l, depth, [_MetricSum(), _MetricSum(), _MetricSum()] if sums_rows else None, 0, True,
+                            repeat])
         elif not visible:
             continue
         else:
             folded = True
         row = visible[-1]
-        for k in range(3):
-            row[1][k].add(found.get(_ROW_METRICS[k]) if isinstance(found, dict) else None)
-        call = l.get("call_index")
-        if not (_is_int(call) and call != 0):  # AddParameters
+        if sums_rows:
+            found = l.get("metrics")
+            for k in range(3):
+                row[2][k].add(found.get(_ROW_METRICS[k]) if isinstance(found, dict) else None)
+        if not repeat:  # AddParameters
             own = _exact_count(l.get("parameters")) if "parameters" in l else None
             if own is None:
-                row[3] = False
+                row[4] = False
             else:
                 if "shared_parameters" in l:
                     s = _exact_count(l["shared_parameters"])
                     if s is not None:
                         own -= min(s, own)
-                row[2] += own
-                if row[2] >= _WIDE:
-                    row[3] = False
+                row[3] += own
+                if row[3] >= _WIDE:
+                    row[4] = False
         shared = l.get("shared_parameters")
         if shared is not None and (_exact_count(shared) or 0) > 0:
             shared_rows += 1
@@ -266,8 +293,7 @@ def render_analysis(r: dict, max_depth: int = -1, receptive_field: bool = False)
                 path = _string(l, "path")
                 owner = _string(l, "shared_with")
                 shared_notes.append(f"{path or '(root)'} shares {_grouped_value(shared)} with {owner or '(root)'}")
-    for l, sums, parameters, known, repeat in visible:
-        depth = _depth(l)
+    for l, depth, sums, parameters, known, repeat in visible:
         path = _string(l, "path")
         label = " " * (2 * min(depth, _MAX_INDENT)) + (path or "(root)") + \
             (" #" + str(l["call_index"]) if repeat else "")
@@ -275,8 +301,11 @@ def render_analysis(r: dict, max_depth: int = -1, receptive_field: bool = False)
         if not isinstance(m, dict):
             m = {}
         params = "(recursive)" if repeat else _grouped(parameters) if known else "?"
-        row = [label, _string(l, "type"), _shape(l.get("output")), params, sums[0].text(), sums[1].text(),
-               sums[2].text()]
+        if sums is None:
+            figures = [_sum_text(m.get(name)) for name in _ROW_METRICS]
+        else:
+            figures = [s.text() for s in sums]
+        row = [label, _string(l, "type"), _shape(l.get("output")), params, *figures]
         if receptive_field:
             row += [_field_text(m.get("receptive_field")), _field_text(m.get("effective_stride")),
                     _field_text(m.get("effective_padding"))]
@@ -302,8 +331,8 @@ def render_analysis(r: dict, max_depth: int = -1, receptive_field: bool = False)
     if shared_notes:
         more = f"; and {shared_rows - len(shared_notes)} more" if shared_rows > len(shared_notes) else ""
         out += "Shared parameters are counted once, at their first row: " + "; ".join(shared_notes) + more + "\n"
-    rows_known = all(v[3] for v in visible)
-    in_rows = sum(v[2] for v in visible)
+    rows_known = all(v[4] for v in visible)
+    in_rows = sum(v[3] for v in visible)
     total_params = _exact_count(t["parameters"]) if "parameters" in t else None
     if rows_known and total_params is not None and total_params > in_rows:
         out += f"{_grouped(total_params - in_rows)} parameters belong to modules that did not run in this forward: " \

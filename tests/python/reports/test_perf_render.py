@@ -4,6 +4,7 @@ agree character for character. Each case renders one report both ways, at
 every depth, with and without the receptive-field columns."""
 
 import json
+from collections import OrderedDict
 
 import pytest
 import torch
@@ -48,6 +49,9 @@ def _cases():
     yield "mobilenet_v3_small", models.mobilenet_v3_small(), {"args": (torch.rand(1, 3, 64, 64),)}
     yield "tied", _Tied(), {"args": (torch.rand(2, 4),)}
     yield "attention", _Attention(), {"args": (torch.rand(2, 5, 16),)}
+    # Widths count bytes: a path of non-ASCII names is wider in bytes than in characters.
+    yield "non_ascii", nn.Sequential(OrderedDict([("couche_é", nn.Linear(4, 4)), ("層", nn.ReLU())])), {
+        "args": (torch.rand(2, 4),)}
     yield "partial", nn.Sequential(nn.Linear(4, 4)), {"args": (torch.rand(2, 4),),
                                                      "custom_modules": {nn.Linear: lambda *a: {"macs": {
                                                          "status": "partial", "known_value": 3}}}}
