@@ -11,11 +11,7 @@ namespace {
 constexpr size_t kMaxIdleBlocks = 1024;
 
 std::mutex& PoolMutex() {
-  static std::mutex* const mu = [] {
-    auto* m = new std::mutex;  // never destroyed: guarded across fork (Note [Locks across fork])
-    GuardAcrossFork(m, ForkRank::kArenaPool);
-    return m;
-  }();
+  static std::mutex* const mu = NewGuardedMutex(ForkRank::kArenaPool);  // Note [Locks across fork]
   return *mu;
 }
 std::vector<unsigned char*>& Idle() {

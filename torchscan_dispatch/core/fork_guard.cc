@@ -47,4 +47,10 @@ void GuardAcrossFork(std::mutex* mu, ForkRank rank) {
                  entry);
 }
 
+std::mutex* NewGuardedMutex(ForkRank rank) {
+  auto* mu = new std::mutex;
+  GuardAcrossFork(mu, rank);
+  return mu;
+}
+
 }  // namespace torchscan

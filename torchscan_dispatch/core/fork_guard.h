@@ -20,4 +20,7 @@ enum class ForkRank { kHandles = 0, kStreamWriterStart = 1, kArenaPool = 2, kOpe
 // Registers `mu` (which lives as long as the process) once; thread-safe.
 void GuardAcrossFork(std::mutex* mu, ForkRank rank);
 
+// A new lock, never destroyed (a fork may come during exit), registered.
+std::mutex* NewGuardedMutex(ForkRank rank);
+
 }  // namespace torchscan

@@ -106,11 +106,7 @@ struct SharedTable {
 };
 
 // Never destroyed: a report written while the process exits may still ask.
-std::mutex* const shared_tables_mu = [] {
-  auto* m = new std::mutex;
-  GuardAcrossFork(m, ForkRank::kOperatorTables);  // Note [Locks across fork]
-  return m;
-}();
+std::mutex* const shared_tables_mu = NewGuardedMutex(ForkRank::kOperatorTables);  // Note [Locks across fork]
 auto* const shared_tables = new std::unordered_map<c10::OperatorHandle, SharedTable>();
 
 // Operators with Python kernels whose children are their work (RanDecomposition).

@@ -40,11 +40,7 @@ struct StreamWriter {
 std::atomic<StreamWriter*> current{nullptr};
 
 std::mutex& StartMutex() {
-  static std::mutex* const mu = [] {
-    auto* m = new std::mutex;  // Note [Locks across fork] in core/fork_guard.h
-    GuardAcrossFork(m, ForkRank::kStreamWriterStart);
-    return m;
-  }();
+  static std::mutex* const mu = NewGuardedMutex(ForkRank::kStreamWriterStart);  // Note [Locks across fork]
   return *mu;
 }
 
