@@ -34,6 +34,10 @@ def _find_buffers(module: nn.Module, missing: set, known: dict) -> None:
         stack.extend(c for c in m._modules.values() if c is not None)
 
 
+def _holds(buffers: dict, missing: set) -> bool:
+    return any(b is not None and b._cdata in missing for b in buffers.values())
+
+
 def _take_buffers(buffers: dict, missing: set, known: dict) -> None:
     """Moves the buffers (a module's own) whose identities are in `missing`
     into `known`."""
@@ -49,11 +53,13 @@ class TreeBuffers:
     fixed when it starts (its hooks are on them): a module's descendants
     are a contiguous span of the preorder the crawl listed then (every
     path, so a shared module appears at each; its first span stands for
-    it), whose ends are derived once per crawl from the paths' depths when
-    a mask is first missed; the buffers themselves are read live. A module
-    outside the crawl's list is walked instead (_find_buffers). Outer
-    modules of a transformer miss the masks their layers make inside, each
-    call: a walk per call costs the depth of the tree times its size.
+    it); the buffers themselves are read live. A module outside the crawl's
+    list is walked instead (_find_buffers). Outer modules of a transformer
+    miss the masks their layers make inside, each call: a walk per call
+    costs the depth of the tree times its size. So every position's buffers
+    are scanned first, most of them empty, and the spans (derived once per
+    crawl from the paths' depths) are needed only where a missing tensor
+    is some module's buffer.
 
     A child added during the forward is not searched (its mask stays
     unknown: the call's tokens are unavailable, said so); a tensor found is
@@ -62,10 +68,9 @@ class TreeBuffers:
     def __init__(self, named: Optional[list]) -> None:
         self._named = named  # (path, module) in the crawl's preorder, every path, or None
         # Each position's own buffer dict, in preorder: the dicts register_buffer
-        # and assignment change, so they are live; most are empty, and
-        # filter() skips those at C speed (a missed mask made inside a call
-        # is searched for in every outer module's span).
-        self._buffers: list = []
+        # and assignment change, so they are live; most are empty.
+        self._buffers: Optional[list] = None
+        self._listed: set = set()  # id(module) of each listed module
         self._spans: Optional[Dict[int, tuple]] = None  # id(module) -> (first, one past its last descendant)
 
     def _span(self, module: nn.Module) -> Optional[tuple]:
@@ -88,18 +93,28 @@ class TreeBuffers:
             open_entries.append((depth, i))
         # reversed: the first position of a shared module is written last
         self._spans = {id(m): (i, ends[i]) for i, (_, m) in reversed(list(enumerate(named)))}
-        self._buffers = [m._buffers for _, m in named]
 
     def find(self, module: nn.Module, missing: set, known: dict) -> None:
         """As _find_buffers."""
+        if self._buffers is None:
+            named = self._named or []
+            self._buffers = [m._buffers for _, m in named]
+            self._listed = {id(m) for _, m in named}
+        if id(module) not in self._listed:
+            _find_buffers(module, missing, known)
+            return
+        holding = [k for k, buffers in enumerate(self._buffers) if buffers and _holds(buffers, missing)]
+        if not holding:  # the common case: no buffer anywhere is one of them
+            return
         span = self._span(module)
         if span is None:
             _find_buffers(module, missing, known)
             return
-        for buffers in filter(None, self._buffers[span[0]:span[1]]):
-            _take_buffers(buffers, missing, known)
-            if not missing:
-                return
+        for k in holding:
+            if span[0] <= k < span[1]:
+                _take_buffers(self._buffers[k], missing, known)
+                if not missing:
+                    return
 
 
 class MaskReads:
@@ -178,10 +193,8 @@ def found_masks(module: nn.Module, named: list, identities: list, reads: MaskRea
     missing = set(identities).difference(known)
     if missing:
         tree.find(module, missing, known)
-    out = []
+    held = [(identity, known[identity]) for identity in identities if identity in known]
+    if not held:  # made inside the call (most outer calls of a transformer): nothing to read
+        return []
     with torch.no_grad():
-        for identity in identities:
-            mask = known.get(identity)
-            if mask is not None:
-                out.append({"identity": identity, **reads.summary(mask)})
-    return out
+        return [{"identity": identity, **reads.summary(mask)} for identity, mask in held]

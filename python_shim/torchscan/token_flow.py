@@ -38,7 +38,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 import torch.nn as nn
-from torch.utils._pytree import tree_flatten, tree_iter
+from torch.utils._pytree import SUPPORTED_NODES, tree_flatten, tree_iter
 
 from torchscan import tokens
 from torchscan._token_masks import MaskReads, TreeBuffers, found_masks
@@ -192,6 +192,11 @@ def _named_tensors(module: nn.Module, args: tuple, kwargs: dict) -> list:
             continue
         if type(value) is tuple and value and all(type(v) is Tensor for v in value):  # rotary (cos, sin), ...
             out.extend(((name if len(value) == 1 else f"{name}[{k}]", t) for k, t in enumerate(value)))
+            continue
+        if type(value) not in SUPPORTED_NODES and not isinstance(value, (tuple, Tensor)):
+            # A pytree leaf that is no tensor (a key/value cache object): what
+            # tree_flatten would find, without its cost. (Tuples are checked
+            # there: a named tuple is a node without its own entry.)
             continue
         flat, _ = tree_flatten(value)
         ts = [t for t in flat if isinstance(t, torch.Tensor)]

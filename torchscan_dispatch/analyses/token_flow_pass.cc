@@ -155,12 +155,7 @@ bool IsOperand(const OpCall& call, uintptr_t id) {
 // Views share their base's memory: a call that writes one in place
 // changes the others, which the pass does not follow value by value, so
 // they are not followed from here on (their base included).
-void Pass::Aliases(int64_t i) {
-  const Event& e = events_[i];
-  if (e.raised()) return;
-  const OpInfo& info = Catalog().Get(e.op());
-  const ResolvedCall rc(e);  // identities followed from call to call
-  const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
+void Pass::Aliases(const OpInfo& info, const OpCall& call) {
   NewTensors(call);
   const absl::string_view name = N(call.name);
   if (WritesInPlace(info)) {
@@ -345,14 +340,10 @@ std::optional<std::string> Pass::Add(Flow& r, bool& any, const Flow& f, int64_t 
   return std::nullopt;
 }
 
-int64_t Pass::VisitCall(int64_t i, int64_t end) {
+int64_t Pass::VisitCall(int64_t i, int64_t end, const OpInfo& info, const OpCall& call) {
   visiting_ = i;
   const Event& e = events_[i];
   const int64_t next = SubtreeEnd(i, end);
-  if (e.raised()) return next;
-  const OpInfo& info = Catalog().Get(e.op());
-  const ResolvedCall rc(e);  // identities followed from call to call
-  const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
   bool tracked = false;
   EachTensor(call.args, [&](const TensorMeta& t) { tracked = Get(t) != nullptr || tracked; });
   const absl::string_view name = N(call.name);

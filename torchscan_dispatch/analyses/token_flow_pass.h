@@ -171,7 +171,7 @@ class Pass {
     return it == root_.end() ? id : it->second;
   }
 
-  void Aliases(int64_t i);
+  void Aliases(const OpInfo& info, const OpCall& call);
   void NewTensors(const OpCall& call);
   void Unlink(uintptr_t id);  // `id` names a new tensor: in no view group
   void Forget(int64_t from, int64_t to, const std::string& lost, int64_t parent = -1);
@@ -207,13 +207,20 @@ class Pass {
   std::string WrittenAfterUse(uintptr_t id) const;
 
   // Visits event i and what it needs of its subtree; returns the next event.
+  // The call is resolved once for its rule and its aliases (the resolution
+  // reads only the event).
   int64_t Visit(int64_t i, int64_t end) {
-    const int64_t next = VisitCall(i, end);
-    Aliases(i);
+    const Event& e = events_[i];
+    if (e.raised()) return SubtreeEnd(i, end);
+    const OpInfo& info = Catalog().Get(e.op());
+    const ResolvedCall rc(e);  // identities followed from call to call
+    const OpCall call = FormulaCall(info, rc.args(), rc.outputs());
+    const int64_t next = VisitCall(i, end, info, call);
+    Aliases(info, call);
     return next;
   }
 
-  int64_t VisitCall(int64_t i, int64_t end);
+  int64_t VisitCall(int64_t i, int64_t end, const OpInfo& info, const OpCall& call);
   void Step(const TokenStep& s);
   const Recorder& recorder_;
   const BlockLog<Event>& events_;

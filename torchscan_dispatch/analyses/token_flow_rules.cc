@@ -197,7 +197,9 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
   const absl::string_view plain = in_place ? base.substr(0, base.size() - 1) : base;
   if (plain == "copy") return Elementwise(call, out, 1);  // copy_(self, src): the result is src
   // The pointwise row is the functional operator's (in place: name without its '_').
-  if (Has(in_place ? name.substr(0, name.size() - 1) : name, TokenTrait::kPointwise)) return Elementwise(call, out);
+  if (in_place ? Has(name.substr(0, name.size() - 1), TokenTrait::kPointwise) : traits.Has(TokenTrait::kPointwise)) {
+    return Elementwise(call, out);
+  }
   if (rule == TokenRule::kLinear) return Contract(call, out, 0, 1, true);
   if (rule == TokenRule::kMatmul) return Contract(call, out, 0, 1, false);
   if (rule == TokenRule::kAddmm) return Contract(call, out, 1, 2, false);
@@ -217,7 +219,7 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
   if (fp == nullptr) return std::nullopt;  // a tracked tensor elsewhere: no rule for it
   const Flow& f = *fp;
   if (!f.lost.empty()) return f;
-  if (Has(name, TokenTrait::kReshape)) return Reshape(call, f, in, out);
+  if (traits.Has(TokenTrait::kReshape)) return Reshape(call, f, in, out);
   if (rule == TokenRule::kPermute) {
     Flow r = f;
     if (base == "permute" || base == "permute_copy") {

@@ -269,6 +269,78 @@ def test_masks_held_deeper_in_the_tree_are_found_as_a_walk_finds_them(monkeypatc
             [r.get("token_dependencies") for r in walked["layers"]]
 
 
+def test_a_mask_held_by_a_module_outside_the_call_is_not_its_buffer(monkeypatch):
+    """The search covers the call's module and its descendants: a mask that
+    is a buffer of a sibling (reached through a plain attribute, not a
+    child) is neither an argument of the call nor its buffer, so its values
+    are unknown to this call, whatever else in the tree holds it; the outer
+    call, whose subtree holds the bank, finds it. As a walk of each
+    module's own subtree finds them."""
+
+    class Bank(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("keep", torch.ones(L, L, dtype=torch.bool).tril())
+
+    class Borrowing(SelfAttention):
+        def __init__(self, bank):
+            super().__init__()
+            self.banks = [bank]  # not a submodule
+
+        def forward(self, x):
+            return super().forward(x, self.banks[0].keep)
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bank = Bank()
+            self.attn = Borrowing(self.bank)
+
+        def forward(self, x):
+            return self.attn(x)
+
+    x = torch.randn(2, L, E)
+    report = torchscan.crawl_module(Outer(), args=(x,))
+    _unavailable(report, "attn", "neither an argument nor a buffer")
+    monkeypatch.setattr(_token_masks.TreeBuffers, "_span", lambda self, module: None)  # a walk throughout
+    walked = torchscan.crawl_module(Outer(), args=(x,))
+    assert [r.get("token_dependencies") for r in report["layers"]] == \
+        [r.get("token_dependencies") for r in walked["layers"]]
+
+
+@pytest.mark.parametrize("value", ["cache", "none", "named", "structseq", "dict_subclass", "nested"])
+def test_arguments_are_named_as_tree_flatten_finds_their_tensors(value):
+    """_named_tensors skips a value that is no pytree node and no tensor (a
+    key/value cache object) without flattening it: every kind of value
+    gives the tensors tree_flatten finds in it, named the same way."""
+    from collections import namedtuple
+
+    from torch.utils._pytree import tree_flatten
+
+    class Cache:  # an object the pytree does not know: a leaf without tensors
+        def __init__(self):
+            self.keys = [torch.randn(2)]
+
+    class Plain(dict):  # a dict subclass that is not registered: a leaf too
+        pass
+
+    Pair = namedtuple("Pair", "a b")
+    t = torch.randn(3)
+    values = {"cache": Cache(), "none": None, "named": Pair(t, torch.randn(2)), "structseq": torch.randn(3, 4).max(0),
+              "dict_subclass": Plain(x=t), "nested": {"a": [t, (torch.randn(1), 2)], "b": "text"}}
+
+    class Takes(nn.Module):
+        def forward(self, x, extra=None):
+            return x
+
+    x = torch.randn(2)
+    named = token_flow._named_tensors(Takes(), (x,), {"extra": values[value]})
+    leaves = [v for v in tree_flatten(values[value])[0] if isinstance(v, torch.Tensor)]
+    expected = [("x", x)] + [("extra" if len(leaves) == 1 else f"extra[{k}]", v) for k, v in enumerate(leaves)]
+    assert [n for n, _ in named] == [n for n, _ in expected]
+    assert all(v is e for (_, v), (_, e) in zip(named, expected))
+
+
 def test_a_mask_in_a_child_added_during_the_forward_is_unknown():
     """The search covers the modules the crawl listed when it started: a
     child added by the forward is not searched, and the call says its mask's
