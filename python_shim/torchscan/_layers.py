@@ -91,64 +91,68 @@ class Parameters:
     where tied weights count once)."""
 
     def __init__(self, modules: list) -> None:
-        self.by_module: Dict[nn.Module, dict] = {}
-        self.parameters: Dict[int, torch.Tensor] = {}  # id -> the tree's distinct parameters
-        self.buffers: Dict[int, torch.Tensor] = {}
-        self.registered = 0  # parameter registrations (more than distinct parameters: some are tied)
-        self.totals = {"parameters": 0, "trainable_parameters": 0, "frozen_parameters": 0, "parameter_bytes": 0,
-                       "buffer_elements": 0, "buffer_bytes": 0}
+        # One loop with the sums in locals: a crawl builds this for every
+        # module of the tree (parameters(recurse=False) and buffers(recurse=
+        # False) are read directly: their generators cost more than the sums).
+        by_module: Dict[nn.Module, dict] = {}
+        tree: Dict[int, torch.Tensor] = {}  # id -> the tree's distinct parameters
+        tree_buffers: Dict[int, torch.Tensor] = {}
+        registered = 0  # parameter registrations (more than distinct parameters: some are tied)
+        parameters = trainable_parameters = parameter_bytes = buffer_elements = buffer_bytes = 0
         for m in modules:
             params, buffers = m._parameters, m._buffers
             if not params and not buffers:  # most modules of a network (activations, containers)
-                self.by_module[m] = _NO_PARAMETERS
+                by_module[m] = _NO_PARAMETERS
                 continue
-            self.by_module[m] = self._add(params, buffers)
-        t = self.totals
-        t["frozen_parameters"] = t["parameters"] - t["trainable_parameters"]
-
-    def _add(self, params: dict, buffers: dict) -> dict:
-        # parameters(recurse=False) and buffers(recurse=False), read directly
-        # (their generators cost more than the sums).
-        t, tree = self.totals, self.parameters
-        count = trainable = nbytes = 0
-        seen = set()
-        for p in params.values():
-            if p is None:
-                continue
-            self.registered += 1
-            key = id(p)
-            if key in seen:
-                continue
-            seen.add(key)
-            n = p.numel()
-            size = n * p.element_size()
-            count += n
-            nbytes += size
-            grad = p.requires_grad
-            if grad:
-                trainable += n
-            if key not in tree:
-                tree[key] = p
-                t["parameters"] += n
-                t["parameter_bytes"] += size
+            count = trainable = nbytes = 0
+            seen = set()  # a tensor registered twice in one module counts once for it
+            for p in params.values():
+                if p is None:
+                    continue
+                registered += 1
+                key = id(p)
+                if key in seen:
+                    continue
+                seen.add(key)
+                n = p.numel()
+                size = n * p.element_size()
+                count += n
+                nbytes += size
+                grad = p.requires_grad
                 if grad:
-                    t["trainable_parameters"] += n
-        buffer_count = buffer_bytes = 0
-        seen.clear()
-        for b in buffers.values():
-            if b is None or id(b) in seen:
-                continue
-            seen.add(id(b))
-            n = b.numel()
-            size = n * b.element_size()
-            buffer_count += n
-            buffer_bytes += size
-            if id(b) not in self.buffers:
-                self.buffers[id(b)] = b
-                t["buffer_elements"] += n
-                t["buffer_bytes"] += size
-        return {"parameters": count, "trainable_parameters": trainable, "parameter_bytes": nbytes,
-                "buffers": buffer_count, "buffer_bytes": buffer_bytes}
+                    trainable += n
+                if key not in tree:
+                    tree[key] = p
+                    parameters += n
+                    parameter_bytes += size
+                    if grad:
+                        trainable_parameters += n
+            own_elements = own_bytes = 0
+            seen.clear()
+            for b in buffers.values():
+                if b is None:
+                    continue
+                key = id(b)
+                if key in seen:
+                    continue
+                seen.add(key)
+                n = b.numel()
+                size = n * b.element_size()
+                own_elements += n
+                own_bytes += size
+                if key not in tree_buffers:
+                    tree_buffers[key] = b
+                    buffer_elements += n
+                    buffer_bytes += size
+            by_module[m] = {"parameters": count, "trainable_parameters": trainable, "parameter_bytes": nbytes,
+                            "buffers": own_elements, "buffer_bytes": own_bytes}
+        self.by_module = by_module
+        self.parameters = tree
+        self.buffers = tree_buffers
+        self.registered = registered
+        self.totals = {"parameters": parameters, "trainable_parameters": trainable_parameters,
+                       "frozen_parameters": parameters - trainable_parameters, "parameter_bytes": parameter_bytes,
+                       "buffer_elements": buffer_elements, "buffer_bytes": buffer_bytes}
 
 
 # Read only (its items are copied into each row).
