@@ -227,16 +227,19 @@ def test_a_buffer_mask_is_read():
     assert _sources(report)[0]["relation"] == {"kind": "prefix"}
 
 
-def test_masks_held_deeper_in_the_tree_are_found_as_a_walk_finds_them(monkeypatch):
-    class Bank(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("keep", torch.ones(L, L, dtype=torch.bool).tril())
+class _Bank(nn.Module):
+    """Holds a mask as a buffer (keep: key j <= query i, the causal relation)."""
 
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("keep", torch.ones(L, L, dtype=torch.bool).tril())
+
+
+def test_masks_held_deeper_in_the_tree_are_found_as_a_walk_finds_them(monkeypatch):
     class Deep(SelfAttention):  # the mask is a grandchild's buffer, not an argument of the call
         def __init__(self):
             super().__init__()
-            self.store = nn.Sequential(Bank())
+            self.store = nn.Sequential(_Bank())
 
         def forward(self, x):
             return super().forward(x, self.store[0].keep)
@@ -273,14 +276,8 @@ def test_a_mask_held_by_a_module_outside_the_call_is_not_its_buffer(monkeypatch)
     """The search covers the call's module and its descendants: a mask that
     is a buffer of a sibling (reached through a plain attribute, not a
     child) is neither an argument of the call nor its buffer, so its values
-    are unknown to this call, whatever else in the tree holds it; the outer
-    call, whose subtree holds the bank, finds it. As a walk of each
-    module's own subtree finds them."""
-
-    class Bank(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("keep", torch.ones(L, L, dtype=torch.bool).tril())
+    are unknown to this call, whatever else in the tree holds it, as a walk
+    of the call's own subtree finds them."""
 
     class Borrowing(SelfAttention):
         def __init__(self, bank):
@@ -293,7 +290,7 @@ def test_a_mask_held_by_a_module_outside_the_call_is_not_its_buffer(monkeypatch)
     class Outer(nn.Module):
         def __init__(self):
             super().__init__()
-            self.bank = Bank()
+            self.bank = _Bank()
             self.attn = Borrowing(self.bank)
 
         def forward(self, x):
@@ -345,15 +342,10 @@ def test_a_mask_in_a_child_added_during_the_forward_is_unknown():
     """The search covers the modules the crawl listed when it started: a
     child added by the forward is not searched, and the call says its mask's
     values are unknown instead of guessing."""
-    class Bank(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("keep", torch.ones(L, L, dtype=torch.bool).tril())
-
     class Late(SelfAttention):
         def forward(self, x):
             if not hasattr(self, "late"):
-                self.late = Bank()
+                self.late = _Bank()
             return super().forward(x, self.late.keep)
 
     x = torch.randn(2, L, E)
