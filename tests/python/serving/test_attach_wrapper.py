@@ -36,7 +36,10 @@ def attach_wrapped(tmp_path, command, env=None):
 @pytest.mark.parametrize("wrapper", ["taskset", "sh"])
 def test_a_wrapper_command_attaches_the_server_it_runs(served, tmp_path, wrapper):
     requests = 4
-    server = [str(SERVER), *server_args(served, requests)]
+    # One worker: the requests begin in the order they are numbered (with two,
+    # the second can begin first, and the aggregate names the request that
+    # began first).
+    server = [str(SERVER), *server_args(served, requests, workers=1)]
     # taskset execs the server; sh forks it and waits (the shell stays unattached).
     command = ["taskset", "-c", "0", *server] if wrapper == "taskset" else ["/bin/sh", "-c", " ".join(server)]
     run, out = attach_wrapped(tmp_path, command)
