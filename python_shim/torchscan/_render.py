@@ -10,6 +10,7 @@ renderer, which also validates them."""
 from __future__ import annotations
 
 import math
+from itertools import chain
 from typing import Any, List, Optional
 
 __all__ = ["render_analysis"]
@@ -86,8 +87,12 @@ def _metric_text(m: Any) -> str:
 def _shape(meta: Any) -> str:
     if type(meta) is dict and meta.get("kind") == "tensor":  # the common case: a tensor of whole dims
         shape = meta.get("shape")
-        if type(shape) is list and all(type(d) is int for d in shape):
-            return "[" + ", ".join(map(str, shape)) + "]"
+        if type(shape) is list:
+            for d in shape:  # a loop, not all() over a generator: this runs for every row
+                if type(d) is not int:
+                    break
+            else:
+                return "[" + ", ".join(map(str, shape)) + "]"
     if not isinstance(meta, dict):
         return "-"
     kind = _string(meta, "kind")
@@ -220,8 +225,15 @@ _MAX_INDENT = 32
 
 
 def _table(rows: List[List[str]]) -> str:
-    # Widths in bytes, as the library counts them; an ASCII cell's length is
-    # its byte count (no encoding made).
+    # Widths in bytes, as the library counts them. The common table is all
+    # ASCII, where characters are bytes: each line is then one format call
+    # (the header is never empty, so no width is 0).
+    if all(map(str.isascii, chain.from_iterable(rows))):
+        width = [max(map(len, column)) for column in zip(*rows)]
+        line = "  ".join(("{:<%d}" if c <= 2 else "{:>%d}") % w for c, w in enumerate(width)) + "\n"
+        lines = [line.format(*r) for r in rows]
+        lines.insert(1, "-" * (sum(width) + 2 * len(width) - 2) + "\n")
+        return "".join(lines)
     sizes = [[len(cell) if cell.isascii() else len(cell.encode()) for cell in r] for r in rows]
     width = [max(column) for column in zip(*sizes)]
     out = []
@@ -301,11 +313,11 @@ def render_analysis(r: dict, max_depth: int = -1, receptive_field: bool = False)
         if not isinstance(m, dict):
             m = {}
         params = "(recursive)" if repeat else _grouped(parameters) if known else "?"
-        if sums is None:
-            figures = [_sum_text(m.get(name)) for name in _ROW_METRICS]
+        if sums is None:  # _ROW_METRICS, written out: no comprehension's frame per row
+            row = [label, _string(l, "type"), _shape(l.get("output")), params, _sum_text(m.get("module_flops")),
+                   _sum_text(m.get("macs")), _sum_text(m.get("dmas"))]
         else:
-            figures = [s.text() for s in sums]
-        row = [label, _string(l, "type"), _shape(l.get("output")), params, *figures]
+            row = [label, _string(l, "type"), _shape(l.get("output")), params, *[s.text() for s in sums]]
         if receptive_field:
             row += [_field_text(m.get("receptive_field")), _field_text(m.get("effective_stride")),
                     _field_text(m.get("effective_padding"))]
