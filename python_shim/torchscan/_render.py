@@ -313,11 +313,11 @@ def render_analysis(r: dict, max_depth: int = -1, receptive_field: bool = False)
         if not isinstance(m, dict):
             m = {}
         params = "(recursive)" if repeat else _grouped(parameters) if known else "?"
+        row = [label, _string(l, "type"), _shape(l.get("output")), params]
         if sums is None:  # _ROW_METRICS, written out: no comprehension's frame per row
-            row = [label, _string(l, "type"), _shape(l.get("output")), params, _sum_text(m.get("module_flops")),
-                   _sum_text(m.get("macs")), _sum_text(m.get("dmas"))]
+            row += (_sum_text(m.get("module_flops")), _sum_text(m.get("macs")), _sum_text(m.get("dmas")))
         else:
-            row = [label, _string(l, "type"), _shape(l.get("output")), params, *[s.text() for s in sums]]
+            row += [s.text() for s in sums]
         if receptive_field:
             row += [_field_text(m.get("receptive_field")), _field_text(m.get("effective_stride")),
                     _field_text(m.get("effective_padding"))]
