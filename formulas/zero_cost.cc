@@ -95,6 +95,9 @@ const absl::flat_hash_map<std::string_view, ZeroCostReason>& ZeroCostNames() {
       // constants
       {"aten::zeros", R::kFill},
       {"aten::zeros_like", R::kFill},
+      // A zero tensor without memory: forward-mode AD's tangent of an input
+      // that has none (torch.func.jvp of a weight, for instance).
+      {"aten::_efficientzerotensor", R::kFill},
       {"aten::new_zeros", R::kFill},
       {"aten::ones", R::kFill},
       {"aten::ones_like", R::kFill},

@@ -7,7 +7,10 @@ the library's C entry points as pickle streams instead, torchscan._layers)."""
 
 from __future__ import annotations
 
-from typing import List, Protocol
+from typing import TYPE_CHECKING, List, Protocol
+
+if TYPE_CHECKING:
+    import torch
 
 
 class NativeSession(Protocol):
@@ -75,5 +78,7 @@ class NativeSession(Protocol):
     def thread_recording_paused() -> bool: ...
     @staticmethod
     def note_control_flow_stop() -> None: ...
+    @staticmethod
+    def note_control_flow_stop_saving(saved: torch.Tensor) -> None: ...
     @staticmethod
     def built_against() -> str: ...

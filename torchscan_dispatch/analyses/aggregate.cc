@@ -160,7 +160,8 @@ uint64_t LayerAggregate::EventHash(const Event& e) {
   }
   uint64_t h = HashCallValues(it->second, e.args());
   h = HashCallValues(h, e.outputs());
-  Mix(h, static_cast<uint64_t>(e.raised()) | static_cast<uint64_t>(e.finished()) << 1);
+  Mix(h, static_cast<uint64_t>(e.raised()) | static_cast<uint64_t>(e.finished()) << 1 |
+             static_cast<uint64_t>(e.unfinished()) << 2);
   return h;
 }
 

@@ -179,7 +179,9 @@ OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,
     const Event& e = events[i];
     if (e.sig != last) {
       auto [kind, fresh] = kinds.try_emplace(e.sig, CallKind::kOpaque);
-      if (fresh) kind->second = classify(e);
+      // Unwound before its own work was done (Note [Calls a control-flow stop
+      // unwinds] in core/recorder.cc): the calls it made are what ran.
+      if (fresh) kind->second = e.unfinished() ? CallKind::kDecomposition : classify(e);
       last = e.sig;
       last_kind = kind->second;
     }

@@ -100,6 +100,7 @@ nlohmann::json TraceJson(const CallSet& set, const std::vector<TraceThread>& thr
       args["kernel"] = KernelClassName(k->kind);
     }
     if (e.raised()) args["raised"] = true;
+    if (e.unfinished()) args["unfinished"] = true;
     request_args(args, e.request);
     used.insert(tid(thread));
     // Calls outside any module call are a request's slices too (a server's

@@ -430,7 +430,8 @@ uint64_t HashCallValues(uint64_t seed, absl::Span<const ArgMeta> values) { retur
 
 bool CallTable::Eq::operator()(const CallSig* a, const CallSig* b) const {
   if (a == b) return true;
-  if (a->hash != b->hash || a->started != b->started || a->finished != b->finished || a->raised != b->raised) {
+  if (a->hash != b->hash || a->started != b->started || a->finished != b->finished || a->raised != b->raised ||
+      a->unfinished != b->unfinished) {
     return false;
   }
   // A finished call's signature extends the one it ran with: the operator,
@@ -521,12 +522,13 @@ const CallSig* CallTable::Finish(const CallSig* started, absl::Span<const c10::I
   return sig;
 }
 
-const CallSig* CallTable::Stop(const CallSig* started, bool raised) {
+const CallSig* CallTable::Stop(const CallSig* started, StopHow how) {
   const Arena::Mark mark = arena_.GetMark();
   CallSig probe = Ended(started);
-  probe.raised = raised;
+  probe.raised = how == StopHow::kRaised;
+  probe.unfinished = how == StopHow::kUnfinished;
   uint64_t h = started->hash;
-  Mix(h, raised ? 2 : 3);
+  Mix(h, 2 + static_cast<uint64_t>(how));
   probe.hash = HashValues(h, probe.outputs);
   return Intern(probe, mark);
 }

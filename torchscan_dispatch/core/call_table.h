@@ -60,6 +60,17 @@ struct CallSig {
   uint32_t tensors = 0;      // ... among the operands and the returns
   bool finished = false;     // it returned, raised or was stopped (not running)
   bool raised = false;       // the kernel threw (the exception propagated)
+  // Unwound by PyTorch's control-flow exception before its own work was done
+  // (Note [Calls a control-flow stop unwinds] in recorder.cc): it adds nothing
+  // itself; the calls it made count.
+  bool unfinished = false;
+};
+
+// How a running call ended without returns (CallTable::Stop).
+enum class StopHow : uint8_t {
+  kRaised,      // its kernel threw: its work is unknown
+  kStopped,     // a control-flow stop after its kernel ran (its returns are lost)
+  kUnfinished,  // a control-flow stop before its own work was done
 };
 
 // The distinct tensors of one call, numbered as CallSig says.
@@ -97,7 +108,7 @@ class CallTable {
   const CallSig* Finish(const CallSig* started, absl::Span<const c10::IValue> outputs, CallTensors& tensors);
   // The running call `started` ended without returns: it raised, or it was
   // stopped by PyTorch's control-flow exception (Recorder::ControlFlowStop).
-  const CallSig* Stop(const CallSig* started, bool raised);
+  const CallSig* Stop(const CallSig* started, StopHow how);
 
   size_t size() const { return sigs_.size(); }
   size_t guessed() const { return guessed_; }  // Start and Finish answers of Note [Repeated calls]

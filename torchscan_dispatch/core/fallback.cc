@@ -441,11 +441,11 @@ void ResumeThreadRecording() {
   if (tls_paused > 0) --tls_paused;
 }
 
-void NoteControlFlowStop() {
-  for (Recorder* r = ThreadTopRecorder(); r != nullptr; r = r->outer) r->ControlFlowStop();
+void NoteControlFlowStop(const at::Tensor* saved) {
+  for (Recorder* r = ThreadTopRecorder(); r != nullptr; r = r->outer) r->ControlFlowStop(saved);
   if (std::shared_ptr<ThreadLog> log = AllThreadsLog()) {
     log->Lock();
-    if (!log->sealed) log->recorder.ControlFlowStop();
+    if (!log->sealed) log->recorder.ControlFlowStop(saved);
     log->Unlock();
   }
 }

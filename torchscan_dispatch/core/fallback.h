@@ -2,6 +2,10 @@
 
 #include "absl/status/status.h"
 
+namespace at {
+class Tensor;
+}  // namespace at
+
 namespace torchscan {
 
 // Registers the boxed fallback on the mode key once per process. Fails, with
@@ -16,7 +20,8 @@ void PauseThreadRecording();
 void ResumeThreadRecording();  // no-op when not paused
 bool ThreadRecordingPaused();
 // PyTorch is about to raise its own control-flow exception through this
-// thread's open calls (Recorder::ControlFlowStop), in every scan that sees them.
-void NoteControlFlowStop();
+// thread's open calls (Recorder::ControlFlowStop), in every scan that sees
+// them; `saved`: the tensor whose saving raises it, or nullptr if not known.
+void NoteControlFlowStop(const at::Tensor* saved = nullptr);
 
 }  // namespace torchscan

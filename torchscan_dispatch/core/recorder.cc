@@ -85,7 +85,10 @@ std::atomic<int64_t>& UnattributedZeroCostCalls() {
 int32_t Recorder::Begin(const c10::OperatorHandle& op, c10::DispatchKeySet keys, absl::Span<const c10::IValue> args) {
   MaybeFold();
   if (C10_UNLIKELY(torchscript_scopes) && open_ < 0) SyncTorchScriptScopes();
-  if (C10_UNLIKELY(control_flow_stop_)) control_flow_stop_ = false;  // the stop was caught
+  if (C10_UNLIKELY(control_flow_stop_)) {  // the stop was caught
+    control_flow_stop_ = false;
+    stop_output_ = c10::IValue();
+  }
   // A profiler started inside the scan takes the allocator reports while it runs.
   if (C10_UNLIKELY(memory_.observer != nullptr) &&
       c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != memory_.observer) {
@@ -309,14 +312,87 @@ void Recorder::End(int32_t index, absl::Span<const c10::IValue> outputs) {
 
 void Recorder::Abort(int32_t index) {
   Event& e = events_[index];
-  e.sig = calls_.Stop(e.sig, !control_flow_stop_);  // a control-flow stop finishes it (outputs lost)
+  if (C10_LIKELY(!control_flow_stop_)) {
+    e.sig = calls_.Stop(e.sig, StopHow::kRaised);
+  } else if (index != stop_call_ || stop_found_ == StopFound::kBeforeKernel) {
+    e.sig = calls_.Stop(e.sig, StopHow::kUnfinished);
+  } else if (stop_found_ == StopFound::kUnknown) {
+    e.sig = calls_.Stop(e.sig, StopHow::kRaised);  // whether its kernel ran is not known
+  } else if (stop_output_.isTensor()) {
+    const uint32_t had = e.sig->tensors;
+    tensors_.Reset(e.ids, had);
+    e.sig = calls_.Finish(e.sig, absl::Span<const c10::IValue>(&stop_output_, 1), tensors_);
+    e.ids = KeepIds(e.ids, had, tensors_.addresses());
+    stop_output_ = c10::IValue();
+  } else {
+    e.sig = calls_.Stop(e.sig, StopHow::kStopped);
+  }
   if (C10_UNLIKELY(timestamps)) times_[2 * static_cast<size_t>(index) + 1] = SteadyNowNs();
   open_ = e.parent;
-  if (open_ < 0) control_flow_stop_ = false;
+  if (open_ < 0) {
+    control_flow_stop_ = false;
+    stop_output_ = c10::IValue();
+  }
 }
 
-void Recorder::ControlFlowStop() {
-  if (open_ >= 0) control_flow_stop_ = true;
+// Note [Calls a control-flow stop unwinds]
+// torch.utils.checkpoint stops recomputing a forward by raising its own
+// exception from the hook that saves the last tensor backward needs. An
+// autograd kernel saves its operands before it runs the kernel below it and
+// its results after, so the innermost open call ran its kernel only when the
+// tensor being saved is one of its results: an operand it writes (an
+// in-place operator saves itself), or a tensor that is neither one of its
+// operands nor made by its autograd kernel beforehand (the clone an in-place
+// operator saves of its input is made so). A call whose kernel did not run,
+// and every call around it (the exception ends them before they finish),
+// adds nothing of its own: the calls each made count (CallSig::unfinished).
+// A call whose kernel ran is finished, with its one return when the saved
+// tensor is it. Where the saved tensor is not known, the innermost call's
+// work is not known either: it counts as raised.
+Recorder::StopFound Recorder::FindStop(int32_t index, const at::Tensor& saved) {
+  const Event& e = events_[index];
+  const uintptr_t x = reinterpret_cast<uintptr_t>(saved.unsafeGetTensorImpl());
+  const c10::FunctionSchema& schema = e.op().schema();
+  bool operand = false, written = false;
+  for (size_t i = 0; i < e.args().size(); ++i) {
+    const ArgMeta& a = e.args()[i];
+    bool match = a.kind == ArgKind::kTensor && e.identity(a.tensor()) == x;
+    if (a.kind == ArgKind::kTensorList) {
+      for (const TensorMeta& m : a.tensors()) match = match || e.identity(m) == x;
+    }
+    if (!match) continue;
+    operand = true;
+    const auto* alias = i < schema.arguments().size() ? schema.arguments()[i].alias_info() : nullptr;
+    written = written || (alias != nullptr && alias->isWrite());
+  }
+  const bool one_return =
+      schema.returns().size() == 1 && schema.returns()[0].type()->kind() == c10::TypeKind::TensorType;
+  if (written || !operand) {
+    if (!written) {
+      // Made beforehand by the autograd kernel: an output of a call inside
+      // this one (all of them finished) that kept the autograd keys.
+      for (size_t j = static_cast<size_t>(index) + 1; j < events_.size(); ++j) {
+        const Event& c = events_[j];
+        if (!c.keys().has_any(c10::autograd_dispatch_keyset)) continue;
+        for (const ArgMeta& o : c.outputs()) {
+          if (o.kind == ArgKind::kTensor && c.identity(o.tensor()) == x) return StopFound::kBeforeKernel;
+        }
+      }
+    }
+    if (one_return) stop_output_ = c10::IValue(saved);
+    return StopFound::kAfterKernel;
+  }
+  return StopFound::kBeforeKernel;
+}
+
+void Recorder::ControlFlowStop(const at::Tensor* saved) {
+  if (open_ < 0) return;
+  // The hook's note with the tensor refines a note without it.
+  if (control_flow_stop_ && stop_call_ == open_ && saved == nullptr) return;
+  control_flow_stop_ = true;
+  stop_call_ = open_;
+  stop_output_ = c10::IValue();
+  stop_found_ = saved != nullptr && saved->defined() ? FindStop(open_, *saved) : StopFound::kUnknown;
 }
 
 void Recorder::FoldSettled() {

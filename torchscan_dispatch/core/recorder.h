@@ -94,7 +94,8 @@ struct Event {
   absl::Span<const ArgMeta> args() const { return sig->args; }
   absl::Span<const ArgMeta> outputs() const { return sig->outputs; }
   bool finished() const { return sig->finished; }
-  bool raised() const { return sig->raised; }  // the kernel threw (the exception propagated)
+  bool raised() const { return sig->raised; }          // the kernel threw (the exception propagated)
+  bool unfinished() const { return sig->unfinished; }  // unwound before its own work (CallSig::unfinished)
   // The address of the tensor `t` of this call's metadata (0: undefined).
   uintptr_t identity(const TensorMeta& t) const { return t.identity ? ids[t.identity - 1] : 0; }
 };
@@ -141,10 +142,9 @@ class Recorder {
   void Abort(int32_t index);
   // PyTorch is about to unwind the open calls with its own control-flow
   // exception: torch.utils.checkpoint stops recomputation from the hook that
-  // saves the last tensor backward needs. The innermost call has finished its
-  // kernel; what the calls around it had left is work that saves nothing for
-  // backward (their last step saved it), so they count as finished, not failed.
-  void ControlFlowStop();
+  // saves the last tensor backward needs (Note [Calls a control-flow stop
+  // unwinds]). `saved`: that tensor, or nullptr where it is not known.
+  void ControlFlowStop(const at::Tensor* saved);
 
   // The calls held: events()[i] is the scan's call folded() + i (a streaming
   // scan drops the calls it has folded). Module scopes' and requests'
@@ -274,6 +274,12 @@ class Recorder {
   std::vector<int64_t> times_;
   MemoryLog memory_;
   bool control_flow_stop_ = false;  // unwinding after ControlFlowStop()
+  // The innermost call when the stop was noted, and what became of it.
+  int32_t stop_call_ = -1;
+  enum class StopFound : uint8_t { kUnknown, kBeforeKernel, kAfterKernel };
+  StopFound FindStop(int32_t index, const at::Tensor& saved);
+  StopFound stop_found_ = StopFound::kUnknown;
+  c10::IValue stop_output_;  // its one return, when the saved tensor is it
   int32_t labels_ = 0;
   int32_t scope_ = -1;
   std::vector<Scope> scopes_;

@@ -258,6 +258,8 @@ TORCH_LIBRARY(torchscan, m) {
       .def_static("resume_thread_recording", []() { ResumeThreadRecordingForScan(); })
       .def_static("thread_recording_paused", []() { return ThreadRecordingPaused(); })
       .def_static("note_control_flow_stop", []() { NoteControlFlowStop(); })
+      // The same, with the tensor whose saving raises it (torchscan/_checkpoint.py).
+      .def_static("note_control_flow_stop_saving", [](at::Tensor saved) { NoteControlFlowStop(&saved); })
       .def_static("built_against", []() { return std::string(TORCHSCAN_BUILT_TORCH_VERSION); });
 }
 

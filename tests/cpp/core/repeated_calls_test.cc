@@ -208,8 +208,16 @@ TEST(RepeatedCalls, ARunningCallThatEndsAnotherWay) {
   EXPECT_NE(aliased.finished, fresh.finished);
   EXPECT_EQ(aliased.tensors, (std::vector<uintptr_t>{Address(x), Address(y)}));  // nothing left from the guess
   EXPECT_EQ(aliased.finished->outputs[0].tensor().identity, 2u);
-  const CallSig* raised = table.Stop(fresh.started, true);
+  const CallSig* raised = table.Stop(fresh.started, StopHow::kRaised);
   EXPECT_TRUE(raised->raised);
+  // The three ways to end without returns are three signatures.
+  const CallSig* stopped = table.Stop(fresh.started, StopHow::kStopped);
+  const CallSig* unfinished = table.Stop(fresh.started, StopHow::kUnfinished);
+  EXPECT_FALSE(stopped->raised || stopped->unfinished);
+  EXPECT_TRUE(unfinished->unfinished && !unfinished->raised);
+  EXPECT_NE(stopped, raised);
+  EXPECT_NE(unfinished, stopped);
+  EXPECT_EQ(table.Stop(fresh.started, StopHow::kUnfinished), unfinished);
   const at::Tensor out = at::empty({3});
   const Called back = Call(table, add, {x, y, 1}, {out});
   EXPECT_EQ(back.finished, fresh.finished);

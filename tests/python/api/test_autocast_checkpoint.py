@@ -130,3 +130,130 @@ def test_checkpointed_gpt2_step_has_the_plain_steps_diagnostics():
     # Every addmm of GPT-2 is a Conv1D inside a checkpointed block (the LM head
     # is a bias-free mm): each runs once more in backward, so addmm doubles.
     assert checkpointed["by_operator"]["aten.addmm"] == 2 * plain["by_operator"]["aten.addmm"]
+
+
+# --- calls a checkpoint stop unwinds (Note [Calls a control-flow stop unwinds]) ---
+
+def _checkpointed_step(block, lin, x):
+    def step():
+        lin.zero_grad(set_to_none=True)
+        x.grad = None
+        checkpoint(block, x, use_reentrant=False).sum().backward()
+    return step
+
+
+def test_a_block_ending_in_a_linear_layer_counts_no_recomputed_product():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    lin, x = torch.nn.Linear(16, 8), torch.randn(4, 16, requires_grad=True)
+    step = _checkpointed_step(lin, lin, x)
+    report = torchscan.measure_flops(step)
+    with FlopCounterMode(display=False) as counter:
+        step()
+    expected = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+    # The recomputation stops as addmm saves its operands, which its autograd
+    # kernel does before the product runs: forward addmm 2*4*16*8 = 1,024
+    # once; backward mm for the input's and the weight's gradients, 1,024 each.
+    assert expected == {"aten.addmm": 1024, "aten.mm": 2048}
+    assert {op: report["by_operator"][op] for op in expected} == expected
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+
+
+def test_a_block_ending_in_an_activation_counts_what_its_recomputation_ran():
+    torch.manual_seed(0)
+    lin, x = torch.nn.Linear(16, 8), torch.randn(4, 16, requires_grad=True)
+    counts = {}
+    for name, activation in (("relu", torch.relu), ("relu_", torch.relu_), ("gelu", torch.nn.functional.gelu)):
+        def block(v, activation=activation):
+            return activation(lin(v))
+
+        plain = torchscan.measure_flops(lambda: (lin.zero_grad(set_to_none=True), block(x).sum().backward()))
+        checkpointed = torchscan.measure_flops(_checkpointed_step(block, lin, x))
+        assert checkpointed["total"]["status"] == "complete", (name, checkpointed["diagnostics"])
+        op = f"aten.{name}"
+        counts[name] = (plain["by_operator"][op], checkpointed["by_operator"][op],
+                        plain["by_operator"]["aten.addmm"], checkpointed["by_operator"]["aten.addmm"])
+    # relu and relu_ save their result, after their kernel: the recomputation
+    # ran them (32 outputs, 1 FLOP each) and stopped there, so they count
+    # twice. gelu saves its input, before its kernel: the recomputation
+    # stopped before it ran. The addmm before each (1,024) ran again in all three.
+    assert counts["relu"] == (32, 64, 1024, 2048)
+    assert counts["relu_"] == (32, 64, 1024, 2048)
+    gelu_once = counts["gelu"][0]
+    assert counts["gelu"] == (gelu_once, gelu_once, 1024, 2048)
+
+
+def test_checkpoint_sequential_over_a_cnn_matches_flop_counter_mode():
+    from torch.utils.checkpoint import checkpoint_sequential
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    cnn = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4),
+                                                    torch.nn.ReLU()) for _ in range(4)])
+    x = torch.randn(2, 4, 8, 8, requires_grad=True)
+
+    def step():
+        cnn.zero_grad(set_to_none=True)
+        checkpoint_sequential(cnn, 2, x, use_reentrant=False).sum().backward()
+
+    report = torchscan.measure_flops(step)
+    with FlopCounterMode(display=False) as counter:
+        step()
+    expected = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+    assert {op: report["by_operator"][op] for op in expected} == expected
+    # Each segment ends in a ReLU, which saves its result: complete, with no
+    # diagnostic for PyTorch's stop signal.
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stopped_at_first_save(work, with_tensor):
+    """work() with a saved-tensor hook that stops it, as checkpoint does, at
+    the first tensor an autograd kernel saves; the stop is told to the scan
+    with that tensor or without it."""
+    from torchscan._library import Session
+
+    def pack(t):
+        if with_tensor:
+            Session.note_control_flow_stop_saving(t)
+        else:
+            Session.note_control_flow_stop()
+        raise _Stop
+
+    def run():
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            try:
+                work()
+            except _Stop:
+                pass
+    return torchscan.measure_flops(run)
+
+
+def test_a_stop_while_saving_an_operand_counts_nothing_for_that_call():
+    a, b = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
+    # mm saves its first operand (for b's gradient) before its product runs.
+    report = _stopped_at_first_save(lambda: torch.mm(a, b), with_tensor=True)
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert "aten.mm" not in report["by_operator"] and report["total"]["value"] == 0
+
+
+def test_a_stop_while_saving_a_result_counts_that_call_with_its_result():
+    a = torch.randn(3, 4, requires_grad=True)
+    # sigmoid saves its result, after its kernel: 12 outputs, counted
+    # with the result's shape (torchscan_flops_v1: 4 FLOPs per element).
+    stopped = _stopped_at_first_save(lambda: torch.sigmoid(a), with_tensor=True)
+    plain = torchscan.measure_flops(lambda: torch.sigmoid(a))
+    assert stopped["total"]["status"] == "complete", stopped["diagnostics"]
+    assert stopped["by_operator"]["aten.sigmoid"] == plain["by_operator"]["aten.sigmoid"] == 48
+
+
+def test_a_stop_without_the_saved_tensor_leaves_the_call_unknown():
+    a, b = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
+    report = _stopped_at_first_save(lambda: torch.mm(a, b), with_tensor=False)
+    # Whether mm ran is not known: not counted, and said.
+    assert report["total"]["status"] == "partial"
+    assert ("operator_raised", "aten.mm") in gaps(report)

@@ -76,6 +76,23 @@ def test_function_transforms_agree_with_flop_counter_mode(transform):
         assert report["by_operator"][op] == flops, op
 
 
+def test_jvp_of_a_convolution_is_complete_with_its_zero_tangents():
+    # The weight, a closed-over constant, gets a zero tangent
+    # (aten::_efficientzerotensor, a tensor without memory): no work of its
+    # own, so the report is complete, with FlopCounterMode's products.
+    torch.manual_seed(0)
+    w, x, t = torch.randn(4, 3, 3, 3), torch.randn(1, 3, 8, 8), torch.randn(1, 3, 8, 8)
+
+    def run():
+        return torch.func.jvp(lambda a: torch.nn.functional.conv2d(a, w), (x,), (t,))
+
+    report = torchscan.measure_flops(run)
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert report["ignored_operators"]["aten._efficientzerotensor"]["reason"] == "fill"
+    for op, flops in native_counts(run).items():
+        assert report["by_operator"][op] == flops, op
+
+
 # --- torch.compile -----------------------------------------------------------
 
 def eager_figures(model, x):
