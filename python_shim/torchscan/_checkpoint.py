@@ -8,6 +8,10 @@ tensor being saved where the recomputation hook can be wrapped: whether the
 innermost call ran its kernel follows from it (Note [Calls a control-flow stop
 unwinds] in torchscan_dispatch/core/recorder.cc). Without it that call's work
 is unknown, and said so.
+
+Selective checkpointing recomputes under a dispatch mode that answers some
+operators from the results it saved: the engine is told of each such answer,
+and the call adds nothing of its own.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ def _note(stop, hook) -> None:
     stop.__init__ = noted_init
     if isinstance(hook, type):
         _note_saved(hook, stop)
+    cached = getattr(_checkpoint, "_CachedTorchDispatchMode", None)
+    if isinstance(cached, type):
+        _note_cached(cached, getattr(_checkpoint, "_sac_storage_key", None))
     stop._torchscan_noted = True
 
 
@@ -68,3 +75,38 @@ def _note_saved(hook: Any, stop) -> None:
         self.pack_hook = pack_hook
 
     hook.__init__ = noted_init
+
+
+def _note_cached(mode: Any, key_of: Any) -> None:
+    """Wraps the dispatch of selective checkpointing's recomputation mode,
+    which answers the operators whose results it saved from its storage
+    (Note [Calls a cache answers] in torchscan_dispatch/core/recorder.cc):
+    an answer taken from the storage leaves one entry fewer there. Entries
+    are kept per operator (and per call site where `key_of` exists), as a
+    list that is popped or as a dict whose answered entries are replaced by
+    a marker."""
+    dispatch = mode.__torch_dispatch__
+    consumed = getattr(_checkpoint, "_CONSUMED", None)
+    recompute = getattr(_checkpoint, "_RECOMPUTE", None)
+
+    def available(storage, key) -> int:
+        entries = storage.get(key) if isinstance(storage, dict) else None
+        if isinstance(entries, dict):
+            return sum(1 for e in entries.values() if e is not consumed and e is not recompute)
+        return len(entries) if isinstance(entries, list) else 0
+
+    def noted_dispatch(self, func, types, args=(), kwargs=None):
+        storage = getattr(self, "storage", None)
+        try:
+            key = key_of(func, args) if key_of is not None else func
+            before = available(storage, key)
+        except Exception:  # noqa: BLE001 - an unexpected layout: the answer is not watched
+            return dispatch(self, func, types, args, kwargs)
+        out = dispatch(self, func, types, args, kwargs)
+        if available(storage, key) < before:
+            schema = func._schema
+            Session.note_answered_from_cache(
+                schema.name + (f".{schema.overload_name}" if schema.overload_name else ""))
+        return out
+
+    mode.__torch_dispatch__ = noted_dispatch

@@ -533,6 +533,18 @@ const CallSig* CallTable::Stop(const CallSig* started, StopHow how) {
   return Intern(probe, mark);
 }
 
+const CallSig* CallTable::Unfinished(const CallSig* finished) {
+  const Arena::Mark mark = arena_.GetMark();
+  CallSig probe = Ended(finished->started != nullptr ? finished->started : finished);
+  probe.outputs = finished->outputs;  // the kept metadata: shared, not copied
+  probe.tensors = finished->tensors;
+  probe.unfinished = true;
+  uint64_t h = finished->hash;
+  Mix(h, 5);
+  probe.hash = h;
+  return Intern(probe, mark);
+}
+
 void CallTable::Clear() {
   recent_.fill(Slot());
   sigs_.clear();

@@ -109,6 +109,9 @@ class CallTable {
   // The running call `started` ended without returns: it raised, or it was
   // stopped by PyTorch's control-flow exception (Recorder::ControlFlowStop).
   const CallSig* Stop(const CallSig* started, StopHow how);
+  // The finished call `finished`, whose returns a cache gave without its
+  // kernel running (CallSig::unfinished, with the returns kept).
+  const CallSig* Unfinished(const CallSig* finished);
 
   size_t size() const { return sigs_.size(); }
   size_t guessed() const { return guessed_; }  // Start and Finish answers of Note [Repeated calls]

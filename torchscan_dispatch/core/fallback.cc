@@ -441,6 +441,15 @@ void ResumeThreadRecording() {
   if (tls_paused > 0) --tls_paused;
 }
 
+void NoteAnsweredFromCache(std::string_view name) {
+  for (Recorder* r = ThreadTopRecorder(); r != nullptr; r = r->outer) r->AnsweredFromCache(name);
+  if (std::shared_ptr<ThreadLog> log = AllThreadsLog()) {
+    log->Lock();
+    if (!log->sealed) log->recorder.AnsweredFromCache(name);
+    log->Unlock();
+  }
+}
+
 void NoteControlFlowStop(const at::Tensor* saved) {
   for (Recorder* r = ThreadTopRecorder(); r != nullptr; r = r->outer) r->ControlFlowStop(saved);
   if (std::shared_ptr<ThreadLog> log = AllThreadsLog()) {

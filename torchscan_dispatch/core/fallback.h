@@ -1,5 +1,7 @@
 #pragma once
 
+#include <string_view>
+
 #include "absl/status/status.h"
 
 namespace at {
@@ -23,5 +25,9 @@ bool ThreadRecordingPaused();
 // thread's open calls (Recorder::ControlFlowStop), in every scan that sees
 // them; `saved`: the tensor whose saving raises it, or nullptr if not known.
 void NoteControlFlowStop(const at::Tensor* saved = nullptr);
+// A Python dispatch mode answered this thread's innermost open call
+// (operator `name`) from a cache (Recorder::AnsweredFromCache), in every
+// scan that sees it.
+void NoteAnsweredFromCache(std::string_view name);
 
 }  // namespace torchscan

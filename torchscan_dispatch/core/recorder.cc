@@ -306,15 +306,43 @@ void Recorder::End(int32_t index, absl::Span<const c10::IValue> outputs) {
   tensors_.Reset(e.ids, had);
   e.sig = calls_.Finish(e.sig, outputs, tensors_);
   e.ids = KeepIds(e.ids, had, tensors_.addresses());
+  if (C10_UNLIKELY(index == cached_call_)) {
+    // Note [Calls a cache answers]
+    e.sig = cached_known_ ? calls_.Unfinished(e.sig) : calls_.Stop(e.sig->started, StopHow::kRaised);
+    cached_call_ = -1;
+  }
   if (C10_UNLIKELY(timestamps)) times_[2 * static_cast<size_t>(index) + 1] = SteadyNowNs();
   open_ = e.parent;
 }
 
+// Note [Calls a cache answers]
+// Selective activation checkpointing recomputes a forward under a Python
+// dispatch mode that returns the results it saved the first time instead of
+// running their operators. TorchScan's key is above that mode, so it sees
+// such a call begin and return; torchscan/_checkpoint.py tells it when the
+// mode answered from its cache. The call then adds nothing of its own
+// (CallSig::unfinished, its returns kept for the data-flow views). Where the
+// innermost open call is not the operator the cache answered (its caller
+// ran it below TorchScan's key), what that call did is not known: it counts
+// as raised.
+void Recorder::AnsweredFromCache(std::string_view name) {
+  if (open_ < 0) return;
+  const c10::OperatorName& op = events_[open_].op().operator_name();
+  const size_t base = op.name.size();
+  cached_call_ = open_;
+  cached_known_ =
+      name.substr(0, base) == op.name &&
+      name.substr(std::min(base, name.size())) == (op.overload_name.empty() ? std::string() : "." + op.overload_name);
+}
+
 void Recorder::Abort(int32_t index) {
   Event& e = events_[index];
+  // A cache's answer is no kernel run, whatever the stop found (Note [Calls a cache answers]).
+  const bool cached = index == cached_call_ && cached_known_;
+  if (index == cached_call_) cached_call_ = -1;
   if (C10_LIKELY(!control_flow_stop_)) {
     e.sig = calls_.Stop(e.sig, StopHow::kRaised);
-  } else if (index != stop_call_ || stop_found_ == StopFound::kBeforeKernel) {
+  } else if (cached || index != stop_call_ || stop_found_ == StopFound::kBeforeKernel) {
     e.sig = calls_.Stop(e.sig, StopHow::kUnfinished);
   } else if (stop_found_ == StopFound::kUnknown) {
     e.sig = calls_.Stop(e.sig, StopHow::kRaised);  // whether its kernel ran is not known

@@ -145,6 +145,11 @@ class Recorder {
   // saves the last tensor backward needs (Note [Calls a control-flow stop
   // unwinds]). `saved`: that tensor, or nullptr where it is not known.
   void ControlFlowStop(const at::Tensor* saved);
+  // A Python dispatch mode answered the innermost open call from a cache,
+  // without its kernel (selective activation checkpointing's recomputation);
+  // `name`: the operator it answered, as "aten::add.Tensor" ("aten::mm" for
+  // an overload without a name).
+  void AnsweredFromCache(std::string_view name);
 
   // The calls held: events()[i] is the scan's call folded() + i (a streaming
   // scan drops the calls it has folded). Module scopes' and requests'
@@ -279,7 +284,9 @@ class Recorder {
   enum class StopFound : uint8_t { kUnknown, kBeforeKernel, kAfterKernel };
   StopFound FindStop(int32_t index, const at::Tensor& saved);
   StopFound stop_found_ = StopFound::kUnknown;
-  c10::IValue stop_output_;  // its one return, when the saved tensor is it
+  c10::IValue stop_output_;    // its one return, when the saved tensor is it
+  int32_t cached_call_ = -1;   // AnsweredFromCache's call, until it ends
+  bool cached_known_ = false;  // whether that call is the operator the cache answered
   int32_t labels_ = 0;
   int32_t scope_ = -1;
   std::vector<Scope> scopes_;

@@ -260,6 +260,7 @@ TORCH_LIBRARY(torchscan, m) {
       .def_static("note_control_flow_stop", []() { NoteControlFlowStop(); })
       // The same, with the tensor whose saving raises it (torchscan/_checkpoint.py).
       .def_static("note_control_flow_stop_saving", [](at::Tensor saved) { NoteControlFlowStop(&saved); })
+      .def_static("note_answered_from_cache", [](std::string name) { NoteAnsweredFromCache(name); })
       .def_static("built_against", []() { return std::string(TORCHSCAN_BUILT_TORCH_VERSION); });
 }
 

@@ -257,3 +257,81 @@ def test_a_stop_without_the_saved_tensor_leaves_the_call_unknown():
     # Whether mm ran is not known: not counted, and said.
     assert report["total"]["status"] == "partial"
     assert ("operator_raised", "aten.mm") in gaps(report)
+
+
+# --- selective activation checkpointing (Note [Calls a cache answers]) ---------
+
+def _selective_step(saved_ops):
+    import functools
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    torch.manual_seed(0)
+    lin1, lin2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+    x = torch.randn(4, 16, requires_grad=True)
+
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op in saved_ops else CheckpointPolicy.PREFER_RECOMPUTE
+
+    context = functools.partial(create_selective_checkpoint_contexts, policy)
+
+    def block(v):
+        return torch.relu(lin2(torch.relu(lin1(v))))
+
+    def step(checkpointed=True):
+        for p in [*lin1.parameters(), *lin2.parameters(), x]:
+            p.grad = None
+        out = checkpoint(block, x, use_reentrant=False, context_fn=context) if checkpointed else block(x)
+        out.sum().backward()
+    return step
+
+
+def test_selective_checkpointing_counts_no_operator_its_cache_answered():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    aten = torch.ops.aten
+    step = _selective_step({aten.addmm.default})
+    report = torchscan.measure_flops(step)
+    with FlopCounterMode(display=False) as counter:
+        step()
+    expected = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+    # The two products' results are saved: the recomputation takes them from
+    # the cache, so each addmm (2*4*16*16 = 2,048) counts once, as in
+    # FlopCounterMode; the backward's four mm count 2,048 each.
+    assert expected == {"aten.addmm": 4096, "aten.mm": 8192}
+    assert {op: report["by_operator"][op] for op in expected} == expected
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    # The ReLUs (64 outputs each) are recomputed: twice each.
+    assert report["by_operator"]["aten.relu"] == 2 * 2 * 64
+    saving_relu = torchscan.measure_flops(_selective_step({aten.addmm.default, aten.relu.default}))
+    assert saving_relu["by_operator"]["aten.relu"] == 2 * 64
+    assert saving_relu["by_operator"]["aten.addmm"] == 4096
+
+
+class _Cache(torch.utils._python_dispatch.TorchDispatchMode):
+    """Answers every mm from a saved result without running it, and tells
+    the scan so as selective checkpointing's mode does, under `name`."""
+
+    def __init__(self, result, name):
+        super().__init__()
+        self.result, self.name = result, name
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torchscan._library import Session
+
+        if func is torch.ops.aten.mm.default:
+            Session.note_answered_from_cache(self.name)
+            return self.result
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_call_answered_from_a_cache_adds_nothing_and_a_mismatch_is_unknown():
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    with _Cache(torch.zeros(3, 5), "aten::mm"):
+        answered = torchscan.measure_flops(lambda: torch.mm(a, b))
+    assert answered["total"]["status"] == "complete" and answered["total"]["value"] == 0
+    # Told of another operator than the open call: what the call did is unknown.
+    with _Cache(torch.zeros(3, 5), "aten::addmm"):
+        mismatched = torchscan.measure_flops(lambda: torch.mm(a, b))
+    assert mismatched["total"]["status"] == "partial"
+    assert ("operator_raised", "aten.mm") in gaps(mismatched)
