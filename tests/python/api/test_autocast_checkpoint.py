@@ -134,6 +134,16 @@ def test_checkpointed_gpt2_step_has_the_plain_steps_diagnostics():
 
 # --- calls a checkpoint stop unwinds (Note [Calls a control-flow stop unwinds]) ---
 
+def _scanned_and_counted(step):
+    """TorchScan's report of step() and FlopCounterMode's counts of a second run."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    report = torchscan.measure_flops(step)
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return report, {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+
+
 def _checkpointed_step(block, lin, x):
     def step():
         lin.zero_grad(set_to_none=True)
@@ -143,15 +153,9 @@ def _checkpointed_step(block, lin, x):
 
 
 def test_a_block_ending_in_a_linear_layer_counts_no_recomputed_product():
-    from torch.utils.flop_counter import FlopCounterMode
-
     torch.manual_seed(0)
     lin, x = torch.nn.Linear(16, 8), torch.randn(4, 16, requires_grad=True)
-    step = _checkpointed_step(lin, lin, x)
-    report = torchscan.measure_flops(step)
-    with FlopCounterMode(display=False) as counter:
-        step()
-    expected = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+    report, expected = _scanned_and_counted(_checkpointed_step(lin, lin, x))
     # The recomputation stops as addmm saves its operands, which its autograd
     # kernel does before the product runs: forward addmm 2*4*16*8 = 1,024
     # once; backward mm for the input's and the weight's gradients, 1,024 each.
@@ -186,7 +190,6 @@ def test_a_block_ending_in_an_activation_counts_what_its_recomputation_ran():
 
 def test_checkpoint_sequential_over_a_cnn_matches_flop_counter_mode():
     from torch.utils.checkpoint import checkpoint_sequential
-    from torch.utils.flop_counter import FlopCounterMode
 
     torch.manual_seed(0)
     cnn = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4),
@@ -197,10 +200,7 @@ def test_checkpoint_sequential_over_a_cnn_matches_flop_counter_mode():
         cnn.zero_grad(set_to_none=True)
         checkpoint_sequential(cnn, 2, x, use_reentrant=False).sum().backward()
 
-    report = torchscan.measure_flops(step)
-    with FlopCounterMode(display=False) as counter:
-        step()
-    expected = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+    report, expected = _scanned_and_counted(step)
     assert {op: report["by_operator"][op] for op in expected} == expected
     # Each segment ends in a ReLU, which saves its result: complete, with no
     # diagnostic for PyTorch's stop signal.
@@ -287,14 +287,8 @@ def _selective_step(saved_ops):
 
 
 def test_selective_checkpointing_counts_no_operator_its_cache_answered():
-    from torch.utils.flop_counter import FlopCounterMode
-
     aten = torch.ops.aten
-    step = _selective_step({aten.addmm.default})
-    report = torchscan.measure_flops(step)
-    with FlopCounterMode(display=False) as counter:
-        step()
-    expected = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+    report, expected = _scanned_and_counted(_selective_step({aten.addmm.default}))
     # The two products' results are saved: the recomputation takes them from
     # the cache, so each addmm (2*4*16*16 = 2,048) counts once, as in
     # FlopCounterMode; the backward's four mm count 2,048 each.
