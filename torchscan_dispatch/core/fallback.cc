@@ -441,22 +441,25 @@ void ResumeThreadRecording() {
   if (tls_paused > 0) --tls_paused;
 }
 
-void NoteAnsweredFromCache(std::string_view name) {
-  for (Recorder* r = ThreadTopRecorder(); r != nullptr; r = r->outer) r->AnsweredFromCache(name);
+namespace {
+// Every recorder that sees this thread's calls: its scans and its log in an
+// all-threads scan.
+void EachThreadRecorder(absl::FunctionRef<void(Recorder&)> f) {
+  for (Recorder* r = ThreadTopRecorder(); r != nullptr; r = r->outer) f(*r);
   if (std::shared_ptr<ThreadLog> log = AllThreadsLog()) {
     log->Lock();
-    if (!log->sealed) log->recorder.AnsweredFromCache(name);
+    if (!log->sealed) f(log->recorder);
     log->Unlock();
   }
 }
+}  // namespace
+
+void NoteAnsweredFromCache(std::string_view name) {
+  EachThreadRecorder([&](Recorder& r) { r.AnsweredFromCache(name); });
+}
 
 void NoteControlFlowStop(const at::Tensor* saved) {
-  for (Recorder* r = ThreadTopRecorder(); r != nullptr; r = r->outer) r->ControlFlowStop(saved);
-  if (std::shared_ptr<ThreadLog> log = AllThreadsLog()) {
-    log->Lock();
-    if (!log->sealed) log->recorder.ControlFlowStop(saved);
-    log->Unlock();
-  }
+  EachThreadRecorder([&](Recorder& r) { r.ControlFlowStop(saved); });
 }
 
 absl::Status EnsureFallbackInstalled() {
