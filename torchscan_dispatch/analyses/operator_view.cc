@@ -160,10 +160,7 @@ void Gaps::AppendDiagnostics(std::vector<reports::Diagnostic>& out, const std::v
 // A call that still carries the parent's state came from the autograd kernel.
 static bool MadeByAutogradKernel(const BlockLog<Event>& events, const Event& e, OpCatalog& catalog) {
   const Event& parent = events[e.parent];
-  constexpr auto kLayer = c10::DispatchKey::FuncTorchDynamicLayerBackMode;
-  const bool same_state =
-      parent.keys().has(kLayer) ? e.keys().has(kLayer) : e.keys().has_any(c10::autograd_dispatch_keyset);
-  return same_state && catalog.RanAutogradKernel(parent.op(), parent.keys());
+  return KeptParentState(parent, e) && catalog.RanAutogradKernel(parent.op(), parent.keys());
 }
 
 OperatorPlan PlanView(const BlockLog<Event>& events, OpCatalog& catalog,

@@ -398,10 +398,10 @@ Recorder::StopFound Recorder::FindStop(int32_t index, const at::Tensor& saved) {
   if (written || !operand) {
     if (!written) {
       // Made beforehand by the autograd kernel: an output of a call inside
-      // this one (all of them finished) that kept the autograd keys.
+      // this one (all of them finished) that kept its state.
       for (size_t j = static_cast<size_t>(index) + 1; j < events_.size(); ++j) {
         const Event& c = events_[j];
-        if (!c.keys().has_any(c10::autograd_dispatch_keyset)) continue;
+        if (!KeptParentState(e, c)) continue;
         for (const ArgMeta& o : c.outputs()) {
           if (o.kind == ArgKind::kTensor && c.identity(o.tensor()) == x) return StopFound::kBeforeKernel;
         }

@@ -99,6 +99,15 @@ struct Event {
   // The address of the tensor `t` of this call's metadata (0: undefined).
   uintptr_t identity(const TensorMeta& t) const { return t.identity ? ids[t.identity - 1] : 0; }
 };
+
+// Whether `child`, a call made inside `parent`, kept the thread state its
+// parent ran with, as the calls a registered autograd kernel makes itself do
+// (the kernel below it runs with the autograd keys excluded or, under a
+// torch.func transform, its layer popped).
+inline bool KeptParentState(const Event& parent, const Event& child) {
+  constexpr auto kLayer = c10::DispatchKey::FuncTorchDynamicLayerBackMode;
+  return parent.keys().has(kLayer) ? child.keys().has(kLayer) : child.keys().has_any(c10::autograd_dispatch_keyset);
+}
 // What a full scan keeps per call, with 8 bytes per distinct tensor of the call.
 static_assert(sizeof(Event) == 32);
 
