@@ -328,11 +328,8 @@ void Recorder::End(int32_t index, absl::Span<const c10::IValue> outputs) {
 void Recorder::AnsweredFromCache(std::string_view name) {
   if (open_ < 0) return;
   const c10::OperatorName& op = events_[open_].op().operator_name();
-  const size_t base = op.name.size();
   cached_call_ = open_;
-  cached_known_ =
-      name.substr(0, base) == op.name &&
-      name.substr(std::min(base, name.size())) == (op.overload_name.empty() ? std::string() : "." + op.overload_name);
+  cached_known_ = name == (op.overload_name.empty() ? op.name : op.name + "." + op.overload_name);
 }
 
 void Recorder::Abort(int32_t index) {
