@@ -33,6 +33,9 @@ asserts nothing about speed.
      crawl_module, summary, FlopCounterMode (module-tracking), and ptflops'
      aten backend, fvcore, thop and torchinfo where importable
      (--install-peers VENV installs them into a throwaway venv first).
+     Each sample starts after gc.collect() (cold caches); --warm leaves it
+     out (warm caches, as a loop timing one call again and again finds
+     them: every arm is faster, the floor most, so the ratios are higher).
   i. Streaming: torch.add's per-call cost in a full and a streaming scan.
 The machine's load average (os.getloadavg) is printed with each of g-i.
 
@@ -50,6 +53,7 @@ Usage:
   python3 tools/benchmark.py --quick         # smoke test (< 60 s)
   python3 tools/benchmark.py --json out.json # also write every figure as JSON
   python3 tools/benchmark.py --only gh --install-peers /tmp/peers   # parts g and h, peers included
+  python3 tools/benchmark.py --only h --warm                         # part h with warm caches
 """
 
 from __future__ import annotations
@@ -166,6 +170,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--no-torchscan", action="store_true", help="skip the torchscan arms")
     p.add_argument("--op-kind-calls", type=int, help="calls per sample in part g (default 20000; 2000)")
     p.add_argument("--module-repeats", type=int, help="samples per arm and model in part h (default 9; 3)")
+    p.add_argument("--warm", action="store_true", help="part h without gc.collect() before each sample (the "
+                   "caches warm, as a loop timing one call again and again finds them)")
     p.add_argument("--only", metavar="PARTS", help="run only these parts, e.g. 'ghi' (letters as above)")
     p.add_argument("--install-peers", metavar="VENV", help="create VENV (a throwaway venv that sees this "
                    "interpreter's packages), pip-install ptflops, fvcore, thop and torchinfo into it, and run "
@@ -240,7 +246,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _print_op_kinds(ok)
         print()
     if run_part("h") and ts is not None:
-        ma = bench_module_analysis(ts, _import_models(), args.module_repeats or (3 if q else 9), warmup)
+        ma = bench_module_analysis(ts, _import_models(), args.module_repeats or (3 if q else 9), warmup,
+                                   warm=args.warm)
         result["module_analysis"] = ma
         _print_module_analysis(ma)
         print()

@@ -232,7 +232,7 @@ def _peer_arms(model, inputs) -> Dict[str, Any]:
     return arms
 
 
-def bench_module_analysis(ts, models, repeats: int, warmup: int) -> Dict[str, Any]:
+def bench_module_analysis(ts, models, repeats: int, warmup: int, warm: bool = False) -> Dict[str, Any]:
     """Per model, in one interleaved run: a plain eval/no_grad forward; the
     floor (measure_flops with an empty pre- and post-hook on every module:
     the counting and the hooks any per-module analysis needs); crawl_module;
@@ -242,8 +242,11 @@ def bench_module_analysis(ts, models, repeats: int, warmup: int) -> Dict[str, An
     a pickle of it, with the cyclic GC paused as crawl_module pauses it): a
     lower bound on what any implementation returning that report adds to
     the floor. Ratios to the plain forward, and crawl_module's and
-    report_objects' to the floor."""
-    out: Dict[str, Any] = {"load_before": os.getloadavg()}
+    report_objects' to the floor. Each sample starts after gc.collect()
+    (cold: the collection's walk over the heap leaves the caches cold, as
+    a model's first call after other work finds them); warm: without it,
+    as a loop timing the same call again and again measures."""
+    out: Dict[str, Any] = {"load_before": os.getloadavg(), "warm": warm}
     for name, build in _module_models(models):
         model, inputs = build()
         modules = list(model.modules())
@@ -309,7 +312,8 @@ def bench_module_analysis(ts, models, repeats: int, warmup: int) -> Dict[str, An
                     order = order[k:] + order[:k]
                 for arm in order:
                     a, k = inputs()
-                    gc.collect()
+                    if not warm:
+                        gc.collect()
                     t0 = ns()
                     fns[arm](a, k)
                     samples[arm].append(ns() - t0)
@@ -390,7 +394,8 @@ def _load_text(load) -> str:
 
 def _print_module_analysis(res: Dict[str, Any]) -> None:
     print("[h] module analysis: each arm's time / a plain eval+no_grad forward, batch 1, one interleaved run "
-          "(floor: measure_flops + empty pre/post hooks on every module)")
+          "(floor: measure_flops + empty pre/post hooks on every module; "
+          + ("warm: no gc.collect() between samples)" if res.get("warm") else "cold: gc.collect() before each sample)"))
     for name, r in res.items():
         if not isinstance(r, dict) or "median_ms" not in r:
             continue
