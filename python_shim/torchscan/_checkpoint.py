@@ -17,7 +17,7 @@ and the call adds nothing of its own.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Optional
 
 import torch.utils.checkpoint as _checkpoint
 
@@ -84,26 +84,38 @@ def _note_cached(mode: Any, key_of: Any) -> None:
     an answer taken from the storage leaves one entry fewer there. Entries
     are kept per operator (and per call site where `key_of` exists), as a
     list that is popped or as a dict whose answered entries are replaced by
-    a marker."""
+    a marker. Storage kept any other way cannot be watched: each call the
+    mode dispatches is then told as an answer of unknown origin, and counts
+    as unknown."""
     dispatch = mode.__torch_dispatch__
     consumed = getattr(_checkpoint, "_CONSUMED", None)
     recompute = getattr(_checkpoint, "_RECOMPUTE", None)
 
-    def available(storage, key) -> int:
-        entries = storage.get(key) if isinstance(storage, dict) else None
+    def available(storage, key) -> Optional[int]:
+        """Entries left for `key`; None for a layout not known here."""
+        if not isinstance(storage, dict):
+            return None
+        entries = storage.get(key)  # (get: a defaultdict adds no entry)
+        if entries is None:
+            return 0
         if isinstance(entries, dict):
             return sum(1 for e in entries.values() if e is not consumed and e is not recompute)
-        return len(entries) if isinstance(entries, list) else 0
+        return len(entries) if isinstance(entries, list) else None
 
     def noted_dispatch(self, func, types, args=(), kwargs=None):
         storage = getattr(self, "storage", None)
         try:
             key = key_of(func, args) if key_of is not None else func
             before = available(storage, key)
-        except Exception:  # noqa: BLE001 - an unexpected layout: the answer is not watched
-            return dispatch(self, func, types, args, kwargs)
+        except Exception:  # noqa: BLE001 - an unexpected layout: not watched
+            before = None
         out = dispatch(self, func, types, args, kwargs)
-        if available(storage, key) < before:
+        after = available(storage, key) if before is not None else None
+        if after is None:
+            # Whether the answer came from the storage is not known: a name
+            # no operator has makes the open call's work unknown.
+            Session.note_answered_from_cache("")
+        elif after < before:
             schema = func._schema
             Session.note_answered_from_cache(
                 schema.name + (f".{schema.overload_name}" if schema.overload_name else ""))
