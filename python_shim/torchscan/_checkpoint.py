@@ -86,8 +86,9 @@ def _note_cached(mode: Any, key_of: Any) -> None:
     list that is popped or as a dict whose answered entries are replaced by
     a marker. Storage kept any other way cannot be watched: each call the
     mode dispatches is then told as an answer of unknown origin, and counts
-    as unknown."""
-    dispatch = mode.__torch_dispatch__
+    as unknown. A subclass's own dispatch (one that may not call the
+    mode's) is wrapped the same way, whether the subclass exists already or
+    is defined later."""
     consumed = getattr(_checkpoint, "_CONSUMED", None)
     recompute = getattr(_checkpoint, "_RECOMPUTE", None)
 
@@ -102,23 +103,41 @@ def _note_cached(mode: Any, key_of: Any) -> None:
             return sum(1 for e in entries.values() if e is not consumed and e is not recompute)
         return len(entries) if isinstance(entries, list) else None
 
-    def noted_dispatch(self, func, types, args=(), kwargs=None):
-        storage = getattr(self, "storage", None)
-        try:
-            key = key_of(func, args) if key_of is not None else func
-            before = available(storage, key)
-        except Exception:  # noqa: BLE001 - an unexpected layout: not watched
-            before = None
-        out = dispatch(self, func, types, args, kwargs)
-        after = available(storage, key) if before is not None else None
-        if after is None:
-            # Whether the answer came from the storage is not known: a name
-            # no operator has makes the open call's work unknown.
-            Session.note_answered_from_cache("")
-        elif after < before:
-            schema = func._schema
-            Session.note_answered_from_cache(
-                schema.name + (f".{schema.overload_name}" if schema.overload_name else ""))
-        return out
+    def noted(dispatch):
+        def noted_dispatch(self, func, types, args=(), kwargs=None):
+            storage = getattr(self, "storage", None)
+            try:
+                key = key_of(func, args) if key_of is not None else func
+                before = available(storage, key)
+            except Exception:  # noqa: BLE001 - an unexpected layout: not watched
+                before = None
+            out = dispatch(self, func, types, args, kwargs)
+            after = available(storage, key) if before is not None else None
+            if after is None:
+                # Whether the answer came from the storage is not known: a
+                # name no operator has makes the open call's work unknown.
+                Session.note_answered_from_cache("")
+            elif after < before:
+                schema = func._schema
+                Session.note_answered_from_cache(
+                    schema.name + (f".{schema.overload_name}" if schema.overload_name else ""))
+            return out
 
-    mode.__torch_dispatch__ = noted_dispatch
+        noted_dispatch._torchscan_noted = True  # type: ignore[attr-defined]
+        return noted_dispatch
+
+    def watch(cls) -> None:
+        own = cls.__dict__.get("__torch_dispatch__")
+        if callable(own) and not getattr(own, "_torchscan_noted", False):
+            cls.__torch_dispatch__ = noted(own)
+
+    def init_subclass(cls, **kwargs):
+        super(mode, cls).__init_subclass__(**kwargs)
+        watch(cls)
+
+    pending = [mode]
+    while pending:
+        cls = pending.pop()
+        watch(cls)
+        pending += cls.__subclasses__()
+    mode.__init_subclass__ = classmethod(init_subclass)

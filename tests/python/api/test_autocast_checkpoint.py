@@ -375,3 +375,49 @@ def test_selective_checkpointing_with_unwatchable_storage_is_partial_not_complet
     assert report["total"]["status"] == "partial", report["by_operator"]
     assert ("operator_raised", "aten.addmm") in gaps(report)
     assert report["by_operator"].get("aten.addmm", 0) == 2048
+
+
+def test_selective_checkpointing_through_a_subclass_of_the_recomputation_mode_counts_each_kernel_once():
+    from torch.utils import checkpoint as ckpt
+    from torch.utils._pytree import tree_map
+
+    class OwnReplay(ckpt._CachedTorchDispatchMode):
+        """Replays the storage with a dispatch of its own that never calls
+        the base's (as a library subclassing the mode may)."""
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in ckpt.SAC_IGNORED_OPS:
+                return func(*args, **(kwargs or {}))
+            key = ckpt._sac_storage_key(func, args)
+            index = self.func_counter[key]
+            self.func_counter[key] += 1
+            entry = self.storage[key][index]
+            if entry is ckpt._RECOMPUTE:
+                return func(*args, **(kwargs or {}))
+            self.storage[key][index] = ckpt._CONSUMED
+            return tree_map(lambda v: v.get_val(False), entry)
+
+    aten = torch.ops.aten
+
+    def policy(ctx, op, *args, **kwargs):
+        return ckpt.CheckpointPolicy.MUST_SAVE if op is aten.addmm.default else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
+
+    def context():
+        storage: dict = __import__("collections").defaultdict(dict)
+        return ckpt._CachingTorchDispatchMode(policy, storage), OwnReplay(policy, storage)
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 16)
+    x = torch.randn(4, 16, requires_grad=True)
+
+    def step():
+        lin.zero_grad(set_to_none=True)
+        x.grad = None
+        checkpoint(lambda v: torch.relu(lin(v)), x, use_reentrant=False, context_fn=context).sum().backward()
+
+    report, expected = _scanned_and_counted(step)
+    # addmm's result is saved and replayed: 2*4*16*16 = 2,048 once, as in
+    # FlopCounterMode; the backward's two mm count 2,048 each.
+    assert expected == {"aten.addmm": 2048, "aten.mm": 4096}
+    assert {op: report["by_operator"][op] for op in expected} == expected
+    assert report["total"]["status"] == "complete", report["diagnostics"]
