@@ -2,6 +2,8 @@
 count the same work as the plain run (plus what checkpointing recomputes),
 with no diagnostics the plain run does not have."""
 
+from collections import defaultdict
+
 import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -261,7 +263,11 @@ def test_a_stop_without_the_saved_tensor_leaves_the_call_unknown():
 
 # --- selective activation checkpointing (Note [Calls a cache answers]) ---------
 
-def _selective_step(saved_ops):
+def _selective_step(saved_ops, modes=None):
+    """A training step of two checkpointed Linear+ReLU layers whose policy
+    saves `saved_ops`; modes(policy): the pair of dispatch modes each
+    checkpoint runs under (PyTorch's, from create_selective_checkpoint_contexts,
+    by default)."""
     import functools
 
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
@@ -273,7 +279,7 @@ def _selective_step(saved_ops):
     def policy(ctx, op, *args, **kwargs):
         return CheckpointPolicy.MUST_SAVE if op in saved_ops else CheckpointPolicy.PREFER_RECOMPUTE
 
-    context = functools.partial(create_selective_checkpoint_contexts, policy)
+    context = functools.partial(modes or create_selective_checkpoint_contexts, policy)
 
     def block(v):
         return torch.relu(lin2(torch.relu(lin1(v))))
@@ -331,14 +337,13 @@ def test_a_call_answered_from_a_cache_adds_nothing_and_a_mismatch_is_unknown():
     assert ("operator_raised", "aten.mm") in gaps(mismatched)
 
 
+
 class _UnfamiliarStorage:
     """Selective checkpointing's storage kept in a layout TorchScan does not
     know (not a dict): what the recomputation answered from it cannot be
     watched."""
 
     def __init__(self):
-        from collections import defaultdict
-
         self._entries = defaultdict(dict)
 
     def __getitem__(self, key):
@@ -351,73 +356,49 @@ class _UnfamiliarStorage:
 def test_selective_checkpointing_with_unwatchable_storage_is_partial_not_complete():
     from torch.utils import checkpoint as ckpt
 
-    aten = torch.ops.aten
-    storage = _UnfamiliarStorage()
-
-    def policy(ctx, op, *args, **kwargs):
-        return ckpt.CheckpointPolicy.MUST_SAVE if op is aten.addmm.default else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
-
-    def context():
+    def modes(policy):
+        storage = _UnfamiliarStorage()
         return ckpt._CachingTorchDispatchMode(policy, storage), ckpt._CachedTorchDispatchMode(policy, storage)
 
-    torch.manual_seed(0)
-    lin = torch.nn.Linear(16, 16)
-    x = torch.randn(4, 16, requires_grad=True)
-
-    def step():
-        out = checkpoint(lambda v: torch.relu(lin(v)), x, use_reentrant=False, context_fn=context)
-        out.sum().backward()
-
-    report = torchscan.measure_flops(step)
-    # The recomputation took addmm from the storage (FlopCounterMode would
-    # count it once, 2*4*16*16 = 2,048); TorchScan cannot tell that here, so
-    # the recomputed calls are unknown rather than counted a second time.
+    report = torchscan.measure_flops(_selective_step({torch.ops.aten.addmm.default}, modes))
+    # The recomputation takes both products from the storage (FlopCounterMode
+    # counts each once: 2 * 2*4*16*16 = 4,096); TorchScan cannot tell that
+    # here, so the recomputed calls are unknown rather than counted again.
     assert report["total"]["status"] == "partial", report["by_operator"]
     assert ("operator_raised", "aten.addmm") in gaps(report)
-    assert report["by_operator"].get("aten.addmm", 0) == 2048
+    assert report["by_operator"]["aten.addmm"] == 4096
+
+
+class _OwnReplay(torch.utils.checkpoint._CachedTorchDispatchMode):
+    """Replays selective checkpointing's storage with a dispatch of its own
+    that never calls the base's (as a library subclassing the mode may)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.utils import checkpoint as ckpt
+        from torch.utils._pytree import tree_map
+
+        if func in ckpt.SAC_IGNORED_OPS:
+            return func(*args, **(kwargs or {}))
+        key = ckpt._sac_storage_key(func, args)
+        index = self.func_counter[key]
+        self.func_counter[key] += 1
+        entry = self.storage[key][index]
+        if entry is ckpt._RECOMPUTE:
+            return func(*args, **(kwargs or {}))
+        self.storage[key][index] = ckpt._CONSUMED
+        return tree_map(lambda v: v.get_val(False), entry)
 
 
 def test_selective_checkpointing_through_a_subclass_of_the_recomputation_mode_counts_each_kernel_once():
     from torch.utils import checkpoint as ckpt
-    from torch.utils._pytree import tree_map
 
-    class OwnReplay(ckpt._CachedTorchDispatchMode):
-        """Replays the storage with a dispatch of its own that never calls
-        the base's (as a library subclassing the mode may)."""
+    def modes(policy):
+        storage: dict = defaultdict(dict)
+        return ckpt._CachingTorchDispatchMode(policy, storage), _OwnReplay(policy, storage)
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func in ckpt.SAC_IGNORED_OPS:
-                return func(*args, **(kwargs or {}))
-            key = ckpt._sac_storage_key(func, args)
-            index = self.func_counter[key]
-            self.func_counter[key] += 1
-            entry = self.storage[key][index]
-            if entry is ckpt._RECOMPUTE:
-                return func(*args, **(kwargs or {}))
-            self.storage[key][index] = ckpt._CONSUMED
-            return tree_map(lambda v: v.get_val(False), entry)
-
-    aten = torch.ops.aten
-
-    def policy(ctx, op, *args, **kwargs):
-        return ckpt.CheckpointPolicy.MUST_SAVE if op is aten.addmm.default else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
-
-    def context():
-        storage: dict = __import__("collections").defaultdict(dict)
-        return ckpt._CachingTorchDispatchMode(policy, storage), OwnReplay(policy, storage)
-
-    torch.manual_seed(0)
-    lin = torch.nn.Linear(16, 16)
-    x = torch.randn(4, 16, requires_grad=True)
-
-    def step():
-        lin.zero_grad(set_to_none=True)
-        x.grad = None
-        checkpoint(lambda v: torch.relu(lin(v)), x, use_reentrant=False, context_fn=context).sum().backward()
-
-    report, expected = _scanned_and_counted(step)
-    # addmm's result is saved and replayed: 2*4*16*16 = 2,048 once, as in
-    # FlopCounterMode; the backward's two mm count 2,048 each.
-    assert expected == {"aten.addmm": 2048, "aten.mm": 4096}
+    report, expected = _scanned_and_counted(_selective_step({torch.ops.aten.addmm.default}, modes))
+    # As through PyTorch's own mode: each addmm (2*4*16*16 = 2,048) once, as
+    # in FlopCounterMode, and the backward's four mm 2,048 each.
+    assert expected == {"aten.addmm": 4096, "aten.mm": 8192}
     assert {op: report["by_operator"][op] for op in expected} == expected
     assert report["total"]["status"] == "complete", report["diagnostics"]
