@@ -369,32 +369,43 @@ def test_selective_checkpointing_with_unwatchable_storage_is_partial_not_complet
     assert report["by_operator"]["aten.addmm"] == 4096
 
 
-class _OwnReplay(torch.utils.checkpoint._CachedTorchDispatchMode):
-    """Replays selective checkpointing's storage with a dispatch of its own
-    that never calls the base's (as a library subclassing the mode may)."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        from torch.utils import checkpoint as ckpt
-        from torch.utils._pytree import tree_map
-
-        if func in ckpt.SAC_IGNORED_OPS:
-            return func(*args, **(kwargs or {}))
-        key = ckpt._sac_storage_key(func, args)
-        index = self.func_counter[key]
-        self.func_counter[key] += 1
-        entry = self.storage[key][index]
-        if entry is ckpt._RECOMPUTE:
-            return func(*args, **(kwargs or {}))
-        self.storage[key][index] = ckpt._CONSUMED
-        return tree_map(lambda v: v.get_val(False), entry)
-
-
-def test_selective_checkpointing_through_a_subclass_of_the_recomputation_mode_counts_each_kernel_once():
+def _own_replay(self, func, types, args=(), kwargs=None):
+    """Replays selective checkpointing's storage without calling the
+    recomputation mode's own dispatch (as a library subclassing the mode
+    may)."""
     from torch.utils import checkpoint as ckpt
+    from torch.utils._pytree import tree_map
+
+    if func in ckpt.SAC_IGNORED_OPS:
+        return func(*args, **(kwargs or {}))
+    key = ckpt._sac_storage_key(func, args)
+    index = self.func_counter[key]
+    self.func_counter[key] += 1
+    entry = self.storage[key][index]
+    if entry is ckpt._RECOMPUTE:
+        return func(*args, **(kwargs or {}))
+    self.storage[key][index] = ckpt._CONSUMED
+    return tree_map(lambda v: v.get_val(False), entry)
+
+
+# Defined as the tests are collected, before a scan starts (which is when
+# TorchScan looks for the subclasses that exist).
+_EarlyReplay = type("_EarlyReplay", (torch.utils.checkpoint._CachedTorchDispatchMode,),
+                    {"__torch_dispatch__": _own_replay})
+
+
+@pytest.mark.parametrize("defined", ["before the first scan", "after a scan started"])
+def test_selective_checkpointing_through_a_subclass_of_the_recomputation_mode_counts_each_kernel_once(defined):
+    from torch.utils import checkpoint as ckpt
+
+    replay = _EarlyReplay
+    if defined == "after a scan started":
+        torchscan.measure_flops(lambda: torch.ones(1) + 1)
+        replay = type("_LateReplay", (ckpt._CachedTorchDispatchMode,), {"__torch_dispatch__": _own_replay})
 
     def modes(policy):
         storage: dict = defaultdict(dict)
-        return ckpt._CachingTorchDispatchMode(policy, storage), _OwnReplay(policy, storage)
+        return ckpt._CachingTorchDispatchMode(policy, storage), replay(policy, storage)
 
     report, expected = _scanned_and_counted(_selective_step({torch.ops.aten.addmm.default}, modes))
     # As through PyTorch's own mode: each addmm (2*4*16*16 = 2,048) once, as
