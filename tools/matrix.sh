@@ -58,14 +58,16 @@ run_one() {  # release build -> one table row
     { rows+=("$rel|$build|FAIL: import torch ($log)"); return; }
   case "$torch_version" in "$rel".*) ;; *) rows+=("$rel|$build|FAIL: $venv has torch $torch_version"); return ;; esac
   # Own output base per release and build: the local_torch repository rule
-  # asks the venv's python3 where torch lives (PATH first).
+  # asks TORCHSCAN_PYTHON where torch lives, which tools/env.sh set to the
+  # checkout's own environment: here it names the release's venv.
   var="TORCHSCAN_BASE_${rel//./_}_$build"
   base=${!var:-$HOME/.cache/bazel-torch$rel-$build}
-  if ! PATH="$venv/bin:$PATH" bazel --output_base="$base" build --symlink_prefix=/ "${TARGETS[@]}" >>"$log" 2>&1; then
+  if ! TORCHSCAN_PYTHON="$py" PATH="$venv/bin:$PATH" bazel --output_base="$base" build --symlink_prefix=/ \
+      "${TARGETS[@]}" >>"$log" 2>&1; then
     rows+=("$rel|$build|FAIL: build ($log)"); return
   fi
   local bin
-  bin=$(PATH="$venv/bin:$PATH" bazel --output_base="$base" info bazel-bin 2>>"$log")
+  bin=$(TORCHSCAN_PYTHON="$py" PATH="$venv/bin:$PATH" bazel --output_base="$base" info bazel-bin 2>>"$log")
   # A copy of the source tree (tracked and untracked files, not the ignored
   # build outputs): the tests and tools/attach.py find the libraries and
   # programs beside themselves (python_shim/torchscan/_lib, bazel-bin), and
