@@ -21,7 +21,24 @@ Flow Pass::Elementwise(const OpCall& call, const TensorMeta& out, size_t first_a
         if (err) return;
         const Flow* f = Get(t);
         if (f == nullptr) return;
-        err = Add(r, any, *f, f->dim + (out.ndim - t.ndim), out, N(call.name));
+        int64_t dim = f->dim + (out.ndim - t.ndim);
+        // One position broadcasts along whichever dim holds the others'
+        // (Note [A token axis of one position]).
+        if (any && dim != r.dim && f->lost.empty() && (f->length == 1 || r.length == 1)) {
+          // One position against many on another dim pairs each with every
+          // other, as attention's scores do: said, as a product would say it.
+          if (f->length != r.length) products_of_tokens = true;
+          if (f->length == 1) {
+            dim = r.dim;
+          } else if (dim >= 0 && dim < out.ndim) {
+            Flow moved = r;
+            moved.deps = *Fit(r, out.size(dim));
+            moved.dim = static_cast<int32_t>(dim);
+            moved.length = out.size(dim);
+            r = std::move(moved);
+          }
+        }
+        err = Add(r, any, *f, dim, out, N(call.name));
       },
       first_arg);
   if (err) return Lost(*err);
@@ -64,7 +81,9 @@ Flow Pass::Contract(const OpCall& call, const TensorMeta& out, size_t ia, size_t
 }
 
 // Views between shapes of the same elements: the token dim must stay one
-// dim (the same elements before and after it).
+// dim (the same elements before and after it). A token axis of one position
+// may lie on any of the size-1 dims next to it (Note [A token axis of one
+// position]).
 Flow Pass::Reshape(const OpCall& call, const Flow& f, const TensorMeta& in, const TensorMeta& out) {
   int64_t before = 1;
   for (int32_t d = 0; d < f.dim; ++d) before *= in.size(d);
@@ -73,12 +92,39 @@ Flow Pass::Reshape(const OpCall& call, const Flow& f, const TensorMeta& in, cons
     if (prod == before && out.size(e) == f.length) {
       Flow r = f;
       r.dim = e;
+      if (f.length == 1) {
+        // Its place in its run of size-1 dims (`lead` of them before it),
+        // kept in the output's run [e, last] (Note [A token axis of one
+        // position]).
+        int32_t lead = 0, last = e;
+        while (f.dim - lead - 1 >= 0 && in.size(f.dim - lead - 1) == 1) ++lead;
+        while (last + 1 < out.ndim && out.size(last + 1) == 1) ++last;
+        r.dim = std::min(e + lead, last);
+      }
       return r;
     }
     prod *= out.size(e);
   }
   return Lost(absl::StrCat(N(call.name), " merges or splits the token axis with another dim; not followed"));
 }
+
+// Note [A token axis of one position]
+// Every element of a tensor whose token axis has one position belongs to
+// that position: its dependencies are the same on whichever dim the axis is
+// said to lie. Where it lies matters only to a rule that needs it on a given
+// dim, and a view cannot say: (1, 1, 64) viewed as (1, 1, 4, 16) could put it
+// on dim 0 or 1, as both are size-1 dims with nothing before them. A
+// decoding step's query (one token, batch 1) is such a tensor. So a view
+// keeps the axis's place among the size-1 dims that hold it, counted from
+// the first (splitting heads off the features after it or merging them
+// back leaves the dims before it in place); attention takes a
+// one-position query, key or value on dim -2 whenever that dim has size 1;
+// and elementwise math broadcasts one position along the dim that holds
+// another input's positions (a rotary embedding's one-position cos times a
+// query). One position met by many on another dim pairs each with every
+// other, as explicit attention scores do, and is said to be such (as a
+// product of two token-indexed tensors is, whatever their lengths). Without
+// these, a decoding step ended as a false "unavailable" at its attention.
 
 // Positions start + r*step of the token axis.
 Flow Pass::Rows(const Flow& f, int64_t start, int64_t step, int64_t length) {
@@ -113,7 +159,9 @@ Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& 
   const Flow* fs[3] = {fq, fk, fv};
   const TensorMeta* ts[3] = {&tq, &tk, &tv};
   for (int n = 0; n < 3; ++n) {
-    if (fs[n] != nullptr && fs[n]->dim != ts[n]->ndim - 2) {
+    // One position on a size-1 dim -2 is there (Note [A token axis of one position]).
+    const bool one_position = fs[n] != nullptr && fs[n]->length == 1 && ts[n]->size(-2) == 1;
+    if (fs[n] != nullptr && fs[n]->dim != ts[n]->ndim - 2 && !one_position) {
       return Lost(absl::StrCat(name, ": the token positions of its ",
                                n == 0   ? "query"
                                : n == 1 ? "key"

@@ -34,6 +34,14 @@ class _Attention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(n, length, width))
 
 
+class _OwnMask(_Attention):
+    """Its mask made inside the call: the values were never recorded, so its
+    relation is unavailable."""
+
+    def forward(self, x, mask=None):
+        return super().forward(x, mask=torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril())
+
+
 class _Explicit(nn.Module):
     """Attention written with explicit products: a softmax, no attention operator."""
 
@@ -52,6 +60,8 @@ def _cases():
     yield "float_mask", _Attention(), {"args": (torch.rand(2, 5, 16),), "kwargs": {"mask": floats}}
     differs = torch.stack([mask, torch.ones(5, 5, dtype=torch.bool)]).unsqueeze(1)
     yield "mask_differs", _Attention(), {"args": (torch.rand(2, 5, 16),), "kwargs": {"mask": differs}}
+    # An unavailable relation inside a call: its request carries a step with a reason.
+    yield "own_mask", nn.Sequential(_OwnMask(), nn.LayerNorm(16)), {"args": (torch.rand(2, 5, 16),)}
     yield "explicit", _Explicit(), {"args": (torch.rand(2, 5, 8), torch.rand(2, 5, 8))}
     yield "encoder", nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True), 2,
                                            enable_nested_tensor=False), {"args": (torch.rand(2, 5, 16),)}
@@ -71,8 +81,8 @@ def _cases():
     padding = torch.ones_like(ids)
     padding[:, 6:] = 0
     yield "bert_padding", berts["sdpa"], {"kwargs": {"input_ids": ids, "attention_mask": padding}}
-    # A decoder step with a KV cache: its attention's relation is unavailable,
-    # so the enclosing calls' requests carry steps with reasons.
+    # A decoding step with a KV cache: one token, whose token axis views
+    # cannot place (Note [A token axis of one position]).
     llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
         vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64, attn_implementation="sdpa")).eval()
@@ -209,9 +219,9 @@ def test_a_request_as_words_is_answered_as_the_json_request(name, model, options
     torchscan.crawl_module(model, **options)
     if name == "cnn":  # no attention: nothing asked
         assert asked == []
-    elif name == "llama":
+    elif name == "own_mask":
         assert any(has_reason for _, _, has_reason, _ in asked)
-    elif name in ("attention", "bert_sdpa"):
+    elif name in ("attention", "bert_sdpa", "llama"):
         assert any(status == "complete" for _, status, _, _ in asked)
     elif name in ("attention_masks", "float_mask"):  # read masks, relations found
         assert any(status == "complete" and problems == [None] for _, status, _, problems in asked), asked

@@ -1,0 +1,154 @@
+"""Token dependencies of calls whose token axis has one position: a decoding
+step's query (one token, batch 1), where views cannot tell the size-1 dims
+apart (Note [A token axis of one position] in
+torchscan_dispatch/analyses/token_flow_rules.cc). Each expected relation is
+derived by hand in the test's comment, as in test_token_flow.py."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchscan
+
+E, D = 16, 4  # features; features per head
+
+
+def _sources(report, path=""):
+    deps = next(l for l in report["layers"] if l["path"] == path)["token_dependencies"]
+    assert deps["status"] == "complete", deps
+    return deps["sources"]
+
+
+def _source(name, length, kind, axis=1):
+    return {"arguments": [name], "sequence_axis": axis, "length": length, "relation": {"kind": kind}}
+
+
+class Attention(nn.Module):
+    """Query heads split off the features ((N, L, E) -> (N, L, H, D) ->
+    (N, H, L, D)), key/value heads `kv` of them, a past of keys and values
+    (N, kv, P, D) joined before this call's on the token axis, SDPA, the
+    heads merged back."""
+
+    def __init__(self, heads, kv):
+        super().__init__()
+        torch.manual_seed(0)
+        self.heads, self.kv = heads, kv
+        self.q, self.k, self.v = nn.Linear(E, heads * D), nn.Linear(E, kv * D), nn.Linear(E, kv * D)
+
+    def forward(self, x, past_k=None, past_v=None):
+        n, length, _ = x.shape
+        q = self.q(x).view(n, length, self.heads, D).transpose(1, 2)
+        k = self.k(x).view(n, length, self.kv, D).transpose(1, 2)
+        v = self.v(x).view(n, length, self.kv, D).transpose(1, 2)
+        if past_k is not None:
+            k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+        y = F.scaled_dot_product_attention(q, k, v, enable_gqa=self.kv != self.heads)
+        return y.transpose(1, 2).reshape(n, length, self.heads * D)
+
+
+@pytest.mark.parametrize("heads,kv", [(4, 4), (1, 1), (4, 1)])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_one_token_attends_to_itself(heads, kv, batch):
+    # One query, one key: output 0 reads value 0 alone (a softmax over one
+    # score is 1), a projection of x 0: same_position. With batch 1 and one
+    # token, (1, 1, E) viewed as (1, 1, H, D) holds the token on dim 1, not
+    # dim 0; with one head, (1, 1, 1, D) after the transpose too.
+    report = torchscan.crawl_module(Attention(heads, kv).eval(), args=(torch.randn(batch, 1, E),))
+    assert _sources(report) == [_source("x", 1, "same_position")]
+    assert report["totals"]["operator_flops"]["status"] == "complete"
+
+
+class HeadsInBatch(nn.Module):
+    """Heads folded into the batch dim, (N * H, L, D), as older attention
+    code keeps them, and unfolded to (N, H, L, D) for SDPA: with batch 1,
+    one head and one token, a view cannot tell which size-1 dim the token
+    is on, and attention takes it on its dim -2."""
+
+    def __init__(self, heads):
+        super().__init__()
+        torch.manual_seed(0)
+        self.heads, self.qkv = heads, nn.Linear(E, 3 * heads * D)
+
+    def forward(self, x):
+        n, length, _ = x.shape
+        folded = [t.view(n, length, self.heads, D).permute(0, 2, 1, 3).reshape(n * self.heads, length, D)
+                  for t in self.qkv(x).chunk(3, dim=-1)]
+        q, k, v = (t.view(n, self.heads, length, D) for t in folded)
+        return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(n, length, self.heads * D)
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_one_token_with_heads_folded_into_the_batch(heads):
+    # As test_one_token_attends_to_itself: output 0 reads value 0 alone.
+    report = torchscan.crawl_module(HeadsInBatch(heads).eval(), args=(torch.randn(1, 1, E),))
+    assert _sources(report) == [_source("x", 1, "same_position")]
+
+
+@pytest.mark.parametrize("heads,kv", [(4, 4), (4, 1)])
+def test_a_decoding_step_reads_the_whole_past(heads, kv):
+    past = 5
+    past_k, past_v = torch.randn(1, kv, past, D), torch.randn(1, kv, past, D)
+    report = torchscan.crawl_module(Attention(heads, kv).eval(), args=(torch.randn(1, 1, E), past_k, past_v))
+    # The keys are the 5 past ones, then this call's (position 5). The query
+    # sees all 6 (no mask): output 0 reads every value and, through the
+    # softmax over 6 scores, every key and query 0. x 0 is this call's query,
+    # key and value: same_position; the past keys and values (token axis
+    # dim -2 = 2 of a 4-d tensor), all 5 positions: all.
+    assert _sources(report) == [_source("x", 1, "same_position"), _source("past_k", past, "all", axis=2),
+                                _source("past_v", past, "all", axis=2)]
+
+
+def test_a_llama_decoding_step_is_complete():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=64, num_hidden_layers=2, vocab_size=50,
+                                      attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        prefill = model(input_ids=torch.randint(0, 50, (1, 6)), use_cache=True)
+    token = prefill.logits[:, -1:].argmax(-1)
+    report = torchscan.crawl_module(model, kwargs={"input_ids": token, "past_key_values": prefill.past_key_values,
+                                                   "use_cache": True})
+    # One new token: each layer's attention reads its own hidden state (its
+    # query, and its key and value next to the cached ones), so does the
+    # per-position MLP, and the model's output reads input_ids 0, the only
+    # position: same_position throughout. The cached keys and values are
+    # inside the cache object, which is no tensor argument.
+    assert _sources(report) == [_source("input_ids", 1, "same_position")]
+    for layer in ("model.layers.0", "model.layers.1"):
+        assert _sources(report, f"{layer}.self_attn")[0] == _source("hidden_states", 1, "same_position")
+
+
+class Explicit(nn.Module):
+    """Attention written with products: scores of one query against the past
+    keys and its own, a softmax over them, the values summed."""
+
+    def __init__(self, elementwise):
+        super().__init__()
+        torch.manual_seed(0)
+        self.elementwise, self.q, self.k = elementwise, nn.Linear(E, E), nn.Linear(E, E)
+
+    def forward(self, x, past):
+        q, k = self.q(x), torch.cat([past, self.k(x)], dim=1)
+        if self.elementwise:  # (N, 1, 1, E) * (N, 1, S, E), summed over the features
+            scores = (q.unsqueeze(2) * k.unsqueeze(1)).sum(-1)
+        else:
+            scores = q @ k.transpose(1, 2)
+        return torch.softmax(scores, dim=-1) @ k
+
+
+@pytest.mark.parametrize("elementwise,reason", [
+    (False, "aten::matmul combines tensors whose token positions lie on different dims"),
+    (True, "aten::softmax normalises over the token axis; not followed")])
+def test_explicit_attention_of_one_query_is_unavailable(elementwise, reason):
+    report = torchscan.crawl_module(Explicit(elementwise).eval(), args=(torch.randn(1, 1, E), torch.randn(1, 4, E)))
+    # The scores pair the query (one position) with each of the 5 keys, which
+    # the pass does not follow into the products after them: unavailable, not
+    # left out, as the call ran a softmax over scores of two token-indexed
+    # tensors. The product says so itself; elementwise, the pairing of the
+    # one query with the keys on another dim says it, and the softmax over
+    # the keys is where the positions are lost.
+    deps = report["layers"][0]["token_dependencies"]
+    assert deps["status"] == "unavailable" and deps["reason"].startswith(reason), deps
+    assert "sources" not in deps
