@@ -192,8 +192,10 @@ class Pass {
   Flow Elementwise(const OpCall& call, const TensorMeta& out, size_t first_arg = 0);
   Flow Contract(const OpCall& call, const TensorMeta& out, size_t ia, size_t ib, bool linear);
   Flow Reshape(const OpCall& call, const Flow& f, const TensorMeta& in, const TensorMeta& out);
+  static int32_t OnePositionPlace(int32_t t, const TensorMeta& in, int32_t e, const TensorMeta& out);
   static Flow Rows(const Flow& f, int64_t start, int64_t step, int64_t length);
   Flow Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& at);
+  static Flow OnePosition(const Flow& f, int32_t dim, absl::string_view name);
   // `traits`: the operator's row (the catalog's cached OpTraits).
   std::optional<Flow> Rule(const OpCall& call, const OpTraits& traits, absl::string_view base, bool& done);
   std::optional<Flow> Pieces(const OpCall& call, const OpTraits& traits, absl::string_view base, bool& done);

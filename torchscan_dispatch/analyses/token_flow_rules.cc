@@ -81,10 +81,36 @@ Flow Pass::Contract(const OpCall& call, const TensorMeta& out, size_t ia, size_t
 }
 
 // Views between shapes of the same elements: the token dim must stay one
-// dim (the same elements before and after it). A token axis of one position
-// may lie on any of the size-1 dims next to it (Note [A token axis of one
-// position]).
+// dim (the same elements before and after it). unsqueeze and squeeze name
+// the dims they add or take away; other views leave a token axis of one
+// position ambiguous among the size-1 dims next to it (Note [A token axis
+// of one position]).
 Flow Pass::Reshape(const OpCall& call, const Flow& f, const TensorMeta& in, const TensorMeta& out) {
+  const absl::string_view name = N(call.name);
+  if (absl::StartsWith(name, "aten::unsqueeze") && call.arg(1).kind == ArgKind::kInt) {
+    const int64_t d = Wrap(call.arg(1).to_int(), out.ndim);
+    Flow r = f;
+    r.dim = f.dim < d ? f.dim : f.dim + 1;
+    return r;
+  }
+  if (absl::StartsWith(name, "aten::squeeze")) {
+    // The size-1 dims it took away (all of them without a dim argument).
+    std::vector<int64_t> asked = DimsOf(call.arg(1), in.ndim);
+    int32_t removed = 0, removed_before = 0;
+    bool token_removed = false;
+    for (int32_t d = 0; d < in.ndim; ++d) {
+      const bool named = call.arg(1).kind == ArgKind::kNone || std::count(asked.begin(), asked.end(), d) > 0;
+      if (!named || in.size(d) != 1) continue;
+      ++removed;
+      if (d < f.dim) ++removed_before;
+      if (d == f.dim) token_removed = true;
+    }
+    if (!token_removed && in.ndim - removed == out.ndim) {
+      Flow r = f;
+      r.dim = f.dim - removed_before;
+      if (r.dim >= 0 && r.dim < out.ndim && out.size(r.dim) == f.length) return r;
+    }
+  }
   int64_t before = 1;
   for (int32_t d = 0; d < f.dim; ++d) before *= in.size(d);
   int64_t prod = 1;
@@ -92,39 +118,82 @@ Flow Pass::Reshape(const OpCall& call, const Flow& f, const TensorMeta& in, cons
     if (prod == before && out.size(e) == f.length) {
       Flow r = f;
       r.dim = e;
-      if (f.length == 1) {
-        // Its place in its run of size-1 dims (`lead` of them before it),
-        // kept in the output's run [e, last] (Note [A token axis of one
-        // position]).
-        int32_t lead = 0, last = e;
-        while (f.dim - lead - 1 >= 0 && in.size(f.dim - lead - 1) == 1) ++lead;
-        while (last + 1 < out.ndim && out.size(last + 1) == 1) ++last;
-        r.dim = std::min(e + lead, last);
-      }
+      if (f.length == 1) r.dim = OnePositionPlace(f.dim, in, e, out);
       return r;
     }
     prod *= out.size(e);
   }
-  return Lost(absl::StrCat(N(call.name), " merges or splits the token axis with another dim; not followed"));
+  if (f.length == 1) {
+    // A view that moves size-1 dims past others ((1, 4, 1, 8) as (1, 1, 4,
+    // 8)) keeps every element on the one position: the size-1 dim nearest
+    // where the axis was, counted from the last dims, holds it.
+    const int64_t aligned = f.dim + out.ndim - in.ndim;
+    int32_t best = -1;
+    for (int32_t e = 0; e < out.ndim; ++e) {
+      if (out.size(e) == 1 && (best < 0 || std::abs(e - aligned) <= std::abs(best - aligned))) best = e;
+    }
+    if (best >= 0) {
+      Flow r = f;
+      r.dim = best;
+      return r;
+    }
+  }
+  return Lost(absl::StrCat(name, " merges or splits the token axis with another dim; not followed"));
+}
+
+// Where a view puts a token axis of one position that lies on input dim `t`,
+// `e` the first output dim it could be (Note [A token axis of one position]).
+int32_t Pass::OnePositionPlace(int32_t t, const TensorMeta& in, int32_t e, const TensorMeta& out) {
+  // The runs of size-1 dims holding it: in the input `lead` dims before it
+  // and `trail` after it, in the output [e, last].
+  int32_t lead = 0, trail = 0, last = e;
+  while (t - lead - 1 >= 0 && in.size(t - lead - 1) == 1) ++lead;
+  while (t + trail + 1 < in.ndim && in.size(t + trail + 1) == 1) ++trail;
+  while (last + 1 < out.ndim && out.size(last + 1) == 1) ++last;
+  const int32_t kept = last - e + 1, had = lead + 1 + trail;
+  if (kept == had) return e + lead;
+  const int32_t next = t + trail + 1;
+  const bool same_after =
+      next < in.ndim ? last + 1 < out.ndim && in.size(next) == out.size(last + 1) : last + 1 == out.ndim;
+  if (kept > had) return t == 0 && same_after ? last - trail : std::min(e + lead, last);
+  return trail == 0 ? last : std::min(e + lead, last);
 }
 
 // Note [A token axis of one position]
 // Every element of a tensor whose token axis has one position belongs to
 // that position: its dependencies are the same on whichever dim the axis is
 // said to lie. Where it lies matters only to a rule that needs it on a given
-// dim, and a view cannot say: (1, 1, 64) viewed as (1, 1, 4, 16) could put it
-// on dim 0 or 1, as both are size-1 dims with nothing before them. A
-// decoding step's query (one token, batch 1) is such a tensor. So a view
-// keeps the axis's place among the size-1 dims that hold it, counted from
-// the first (splitting heads off the features after it or merging them
-// back leaves the dims before it in place); attention takes a
-// one-position query, key or value on dim -2 whenever that dim has size 1;
-// and elementwise math broadcasts one position along the dim that holds
-// another input's positions (a rotary embedding's one-position cos times a
-// query). One position met by many on another dim pairs each with every
-// other, as explicit attention scores do, and is said to be such (as a
-// product of two token-indexed tensors is, whatever their lengths). Without
-// these, a decoding step ended as a false "unavailable" at its attention.
+// dim, and a view cannot always say: (1, 1, 64) viewed as (1, 1, 4, 16)
+// could put it on dim 0 or 1, as both are size-1 dims with nothing before
+// them. A decoding step's query (one token, batch 1) is such a tensor. So:
+// - unsqueeze and squeeze move it by the dims they name. Another view keeps
+//   its place in the run of size-1 dims holding it (OnePositionPlace). A
+//   run that grew: a token axis on its tensor's first dim, where the dim
+//   after the run is unchanged, was a flattened batch and token dim being
+//   split again ((1, 3E) -> (1, 1, 3E)), so the place is counted from the
+//   run's end; otherwise heads were split off the features after it
+//   ((1, 1, E) -> (1, 1, 1, D), (2, 1, D) -> (2, 1, 1, D)), and the place is
+//   counted from the run's start. A run that
+//   shrank lost dims after the token axis where it had some (heads merged
+//   back into the features), else before it (batch and heads merged).
+//   Heads folded into the batch and unfolded again ((1, 1, D) -> (1, 1, 1,
+//   D), token on dim 1) cannot be told from the second case; attention
+//   takes care of it. A view that moves size-1 dims past larger ones
+//   ((1, 4, 1, 8) as (1, 1, 4, 8), a transpose written as a view) puts it on
+//   the size-1 dim nearest its place counted from the last dims.
+// - Attention takes a one-position query, key or value on dim -2 whenever
+//   that dim has size 1; a one-position query whose dim -2 holds several
+//   rows (heads packed there) is that position in every row, and so is the
+//   output, whose rows are united into it. A module call taken as a step takes one
+//   position on the dim its relation names; a module call's output of one
+//   position is said to lie where a one-position input of the call has it.
+// - Elementwise math broadcasts one position along the dim holding another
+//   input's positions. One position met by many on another dim pairs each
+//   with every other, as explicit attention scores do, and is said to be
+//   such (as a product of two token-indexed tensors is, whatever their
+//   lengths).
+// Without these, a decoding step ended as a false "unavailable" at its
+// attention.
 
 // Positions start + r*step of the token axis.
 Flow Pass::Rows(const Flow& f, int64_t start, int64_t step, int64_t length) {
@@ -155,6 +224,22 @@ Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& 
   for (const Flow* f : {fq, fk, fv}) {
     if (f == nullptr) continue;
     if (!f->lost.empty()) return *f;
+  }
+  // A query of one position on another size-1 dim, its rows (dim -2) more
+  // than one: heads packed into the rows (one token's query heads per
+  // key/value head, as Hugging Face packs them when decoding with a mask).
+  // Each row is that one position; so is every row of the output, which
+  // is said to hold it on the same dim (Note [A token axis of one position]).
+  Flow rows_of_one;
+  int32_t packed_dim = -1;
+  if (fq != nullptr && fq->length == 1 && fq->dim != tq.ndim - 2 && tq.size(-2) > 1 && fq->dim < out.ndim &&
+      out.size(fq->dim) == 1) {
+    packed_dim = fq->dim;
+    rows_of_one = *fq;
+    rows_of_one.deps = *Fit(*fq, tq.size(-2));
+    rows_of_one.dim = tq.ndim - 2;
+    rows_of_one.length = tq.size(-2);
+    fq = &rows_of_one;
   }
   const Flow* fs[3] = {fq, fk, fv};
   const TensorMeta* ts[3] = {&tq, &tk, &tv};
@@ -224,6 +309,32 @@ Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& 
   };
   if (!through(fv, vis) || !through(fk, several) || !through(fq, own)) {
     return Lost(absl::StrCat(name, ": ", why));
+  }
+  if (packed_dim >= 0) return OnePosition(r, packed_dim, name);
+  return r;
+}
+
+// `f`'s positions taken as one: each source's rows united, which must be one
+// interval (the rows of one token's packed query heads read the same keys).
+Flow Pass::OnePosition(const Flow& f, int32_t dim, absl::string_view name) {
+  Flow r;
+  r.dim = dim;
+  r.length = 1;
+  for (const auto& [source, rows] : f.deps) {
+    std::vector<std::pair<int64_t, int64_t>> runs;
+    for (int64_t i = 0; i < rows->rows(); ++i) {
+      if (!rows->empty(i)) runs.emplace_back(rows->lo[i], rows->hi[i]);
+    }
+    std::sort(runs.begin(), runs.end());
+    TokenRows one = TokenRows::None(1);
+    for (const auto& [lo, hi] : runs) {
+      if (!one.empty(0) && lo > one.hi[0] + 1) {
+        return Lost(absl::StrCat(name, ": the rows of one position read keys that are not one interval"));
+      }
+      one.lo[0] = one.empty(0) ? lo : one.lo[0];
+      one.hi[0] = std::max(one.empty(0) ? hi : one.hi[0], hi);
+    }
+    r.deps[source] = Share(std::move(one));
   }
   return r;
 }

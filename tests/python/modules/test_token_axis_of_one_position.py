@@ -85,10 +85,11 @@ def test_one_token_with_heads_folded_into_the_batch(heads):
 
 
 @pytest.mark.parametrize("heads,kv", [(4, 4), (4, 1)])
-def test_a_decoding_step_reads_the_whole_past(heads, kv):
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_decoding_step_reads_the_whole_past(heads, kv, batch):
     past = 5
-    past_k, past_v = torch.randn(1, kv, past, D), torch.randn(1, kv, past, D)
-    report = torchscan.crawl_module(Attention(heads, kv).eval(), args=(torch.randn(1, 1, E), past_k, past_v))
+    past_k, past_v = torch.randn(batch, kv, past, D), torch.randn(batch, kv, past, D)
+    report = torchscan.crawl_module(Attention(heads, kv).eval(), args=(torch.randn(batch, 1, E), past_k, past_v))
     # The keys are the 5 past ones, then this call's (position 5). The query
     # sees all 6 (no mask): output 0 reads every value and, through the
     # softmax over 6 scores, every key and query 0. x 0 is this call's query,
@@ -96,6 +97,69 @@ def test_a_decoding_step_reads_the_whole_past(heads, kv):
     # dim -2 = 2 of a 4-d tensor), all 5 positions: all.
     assert _sources(report) == [_source("x", 1, "same_position"), _source("past_k", past, "all", axis=2),
                                 _source("past_v", past, "all", axis=2)]
+
+
+class Packed(nn.Module):
+    """One token's query heads packed into the rows of their key/value head
+    ((1, H, 1, D) -> (1, KV, H / KV, D)) for SDPA with a mask, and unpacked
+    after, as Hugging Face's SDPA attention decodes a grouped-query model
+    with an attention mask."""
+
+    def __init__(self, kv):
+        super().__init__()
+        torch.manual_seed(0)
+        self.kv, self.q, self.k, self.v = kv, nn.Linear(E, 4 * D), nn.Linear(E, kv * D), nn.Linear(E, kv * D)
+
+    def forward(self, x, past_k, past_v, mask):
+        n, length, _ = x.shape
+        q = self.q(x).view(n, length, 4, D).transpose(1, 2).reshape(n, self.kv, 4 // self.kv, D)
+        k = torch.cat([past_k, self.k(x).view(n, length, self.kv, D).transpose(1, 2)], dim=2)
+        v = torch.cat([past_v, self.v(x).view(n, length, self.kv, D).transpose(1, 2)], dim=2)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return y.reshape(n, 4, length, D).transpose(1, 2).reshape(n, length, 4 * D)
+
+
+@pytest.mark.parametrize("kv", [1, 2])
+def test_query_heads_packed_into_the_rows_are_one_position(kv):
+    past = 3
+    mask = torch.ones(1, 1, 1, past + 1, dtype=torch.bool)  # every key visible to every packed row
+    report = torchscan.crawl_module(Packed(kv).eval(), args=(torch.randn(1, 1, E), torch.randn(1, kv, past, D),
+                                                            torch.randn(1, kv, past, D), mask))
+    # Each packed row is a head of the one query; each sees all 4 keys (3
+    # past, then this call's): it reads every value and, through the softmax
+    # over 4 scores, every key and the query. So the one output position
+    # reads x 0 (same_position) and the whole past (all).
+    assert _sources(report) == [_source("x", 1, "same_position"), _source("past_k", past, "all", axis=2),
+                                _source("past_v", past, "all", axis=2)]
+
+
+class SingleHead(nn.Module):
+    """One head made with unsqueeze ((N, L, E) -> (N, 1, L, E)), the past
+    joined on dim 2, the head taken away again with squeeze."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.q, self.k, self.v = nn.Linear(E, E), nn.Linear(E, E), nn.Linear(E, E)
+
+    def forward(self, x, past_k, past_v):
+        q = self.q(x).unsqueeze(1)
+        k = torch.cat([past_k, self.k(x).unsqueeze(1)], dim=2)
+        v = torch.cat([past_v, self.v(x).unsqueeze(-3)], dim=2)
+        return F.scaled_dot_product_attention(q, k, v).squeeze(1)
+
+
+def test_unsqueeze_and_squeeze_place_one_position_by_the_dim_they_name():
+    past = 3
+    report = torchscan.crawl_module(SingleHead().eval(), args=(torch.randn(1, 1, E), torch.randn(1, 1, past, E),
+                                                               torch.randn(1, 1, past, E)))
+    # (1, 1, E).unsqueeze(1) puts the new dim before the token's (dim 1 ->
+    # 2), where the join with the past needs it. As in
+    # test_a_decoding_step_reads_the_whole_past: x same_position, the past
+    # all. The output (1, 1, E) after squeeze(1) has its position on dim 1.
+    assert _sources(report) == [_source("x", 1, "same_position"), _source("past_k", past, "all", axis=2),
+                                _source("past_v", past, "all", axis=2)]
+    assert report["layers"][0]["token_dependencies"]["output"] == {"sequence_axis": 1, "length": 1}
 
 
 def test_a_llama_decoding_step_is_complete():
@@ -118,6 +182,30 @@ def test_a_llama_decoding_step_is_complete():
     assert _sources(report) == [_source("input_ids", 1, "same_position")]
     for layer in ("model.layers.0", "model.layers.1"):
         assert _sources(report, f"{layer}.self_attn")[0] == _source("hidden_states", 1, "same_position")
+    deps = next(l for l in report["layers"] if l["path"] == "model.layers.0.self_attn")["token_dependencies"]
+    assert deps["output"] == {"sequence_axis": 1, "length": 1}  # where the hidden state has its one position
+
+
+@pytest.mark.parametrize("decoding", [False, True])
+def test_gpt2_one_token(decoding):
+    transformers = pytest.importorskip("transformers")
+    model = transformers.GPT2Model(transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=50,
+                                                           attn_implementation="sdpa")).eval()
+    torch.manual_seed(0)
+    kwargs = {"input_ids": torch.randint(0, 50, (1, 1))}
+    if decoding:
+        with torch.no_grad():
+            kwargs["past_key_values"] = model(input_ids=torch.randint(0, 50, (1, 6)), use_cache=True).past_key_values
+        kwargs["use_cache"] = True
+    report = torchscan.crawl_module(model, kwargs=kwargs)
+    # GPT-2's projections flatten batch and tokens ((1, 1, E) -> (1, E)) and
+    # unflatten them after the product ((1, 3E) -> (1, 1, 3E)): the one
+    # position comes back on dim 1. Every block reads its own position (a
+    # one-position attention, or one query over the cached keys and its own),
+    # so the model's output reads input_ids 0: same_position.
+    assert _sources(report) == [_source("input_ids", 1, "same_position")]
+    for block in ("h.0", "h.1"):
+        assert _sources(report, block)[0] == _source("hidden_states", 1, "same_position")
 
 
 class Explicit(nn.Module):
