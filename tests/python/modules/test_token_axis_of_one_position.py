@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchscan
+from tests.fixtures import models
 
 E, D = 16, 4  # features; features per head
 
@@ -164,11 +165,8 @@ def test_unsqueeze_and_squeeze_place_one_position_by_the_dim_they_name():
 
 def test_a_llama_decoding_step_is_complete():
     transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                                      intermediate_size=64, num_hidden_layers=2, vocab_size=50,
-                                      attn_implementation="sdpa")
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = transformers.LlamaForCausalLM(models.tiny_llama_config(transformers)).eval()
     with torch.no_grad():
         prefill = model(input_ids=torch.randint(0, 50, (1, 6)), use_cache=True)
     token = prefill.logits[:, -1:].argmax(-1)

@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchscan
+from tests.fixtures import models
 from torchscan import _token_masks, token_flow
 
 L, S, E, H = 5, 7, 16, 4
@@ -495,9 +496,7 @@ def _llama(impl):
     transformers = pytest.importorskip("transformers")
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-    config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                                      intermediate_size=64, num_hidden_layers=1, vocab_size=50,
-                                      attn_implementation=impl)
+    config = models.tiny_llama_config(transformers, layers=1, attention=impl)
     torch.manual_seed(0)
     x = torch.randn(1, L, 32)
     cos, sin = LlamaRotaryEmbedding(config)(x, torch.arange(L)[None])
@@ -540,9 +539,7 @@ def test_llama_eager_attention_is_unavailable():
 
 def test_whole_llama_model_with_its_cache():
     transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                                      intermediate_size=64, num_hidden_layers=2, vocab_size=50,
-                                      attn_implementation="sdpa")
+    config = models.tiny_llama_config(transformers)
     torch.manual_seed(0)
     report = torchscan.crawl_module(transformers.LlamaModel(config).eval(),
                                     kwargs={"input_ids": torch.randint(0, 50, (1, L))})
