@@ -61,18 +61,6 @@ TokenFlowResult Pass::Run() {
   }
   res.output_axis = out->dim;
   res.output_length = out->length;
-  if (out->length == 1) {
-    // One position lies on any size-1 dim (Note [A token axis of one
-    // position]): named where a one-position input names it, if the output
-    // has a size-1 dim there.
-    const auto& sz = req_.output_sizes;
-    for (const TokenInput& in : req_.inputs) {
-      if (in.length == 1 && in.axis >= 0 && in.axis < static_cast<int32_t>(sz.size()) && sz[in.axis] == 1) {
-        res.output_axis = in.axis;
-        break;
-      }
-    }
-  }
   for (const TokenInput& in : req_.inputs) {
     auto it = out->deps.find(in.source);
     if (it == out->deps.end()) {

@@ -184,9 +184,14 @@ int32_t Pass::OnePositionPlace(int32_t t, const TensorMeta& in, int32_t e, const
 // - Attention takes a one-position query, key or value on dim -2 whenever
 //   that dim has size 1; a one-position query whose dim -2 holds several
 //   rows (heads packed there) is that position in every row, and so is the
-//   output, whose rows are united into it. A module call taken as a step takes one
-//   position on the dim its relation names; a module call's output of one
-//   position is said to lie where a one-position input of the call has it.
+//   output when every row reads the same keys (else unavailable). A module
+//   call taken as a step takes one position on the dim its relation names.
+// - Where the place decides the relation, the pass says so instead of
+//   guessing: a one-position piece joined (cat) with a piece that holds no
+//   input position (a key/value past), along a size-1 dim other than the
+//   one that holds it, may be joined along its token axis or along another
+//   dim, and is unavailable. Pieces that are all of one position (the
+//   halves of a rotary embedding's features) are that position.
 // - Elementwise math broadcasts one position along the dim holding another
 //   input's positions. One position met by many on another dim pairs each
 //   with every other, as explicit attention scores do, and is said to be
@@ -314,27 +319,20 @@ Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& 
   return r;
 }
 
-// `f`'s positions taken as one: each source's rows united, which must be one
-// interval (the rows of one token's packed query heads read the same keys).
+// `f`'s positions taken as one: sound only when every row reads the same
+// positions (the packed heads of one token, none of them causal or masked
+// apart), which then are the one position's.
 Flow Pass::OnePosition(const Flow& f, int32_t dim, absl::string_view name) {
   Flow r;
   r.dim = dim;
   r.length = 1;
   for (const auto& [source, rows] : f.deps) {
-    std::vector<std::pair<int64_t, int64_t>> runs;
-    for (int64_t i = 0; i < rows->rows(); ++i) {
-      if (!rows->empty(i)) runs.emplace_back(rows->lo[i], rows->hi[i]);
-    }
-    std::sort(runs.begin(), runs.end());
-    TokenRows one = TokenRows::None(1);
-    for (const auto& [lo, hi] : runs) {
-      if (!one.empty(0) && lo > one.hi[0] + 1) {
-        return Lost(absl::StrCat(name, ": the rows of one position read keys that are not one interval"));
+    for (int64_t i = 1; i < rows->rows(); ++i) {
+      if (rows->lo[i] != rows->lo[0] || rows->hi[i] != rows->hi[0]) {
+        return Lost(absl::StrCat(name, ": the rows of one query position read different keys; not analysed"));
       }
-      one.lo[0] = one.empty(0) ? lo : one.lo[0];
-      one.hi[0] = std::max(one.empty(0) ? hi : one.hi[0], hi);
     }
-    r.deps[source] = Share(std::move(one));
+    r.deps[source] = Share({{rows->lo[0]}, {rows->hi[0]}});
   }
   return r;
 }
@@ -507,11 +505,22 @@ Flow Pass::Join(const OpCall& call, const TensorMeta& out, absl::string_view bas
     }
     if (along) return Along(call, out, dim);
   }
+  bool untracked = false;  // a piece that holds no position of the inputs
+  for (const TensorMeta& t : list.tensors()) untracked = untracked || (t.defined && t.numel() > 0 && !Get(t));
   for (const TensorMeta& t : list.tensors()) {
     if (!t.defined) continue;
     const Flow* f = Get(t);
     if (f == nullptr) continue;
     if (!f->lost.empty()) return *f;
+    if (!stack && f->length == 1 && t.ndim == out.ndim && t.size(dim) == 1 && out.size(dim) > 1 && untracked) {
+      // One position with a size-1 dim here, joined with positions of no
+      // input (a past): along its token axis or along another dim, which
+      // give different relations and which its place cannot tell apart
+      // (Note [A token axis of one position]).
+      return Lost(absl::StrCat(N(call.name),
+                               " joins one position along a size-1 dim that may be its token axis; "
+                               "not followed"));
+    }
     int64_t od = f->dim;
     if (stack) {
       od += f->dim >= dim ? 1 : 0;

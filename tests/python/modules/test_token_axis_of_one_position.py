@@ -238,3 +238,96 @@ def test_explicit_attention_of_one_query_is_unavailable(elementwise, reason):
     deps = report["layers"][0]["token_dependencies"]
     assert deps["status"] == "unavailable" and deps["reason"].startswith(reason), deps
     assert "sources" not in deps
+
+
+class SeqFirstPast(nn.Module):
+    """A sequence-first (L, E) input given its batch dim by a view, joined
+    after a buffer of 3 past positions on dim 0, and the past taken back."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("past", torch.randn(3, 1, E))
+
+    def forward(self, x):
+        F.scaled_dot_product_attention(x[None], x[None], x[None])  # makes the call one the pass analyses
+        return torch.cat([self.past, x.view(x.shape[0], 1, E)], dim=0)[:3]
+
+
+def test_one_position_joined_with_a_past_on_a_dim_its_place_cannot_tell_is_unavailable():
+    # Two tokens: the join is along x's token axis (dim 0), and the output
+    # is the buffer's 3 positions, which read no position of x: none.
+    two = torchscan.crawl_module(SeqFirstPast().eval(), args=(torch.randn(2, E),))
+    assert _sources(two) == [_source("x", 2, "none", axis=0)]
+    # One token: (1, E) viewed as (1, 1, E) could hold it on dim 0 or 1; a
+    # join along dim 0 then either adds a position or widens the one
+    # position, which read different inputs. Unavailable, not a guess.
+    deps = torchscan.crawl_module(SeqFirstPast().eval(), args=(torch.randn(1, E),))["layers"][0]["token_dependencies"]
+    assert deps["status"] == "unavailable" and "joins one position along a size-1 dim" in deps["reason"], deps
+
+
+class Transposed(nn.Module):
+    def forward(self, x):  # (N, L, E) -> SDPA -> (L, N, E)
+        return F.scaled_dot_product_attention(x, x, x, is_causal=True).transpose(0, 1)
+
+
+class AfterAPast(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Transposed()
+        self.register_buffer("past", torch.randn(3, 1, E))
+
+    def forward(self, x):
+        return torch.cat([self.past, self.inner(x)], dim=0)[:3]
+
+
+def test_a_known_call_s_one_position_output_stays_on_its_own_dim():
+    report = torchscan.crawl_module(AfterAPast().eval(), args=(torch.randn(1, 1, E),))
+    # The inner call's output (1, 1, E) holds x's one position on dim 0, where
+    # the transpose put it (x has it on dim 1). The outer call joins the past
+    # before it on dim 0 and keeps the past's 3 positions: x none.
+    inner = next(l for l in report["layers"] if l["path"] == "inner")["token_dependencies"]
+    assert inner["output"] == {"sequence_axis": 0, "length": 1}
+    assert _sources(report) == [_source("x", 1, "none")]
+
+
+class RowsNotHeads(nn.Module):
+    """One token's query broadcast over 4 learned rows, causal attention over
+    4 keys of y, one row taken after."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.rows = nn.Parameter(torch.randn(1, 1, 4, E))
+
+    def forward(self, x, y):
+        k = y.unsqueeze(1)
+        return F.scaled_dot_product_attention(x.view(1, 1, 1, E) + self.rows, k, k, is_causal=True)[:, :, 0]
+
+
+def test_rows_of_one_position_that_read_different_keys_are_unavailable():
+    # Row i sees keys 0..i: the rows are not one position's packed heads, and
+    # taking their union would say the output (row 0) reads every key.
+    report = torchscan.crawl_module(RowsNotHeads().eval(), args=(torch.randn(1, 1, E), torch.randn(1, 4, E)))
+    deps = report["layers"][0]["token_dependencies"]
+    assert deps["status"] == "unavailable" and "read different keys" in deps["reason"], deps
+
+
+class RotateHalf(nn.Module):
+    """A rotary embedding's half swap on one token: cat of two pieces of the
+    same position along the features."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(E, E)
+
+    def forward(self, x):
+        q = self.q(x).view(1, 1, 4, D).transpose(1, 2)[..., :2]  # (1, 4, 1, 2): one feature per half
+        r = torch.cat((-q[..., 1:], q[..., :1]), dim=-1)
+        return F.scaled_dot_product_attention(r, r, r)
+
+
+def test_pieces_of_one_position_joined_on_a_size_1_dim_are_that_position():
+    # Every piece is x's one position: so is the join. Output 0 reads value 0
+    # alone (one score): x same_position.
+    report = torchscan.crawl_module(RotateHalf().eval(), args=(torch.randn(1, 1, E),))
+    assert _sources(report) == [_source("x", 1, "same_position")]
