@@ -199,6 +199,7 @@ class Pass {
   // `traits`: the operator's row (the catalog's cached OpTraits).
   std::optional<Flow> Rule(const OpCall& call, const OpTraits& traits, absl::string_view base, bool& done);
   std::optional<Flow> Pieces(const OpCall& call, const OpTraits& traits, absl::string_view base, bool& done);
+  static bool SameDeps(const Flow& a, const Flow& b);
   Flow Join(const OpCall& call, const TensorMeta& out, absl::string_view base);
   Flow Along(const OpCall& call, const TensorMeta& out, int64_t dim);
 

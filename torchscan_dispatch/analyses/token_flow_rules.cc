@@ -187,11 +187,13 @@ int32_t Pass::OnePositionPlace(int32_t t, const TensorMeta& in, int32_t e, const
 //   output when every row reads the same keys (else unavailable). A module
 //   call taken as a step takes one position on the dim its relation names.
 // - Where the place decides the relation, the pass says so instead of
-//   guessing: a one-position piece joined (cat) with a piece that holds no
-//   input position (a key/value past), along a size-1 dim other than the
-//   one that holds it, may be joined along its token axis or along another
-//   dim, and is unavailable. Pieces that are all of one position (the
-//   halves of a rotary embedding's features) are that position.
+//   guessing: a one-position piece joined (cat, stack) with pieces that
+//   read other positions or none (a key/value past), along a size-1 dim
+//   other than the one that holds it, may be joined along its token axis or
+//   along another dim, and is unavailable. Pieces that all read the same one
+//   position (the halves of a rotary embedding's features) are that
+//   position; a one-position piece joined with others along their token
+//   axis is one position of it.
 // - Elementwise math broadcasts one position along the dim holding another
 //   input's positions. One position met by many on another dim pairs each
 //   with every other, as explicit attention scores do, and is said to be
@@ -490,6 +492,15 @@ std::optional<Flow> Pass::Pieces(const OpCall& call, const OpTraits& traits, abs
   return std::nullopt;
 }
 
+bool Pass::SameDeps(const Flow& a, const Flow& b) {
+  if (a.length != b.length || a.deps.size() != b.deps.size()) return false;
+  for (const auto& [source, rows] : a.deps) {
+    auto it = b.deps.find(source);
+    if (it == b.deps.end() || rows->lo != it->second->lo || rows->hi != it->second->hi) return false;
+  }
+  return true;
+}
+
 Flow Pass::Join(const OpCall& call, const TensorMeta& out, absl::string_view base) {
   const ArgMeta& list = call.arg(0);
   const int64_t d = call.arg(1).kind == ArgKind::kInt ? call.arg(1).to_int() : 0;
@@ -505,18 +516,30 @@ Flow Pass::Join(const OpCall& call, const TensorMeta& out, absl::string_view bas
     }
     if (along) return Along(call, out, dim);
   }
-  bool untracked = false;  // a piece that holds no position of the inputs
-  for (const TensorMeta& t : list.tensors()) untracked = untracked || (t.defined && t.numel() > 0 && !Get(t));
+  // Pieces that are not all the same one position (a piece of no input
+  // position, or pieces reading different positions) joined along a size-1
+  // dim other than a one-position piece's own: along its token axis or
+  // along another dim, which give different relations and which its place
+  // cannot tell apart (Note [A token axis of one position]).
+  bool alike = true;
+  const Flow* first = nullptr;
+  for (const TensorMeta& t : list.tensors()) {
+    if (!t.defined || t.numel() == 0) continue;
+    const Flow* f = Get(t);
+    if (f == nullptr || !f->lost.empty()) {
+      alike = alike && f != nullptr;
+      continue;
+    }
+    if (first == nullptr) first = f;
+    alike = alike && SameDeps(*f, *first);
+  }
   for (const TensorMeta& t : list.tensors()) {
     if (!t.defined) continue;
     const Flow* f = Get(t);
     if (f == nullptr) continue;
     if (!f->lost.empty()) return *f;
-    if (!stack && f->length == 1 && t.ndim == out.ndim && t.size(dim) == 1 && out.size(dim) > 1 && untracked) {
-      // One position with a size-1 dim here, joined with positions of no
-      // input (a past): along its token axis or along another dim, which
-      // give different relations and which its place cannot tell apart
-      // (Note [A token axis of one position]).
+    const bool size_one_here = stack || (t.ndim == out.ndim && t.size(dim) == 1);
+    if (!alike && f->length == 1 && size_one_here && out.size(dim) > 1) {
       return Lost(absl::StrCat(N(call.name),
                                " joins one position along a size-1 dim that may be its token axis; "
                                "not followed"));
@@ -547,7 +570,9 @@ Flow Pass::Along(const OpCall& call, const TensorMeta& out, int64_t dim) {
     const Flow* f = Get(t);
     if (f != nullptr) {
       if (!f->lost.empty()) return *f;
-      if (f->dim != dim) {
+      // One position of size 1 along the joined token axis is one position of
+      // it, whatever dim holds it (Note [A token axis of one position]).
+      if (f->dim != dim && !(f->length == 1 && t.size(dim) == 1)) {
         return Lost(absl::StrCat(N(call.name), " joins token positions with another dim's; not followed"));
       }
       for (const auto& [source, d] : f->deps) {

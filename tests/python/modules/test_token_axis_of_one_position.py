@@ -331,3 +331,55 @@ def test_pieces_of_one_position_joined_on_a_size_1_dim_are_that_position():
     # alone (one score): x same_position.
     report = torchscan.crawl_module(RotateHalf().eval(), args=(torch.randn(1, 1, E),))
     assert _sources(report) == [_source("x", 1, "same_position")]
+
+
+class TwoInputsJoined(nn.Module):
+    """Two sequence-first (L, E) inputs, each given a batch dim by a view,
+    joined on dim 0 (x's positions, then y's), x's part taken back; `stack`
+    stacks them on a new dim instead and takes x's."""
+
+    def __init__(self, stack=False):
+        super().__init__()
+        self.stack = stack
+
+    def forward(self, x, y):
+        F.scaled_dot_product_attention(x[None], x[None], x[None])  # makes the call one the pass analyses
+        n = x.shape[0]
+        if self.stack:
+            return torch.stack([x, y], dim=0)[0]
+        return torch.cat([x.view(n, 1, E), y.view(n, 1, E)], dim=0)[:n]
+
+
+@pytest.mark.parametrize("stack", [False, True])
+def test_pieces_of_different_positions_joined_on_a_size_1_dim_are_unavailable(stack):
+    # With one token each, the pieces' size-1 dims cannot say whether the
+    # join lines up positions (x's, then y's: the output reads x alone) or
+    # features of one position (it reads both): unavailable.
+    x, y = torch.randn(1, E), torch.randn(1, E)
+    deps = torchscan.crawl_module(TwoInputsJoined(stack).eval(), args=(x, y))["layers"][0]["token_dependencies"]
+    assert deps["status"] == "unavailable" and "joins one position along a size-1 dim" in deps["reason"], deps
+
+
+class AttentionThenJoin(nn.Module):
+    """A sequence-first nn.MultiheadAttention on x, joined on dim 0 with y
+    (given a batch dim by a view), the attention's positions taken back."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.mha = nn.MultiheadAttention(E, 2)
+
+    def forward(self, x, y):
+        n = x.shape[0]
+        h = x.view(n, 1, E)
+        out = self.mha(h, h, h, need_weights=False)[0]
+        return torch.cat([out, y.view(n, 1, E)], dim=0)[:n]
+
+
+def test_one_position_joined_along_a_known_token_axis_is_one_position_of_it():
+    # The attention's output holds its positions on dim 0 (sequence-first),
+    # so the join is along the token axis; y's one position, put on dim 1 by
+    # its view, is the next position there. The output keeps the attention's
+    # one position: it reads x 0 (same_position) and no position of y.
+    report = torchscan.crawl_module(AttentionThenJoin().eval(), args=(torch.randn(1, E), torch.randn(1, E)))
+    assert _sources(report) == [_source("x", 1, "same_position", axis=0), _source("y", 1, "none", axis=0)]
