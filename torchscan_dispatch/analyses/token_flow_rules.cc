@@ -173,9 +173,9 @@ int32_t Pass::OnePositionPlace(int32_t t, const TensorMeta& in, int32_t e, const
 //   split again ((1, 3E) -> (1, 1, 3E)), so the place is counted from the
 //   run's end; otherwise heads were split off the features after it
 //   ((1, 1, E) -> (1, 1, 1, D), (2, 1, D) -> (2, 1, 1, D)), and the place is
-//   counted from the run's start. A run that
-//   shrank lost dims after the token axis where it had some (heads merged
-//   back into the features), else before it (batch and heads merged).
+//   counted from the run's start. A run that shrank lost dims after the
+//   token axis where it had some (heads merged back into the features),
+//   else before it (batch and heads merged).
 //   Heads folded into the batch and unfolded again ((1, 1, D) -> (1, 1, 1,
 //   D), token on dim 1) cannot be told from the second case; attention
 //   takes care of it. A view that moves size-1 dims past larger ones
@@ -235,8 +235,8 @@ Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& 
   // A query of one position on another size-1 dim, its rows (dim -2) more
   // than one: heads packed into the rows (one token's query heads per
   // key/value head, as Hugging Face packs them when decoding with a mask).
-  // Each row is that one position; so is every row of the output, which
-  // is said to hold it on the same dim (Note [A token axis of one position]).
+  // Each row is that one position; so is the output, on the same dim, when
+  // every row reads the same keys (Note [A token axis of one position]).
   Flow rows_of_one;
   int32_t packed_dim = -1;
   if (fq != nullptr && fq->length == 1 && fq->dim != tq.ndim - 2 && tq.size(-2) > 1 && fq->dim < out.ndim &&

@@ -81,8 +81,8 @@ def _cases():
     padding = torch.ones_like(ids)
     padding[:, 6:] = 0
     yield "bert_padding", berts["sdpa"], {"kwargs": {"input_ids": ids, "attention_mask": padding}}
-    # A decoding step with a KV cache: one token, whose token axis views
-    # cannot place (Note [A token axis of one position]).
+    # A decoding step with a KV cache: a token axis of one position (Note [A
+    # token axis of one position]), complete.
     llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
         vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64, attn_implementation="sdpa")).eval()
