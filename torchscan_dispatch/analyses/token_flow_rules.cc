@@ -31,11 +31,9 @@ Flow Pass::Elementwise(const OpCall& call, const TensorMeta& out, size_t first_a
           if (f->length == 1) {
             dim = r.dim;
           } else if (dim >= 0 && dim < out.ndim) {
-            Flow moved = r;
-            moved.deps = *Fit(r, out.size(dim));
-            moved.dim = static_cast<int32_t>(dim);
-            moved.length = out.size(dim);
-            r = std::move(moved);
+            r.deps = *Fit(r, out.size(dim));
+            r.dim = static_cast<int32_t>(dim);
+            r.length = out.size(dim);
           }
         }
         err = Add(r, any, *f, dim, out, N(call.name));
