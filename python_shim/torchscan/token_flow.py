@@ -127,8 +127,8 @@ class _WordRequests:
             if "reason" in step:
                 words += (step["scope"], step["output"], 1, *text(step["reason"]))
                 continue
-            words += (step["scope"], step["output"], 0, step["output_axis"], step["output_length"],
-                      len(step["inputs"]))
+            words += (step["scope"], step["output"], 2 if step.get("mixed") else 0, step["output_axis"],
+                      step["output_length"], len(step["inputs"]))
             for i in step["inputs"]:
                 rel = i["relation"]
                 kind = _KIND_CODES.get(rel["kind"])
@@ -150,7 +150,10 @@ class _WordRequests:
                     "explicit_attention": a[1] == 1}
         found = [{"source": a[at], "relation": tokens.relation_of(a[at + 1], a[at + 2], a[at + 3])}
                  for at in range(5, 5 + 4 * a[4], 4)]
-        return {"status": "complete", "output_axis": a[2], "output_length": a[3], "sources": found}
+        answer = {"status": "complete", "output_axis": a[2], "output_length": a[3], "sources": found}
+        if a[1] == 1:  # as TokenFlowJson: said only when true
+            answer["mixed"] = True
+        return answer
 
 
 def _batch_first(module: nn.Module):
@@ -419,6 +422,8 @@ class TokenFlow:
                         "output_length": answer["output_length"],
                         "inputs": [{"identity": s["identity"], "axis": s["sequence_axis"], "length": s["length"],
                                     "relation": relations[k]} for k, s in enumerate(sources)]}
+                if answer.get("mixed"):  # parts of it read different inputs: an enclosing call must know
+                    step["mixed"] = True
                 return (deps, None), step
             reason = answer["reason"]
         deps = {"status": "unavailable", **base, "reason": reason}

@@ -61,6 +61,7 @@ TokenFlowResult Pass::Run() {
   }
   res.output_axis = out->dim;
   res.output_length = out->length;
+  res.mixed = out->mixed;
   for (const TokenInput& in : req_.inputs) {
     auto it = out->deps.find(in.source);
     if (it == out->deps.end()) {
@@ -344,8 +345,12 @@ int64_t Pass::VisitCall(int64_t i, int64_t end, const OpInfo& info, const OpCall
   visiting_ = i;
   const Event& e = events_[i];
   const int64_t next = SubtreeEnd(i, end);
-  bool tracked = false;
-  EachTensor(call.args, [&](const TensorMeta& t) { tracked = Get(t) != nullptr || tracked; });
+  bool tracked = false, mixed = false;
+  EachTensor(call.args, [&](const TensorMeta& t) {
+    const Flow* f = Get(t);
+    tracked = tracked || f != nullptr;
+    mixed = mixed || (f != nullptr && f->mixed);
+  });
   const absl::string_view name = N(call.name);
   const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
   if (!tracked || info.traits.Has(TokenTrait::kShapeOnly)) {
@@ -363,6 +368,8 @@ int64_t Pass::VisitCall(int64_t i, int64_t end, const OpInfo& info, const OpCall
   if (f || done) Forget(i + 1, next, "", i);
   if (done) return next;
   if (f) {
+    // Computed from a mixed flow, it is mixed (Note [Dependencies that differ along another dim]).
+    f->mixed = f->mixed || (mixed && f->lost.empty());
     const TensorMeta& out = call.outputs[0].tensor();
     if (f->lost.empty() && (f->dim < 0 || f->dim >= out.ndim || out.size(f->dim) != f->length)) {
       f = Lost(absl::StrCat(name, ": internal mismatch of the token axis; not followed"));
@@ -414,6 +421,7 @@ void Pass::Step(const TokenStep& s) {
   Flow out;
   out.dim = s.output_axis;
   out.length = s.output_length;
+  out.mixed = s.mixed;
   for (const TokenStep::Input& in : s.inputs) {
     const Flow* f = GetId(in.identity, in.axis, in.length);
     if (f == nullptr) continue;  // a constant
@@ -427,6 +435,7 @@ void Pass::Step(const TokenStep& s) {
                                       ", where the data flow has positions on dim ", f->dim)));
       return;
     }
+    out.mixed = out.mixed || f->mixed;
     const TokenRows rel = RowsOf(in.relation, s.output_length, in.length);
     for (const auto& [source, rows] : f->deps) {
       std::string why = "a dependency that is not one interval of positions";

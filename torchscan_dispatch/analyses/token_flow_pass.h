@@ -36,6 +36,25 @@ std::string NativeLayerJson(const nlohmann::json& request);
 // token-flow pass has always used for it.
 std::string SdpaMaskProblem(const TokenMask& m);
 
+// Note [Dependencies that differ along another dim]
+// A Flow says what each position of a tensor reads, for all its elements at
+// that position together. That is exact for a part of the tensor too while
+// every element at a position reads the same (the common case: projections,
+// elementwise math, attention keep it), but not once a join (cat, stack)
+// along another dim puts pieces that read different inputs side by side:
+// torch.cat([x, y], 0)[:1] reads x alone. Such a flow is `mixed`, and so is
+// every flow computed from it; a call that takes a part of a mixed tensor
+// along a dim other than its token axis (slice, select, split, unbind)
+// loses it, with that reason, rather than claiming the whole's
+// dependencies. The whole of it (a module's output, a step's) keeps them:
+// its positions do read every piece. A known module call whose output is
+// mixed says so (TokenFlowResult::mixed), and its step is mixed in turn.
+// Contracting or reducing the mixed dim would make a flow uniform again; the
+// pass does not track which dim is mixed, so it keeps the mark.
+inline constexpr const char* kMixedPart =
+    " takes a part of a tensor whose token dependencies differ along that dim (it joins different inputs); "
+    "not followed";
+
 // What a tensor's positions depend on. A tensor with no flow holds no
 // positions of the inputs (parameters, buffers, constants, shapes only).
 struct Flow {
@@ -44,6 +63,7 @@ struct Flow {
   int64_t length = 0;
   // By source; shared: most calls pass their input's rows on unchanged.
   std::map<int32_t, std::shared_ptr<const TokenRows>> deps;
+  bool mixed = false;  // Note [Dependencies that differ along another dim]
 };
 
 inline std::shared_ptr<const TokenRows> Share(TokenRows r) { return std::make_shared<const TokenRows>(std::move(r)); }

@@ -400,7 +400,7 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
   }
   if (rule == TokenRule::kSlice) {
     const int64_t d = Wrap(call.arg(1).kind == ArgKind::kInt ? call.arg(1).to_int() : 0, in.ndim);
-    if (d != f.dim) return f;
+    if (d != f.dim) return f.mixed && out.size(d) != in.size(d) ? Lost(absl::StrCat(name, kMixedPart)) : f;
     if (call.arg(2).kind != ArgKind::kInt && !(base != "narrow" && call.arg(2).is_none())) {
       return Lost(absl::StrCat(name, ": a start given as a tensor; not followed"));
     }
@@ -413,6 +413,7 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
   if (rule == TokenRule::kSelect) {
     const int64_t d = Wrap(call.arg(1).to_int(), in.ndim);
     if (d == f.dim) return Lost(absl::StrCat(name, " picks one token position; not followed"));
+    if (f.mixed && in.size(d) > 1) return Lost(absl::StrCat(name, kMixedPart));
     Flow r = f;
     if (d < f.dim) --r.dim;
     return r;
@@ -482,6 +483,7 @@ std::optional<Flow> Pass::Pieces(const OpCall& call, const OpTraits& traits, abs
   const int64_t d = Wrap(call.arg(dim_arg).kind == ArgKind::kInt ? call.arg(dim_arg).to_int() : 0, in.ndim);
   Flow r = *fp;
   if (r.lost.empty() && d == r.dim) r = Lost(absl::StrCat(name, " splits the token axis; not followed"));
+  if (r.lost.empty() && r.mixed && call.outputs[0].tensors().size() > 1) r = Lost(absl::StrCat(name, kMixedPart));
   if (r.lost.empty() && unbind && d < r.dim) --r.dim;
   for (const TensorMeta& t : call.outputs[0].tensors()) {
     if (t.defined) Set(t.identity, r);
@@ -550,6 +552,7 @@ Flow Pass::Join(const OpCall& call, const TensorMeta& out, absl::string_view bas
     }
     if (auto err = Add(r, any, *f, od, out, N(call.name))) return Lost(*err);
   }
+  r.mixed = !alike;  // pieces reading different inputs side by side
   return r;
 }
 

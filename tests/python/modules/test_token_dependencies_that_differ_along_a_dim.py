@@ -1,0 +1,137 @@
+"""Token dependencies of tensors that join different inputs along a dim
+other than the token axis: the tensor as a whole reads both, but a part
+of it may read one (Note [Dependencies that differ along another dim] in
+torchscan_dispatch/analyses/token_flow_pass.h). Each expected relation is
+derived by hand in the test's comment, as in test_token_flow.py."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchscan
+
+E, L = 8, 3  # features; positions
+
+
+def _deps(report, path=""):
+    return next(layer for layer in report["layers"] if layer["path"] == path)["token_dependencies"]
+
+
+def _kinds(deps):
+    assert deps["status"] == "complete", deps
+    return {s["arguments"][0]: s["relation"]["kind"] for s in deps["sources"]}
+
+
+def _attend(t):
+    # Self-attention over dim -2 without projections: output i reads every
+    # position of t (no mask, no causality): relation "all" to what t reads.
+    return F.scaled_dot_product_attention(t, t, t)
+
+
+class Part(nn.Module):
+    """x and y (N, L, E) joined on a dim other than the token axis, then
+    one part of that dim taken: (how) 'cat0' cats on the batch dim and keeps
+    batch element 0, 'stack1' stacks on a new dim 1 and selects its index 0,
+    'feat' cats on the features and keeps the first E, 'split' cats on the
+    batch dim and splits it, 'whole' keeps all of it."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+
+    def forward(self, x, y):
+        if self.how == "cat0":
+            part = torch.cat([x, y], 0)[:1]
+        elif self.how == "stack1":
+            part = torch.stack([x, y], 1)[:, 0]
+        elif self.how == "feat":
+            part = torch.cat([x, y], -1)[..., :E]
+        elif self.how == "split":
+            part = torch.cat([x, y], 0).split(1, 0)[0]
+        else:
+            part = torch.cat([x, y], 0).sum(0, keepdim=True)
+        return _attend(part)
+
+
+@pytest.mark.parametrize("how", ["cat0", "stack1", "feat", "split"])
+def test_a_part_of_a_join_of_different_inputs_is_not_claimed_to_read_both(how):
+    # The part holds x's values alone; attention over it makes output i read
+    # every position of x ("all") and nothing of y ("none"). The pass keeps
+    # one dependency per tensor, not per part of a dim, so it cannot say
+    # "none" for y: honest is unavailable, not "all" for both.
+    x, y = torch.randn(1, L, E), torch.randn(1, L, E)
+    deps = _deps(torchscan.crawl_module(Part(how).eval(), args=(x, y)))
+    assert deps["status"] == "unavailable", deps
+    assert "differ" in deps["reason"], deps
+
+
+def test_the_whole_of_a_join_reads_both_inputs():
+    # The sum over the joined dim reads x and y at every position; attention
+    # makes output i read all of both.
+    x, y = torch.randn(1, L, E), torch.randn(1, L, E)
+    deps = _deps(torchscan.crawl_module(Part("whole").eval(), args=(x, y)))
+    assert _kinds(deps) == {"x": "all", "y": "all"}
+
+
+class Joined(nn.Module):
+    """A module returning x and y joined on the batch dim, as one step of
+    the module around it."""
+
+    def forward(self, x, y):
+        return _attend(torch.cat([x, y], 0))
+
+
+class Outer(nn.Module):
+    """Takes Joined as one step, then keeps batch element 0 (keep=True) or
+    the whole of it, and attends again."""
+
+    def __init__(self, keep):
+        super().__init__()
+        self.inner, self.keep = Joined(), keep
+
+    def forward(self, x, y):
+        z = self.inner(x, y)
+        return _attend(z[:1] if self.keep else z)
+
+
+def test_a_known_call_s_joined_output_keeps_its_parts_apart():
+    # Joined's output as a whole reads all of x and all of y (batch element 0
+    # is attention over x, element 1 over y): complete, "all" for both.
+    # Outer keeps element 0, which reads x alone: not "all" for y, so
+    # unavailable; Outer's whole output (keep=False) reads all of both.
+    x, y = torch.randn(1, L, E), torch.randn(1, L, E)
+    report = torchscan.crawl_module(Outer(True).eval(), args=(x, y))
+    assert _kinds(_deps(report, "inner")) == {"x": "all", "y": "all"}
+    deps = _deps(report)
+    assert deps["status"] == "unavailable" and "differ" in deps["reason"], deps
+    whole = torchscan.crawl_module(Outer(False).eval(), args=(x, y))
+    assert _kinds(_deps(whole)) == {"x": "all", "y": "all"}
+
+
+class SameInput(nn.Module):
+    """x joined with a function of itself on the features (a rotary
+    half-swap's pattern), then the first half kept: every part reads x at
+    the same positions, so a part is no different from the whole."""
+
+    def forward(self, x):
+        return _attend(torch.cat([x, x * 2], -1)[..., :E])
+
+
+def test_a_join_of_pieces_that_read_the_same_positions_keeps_its_relation():
+    # Both pieces read x at position i alone; attention: output i reads all of x.
+    deps = _deps(torchscan.crawl_module(SameInput().eval(), args=(torch.randn(1, L, E),)))
+    assert _kinds(deps) == {"x": "all"}
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_requests_in_json_say_the_same(keep, monkeypatch):
+    # The mark travels in the word answer and step (Note [Token-flow requests
+    # without JSON]) and in the JSON ones: both give the same report.
+    from torchscan import token_flow
+
+    x, y = torch.randn(1, L, E), torch.randn(1, L, E)
+    with_words = torchscan.crawl_module(Outer(keep).eval(), args=(x, y))
+    monkeypatch.setattr(token_flow, "_native_words", lambda: None)
+    with_json = torchscan.crawl_module(Outer(keep).eval(), args=(x, y))
+    assert [layer.get("token_dependencies") for layer in with_words["layers"]] == \
+        [layer.get("token_dependencies") for layer in with_json["layers"]]
