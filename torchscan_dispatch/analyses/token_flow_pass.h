@@ -50,7 +50,12 @@ std::string SdpaMaskProblem(const TokenMask& m);
 // its positions do read every piece. A known module call whose output is
 // mixed says so (TokenFlowResult::mixed), and its step is mixed in turn.
 // Contracting or reducing the mixed dim would make a flow uniform again; the
-// pass does not track which dim is mixed, so it keeps the mark.
+// pass does not track which dim is mixed, so it keeps the mark. A join on the
+// last dim (features) is not marked: partial rotary embeddings join rotated
+// features, which read the rotation's inputs too, with passed ones, and the
+// attention after it sums over them; marked, every later split of the
+// features (a fused gate and up projection's chunk) would be lost. A part
+// of such a join taken along the features still claims every piece.
 inline constexpr const char* kMixedPart =
     " takes a part of a tensor whose token dependencies differ along that dim (it joins different inputs); "
     "not followed";

@@ -552,7 +552,10 @@ Flow Pass::Join(const OpCall& call, const TensorMeta& out, absl::string_view bas
     }
     if (auto err = Add(r, any, *f, od, out, N(call.name))) return Lost(*err);
   }
-  r.mixed = !alike;  // pieces reading different inputs side by side
+  // Pieces reading different inputs side by side, along a dim other than the
+  // last: a join on the features (a partial rotary embedding's rotated and
+  // passed features) is left unmarked, as the products after it sum over them.
+  r.mixed = !alike && (stack || dim != out.ndim - 1);
   return r;
 }
 
