@@ -127,7 +127,8 @@ class _WordRequests:
             if "reason" in step:
                 words += (step["scope"], step["output"], 1, *text(step["reason"]))
                 continue
-            words += (step["scope"], step["output"], 2 if step.get("mixed") else 0, step["output_axis"],
+            marks = step.get("mixed", 0)
+            words += (step["scope"], step["output"], *((2, marks) if marks else (0,)), step["output_axis"],
                       step["output_length"], len(step["inputs"]))
             for i in step["inputs"]:
                 rel = i["relation"]
@@ -151,8 +152,8 @@ class _WordRequests:
         found = [{"source": a[at], "relation": tokens.relation_of(a[at + 1], a[at + 2], a[at + 3])}
                  for at in range(5, 5 + 4 * a[4], 4)]
         answer = {"status": "complete", "output_axis": a[2], "output_length": a[3], "sources": found}
-        if a[1] == 1:  # as TokenFlowJson: said only when true
-            answer["mixed"] = True
+        if a[1]:  # the output's marked dims; as TokenFlowJson, said only when there are some
+            answer["mixed"] = a[1]
         return answer
 
 
@@ -423,7 +424,7 @@ class TokenFlow:
                         "inputs": [{"identity": s["identity"], "axis": s["sequence_axis"], "length": s["length"],
                                     "relation": relations[k]} for k, s in enumerate(sources)]}
                 if answer.get("mixed"):  # parts of it read different inputs: an enclosing call must know
-                    step["mixed"] = True
+                    step["mixed"] = answer["mixed"]
                 return (deps, None), step
             reason = answer["reason"]
         deps = {"status": "unavailable", **base, "reason": reason}

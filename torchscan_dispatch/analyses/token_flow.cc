@@ -278,7 +278,7 @@ std::string TokenFlowJson(std::string_view text) {
     if (s.contains("reason")) {
       step.reason = s.at("reason").get<std::string>();
     } else {
-      step.mixed = s.value("mixed", false);
+      step.mixed = static_cast<uint64_t>(s.value("mixed", int64_t{0}));
       step.output_axis = s.at("output_axis").get<int32_t>();
       step.output_length = s.at("output_length").get<int64_t>();
       for (const auto& in : s.at("inputs")) {
@@ -294,7 +294,7 @@ std::string TokenFlowJson(std::string_view text) {
         .dump();
   }
   nlohmann::json out = {{"status", "complete"}, {"output_axis", r.output_axis}, {"output_length", r.output_length}};
-  if (r.mixed) out["mixed"] = true;
+  if (r.mixed != 0) out["mixed"] = static_cast<int64_t>(r.mixed);
   out["sources"] = nlohmann::json::array();
   for (const auto& [source, rel] : r.sources)
     out["sources"].push_back({{"source", source}, {"relation", RelationJson(rel)}});
@@ -400,7 +400,7 @@ int64_t TokenFlowWords(const int64_t* words, int64_t count, std::string_view tex
     if (form == 1) {
       step.reason = in.Text();
     } else if (form == 0 || form == 2) {
-      step.mixed = form == 2;
+      if (form == 2) step.mixed = static_cast<uint64_t>(in.Next());
       step.output_axis = static_cast<int32_t>(in.Next());
       step.output_length = in.Next();
       for (int64_t j = in.Count(); j > 0; --j) {
@@ -432,7 +432,7 @@ int64_t TokenFlowWords(const int64_t* words, int64_t count, std::string_view tex
   if (capacity < size) return -1;
   answer[0] = r.complete ? 1 : 0;
   // TokenFlowJson says explicit_attention only with an unavailable answer, mixed with a complete one.
-  answer[1] = (r.complete ? r.mixed : r.explicit_attention) ? 1 : 0;
+  answer[1] = r.complete ? static_cast<int64_t>(r.mixed) : r.explicit_attention ? 1 : 0;
   answer[2] = r.output_axis;
   answer[3] = r.output_length;
   answer[4] = r.complete ? static_cast<int64_t>(r.sources.size()) : 0;

@@ -147,7 +147,7 @@ struct TokenStep {
   uintptr_t output = 0;
   int32_t output_axis = 0;
   int64_t output_length = 0;
-  bool mixed = false;  // its output's parts read different inputs (TokenFlowResult::mixed)
+  uint64_t mixed = 0;  // its output's marked dims (TokenFlowResult::mixed)
 };
 
 struct TokenFlowRequest {
@@ -168,10 +168,10 @@ struct TokenFlowResult {
   // Two token-indexed tensors met in one product (attention written with
   // explicit products, which the pass does not analyse).
   bool explicit_attention = false;
-  // Complete, but parts of the output along another dim read different
-  // inputs (Note [Dependencies that differ along another dim] in
+  // Complete, but parts of the output along these dims (bit d: dim d) read
+  // different inputs (Note [Dependencies that differ along another dim] in
   // token_flow_pass.h): a step of this call must say so.
-  bool mixed = false;
+  uint64_t mixed = 0;
 };
 
 // Whether the scope ran an attention operator, and the identities of the
@@ -251,11 +251,12 @@ std::string TokenFlowJson(std::string_view request);
 //     (count, then each), summarized (1/0), then, when summarized, rows,
 //     cols and runs (count, then each) each),
 //     steps (count, then scope, output, form (0 a relation, 1 a reason, 2 a
-//     relation whose output is mixed); then the reason (offset, length), or
-//     output_axis, output_length and inputs (count, then identity, axis,
-//     length, kind, limit, first_position each)).
-//   answer: complete (1/0), a flag (1/0: unavailable, explicit_attention;
-//     complete, TokenFlowResult::mixed), output_axis,
+//     relation whose output has marked dims); then the reason (offset,
+//     length), or the marks (form 2 only, TokenStep::mixed), output_axis,
+//     output_length and inputs (count, then identity, axis, length, kind,
+//     limit, first_position each)).
+//   answer: complete (1/0), a word (unavailable: explicit_attention, 1/0;
+//     complete: TokenFlowResult::mixed), output_axis,
 //     output_length, sources (count, then source, kind, limit,
 //     first_position each); an unavailable answer's reason in `*reason`.
 // Returns the answer's word count, or -1 for a malformed request or one

@@ -345,12 +345,8 @@ int64_t Pass::VisitCall(int64_t i, int64_t end, const OpInfo& info, const OpCall
   visiting_ = i;
   const Event& e = events_[i];
   const int64_t next = SubtreeEnd(i, end);
-  bool tracked = false, mixed = false;
-  EachTensor(call.args, [&](const TensorMeta& t) {
-    const Flow* f = Get(t);
-    tracked = tracked || f != nullptr;
-    mixed = mixed || (f != nullptr && f->mixed);
-  });
+  bool tracked = false;
+  EachTensor(call.args, [&](const TensorMeta& t) { tracked = Get(t) != nullptr || tracked; });
   const absl::string_view name = N(call.name);
   const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
   if (!tracked || info.traits.Has(TokenTrait::kShapeOnly)) {
@@ -359,6 +355,7 @@ int64_t Pass::VisitCall(int64_t i, int64_t end, const OpInfo& info, const OpCall
     return next;
   }
   bool done = false;
+  marks_done_ = false;
   std::optional<Flow> f;
   if (info.traits.token_rule == TokenRule::kJoin) {
     if (call.outputs.size() == 1 && call.outputs[0].is_tensor()) f = Join(call, call.outputs[0].tensor(), base);
@@ -368,9 +365,10 @@ int64_t Pass::VisitCall(int64_t i, int64_t end, const OpInfo& info, const OpCall
   if (f || done) Forget(i + 1, next, "", i);
   if (done) return next;
   if (f) {
-    // Computed from a mixed flow, it is mixed (Note [Dependencies that differ along another dim]).
-    f->mixed = f->mixed || (mixed && f->lost.empty());
     const TensorMeta& out = call.outputs[0].tensor();
+    // Rules that move or clear dims set the marks; the others keep their
+    // inputs' (Note [Dependencies that differ along another dim]).
+    if (f->lost.empty() && !marks_done_) f->mixed |= AlignedMarks(call, out);
     if (f->lost.empty() && (f->dim < 0 || f->dim >= out.ndim || out.size(f->dim) != f->length)) {
       f = Lost(absl::StrCat(name, ": internal mismatch of the token axis; not followed"));
     }
@@ -435,7 +433,10 @@ void Pass::Step(const TokenStep& s) {
                                       ", where the data flow has positions on dim ", f->dim)));
       return;
     }
-    out.mixed = out.mixed || f->mixed;
+    if (f->mixed != 0) {  // its relation was found for an input read alike throughout
+      Set(s.output, Lost(absl::StrCat(who, ": its input", kMixedInput)));
+      return;
+    }
     const TokenRows rel = RowsOf(in.relation, s.output_length, in.length);
     for (const auto& [source, rows] : f->deps) {
       std::string why = "a dependency that is not one interval of positions";
@@ -447,6 +448,39 @@ void Pass::Step(const TokenStep& s) {
     }
   }
   Set(s.output, std::move(out));
+}
+
+uint64_t Pass::AlignedMarks(const OpCall& call, const TensorMeta& out) {
+  uint64_t marks = 0;
+  EachTensor(call.args, [&](const TensorMeta& t) {
+    if (const Flow* f = Get(t); f != nullptr && f->lost.empty()) marks |= AlignMarks(f->mixed, t.ndim, out.ndim);
+  });
+  return marks;
+}
+
+uint64_t ViewMarks(uint64_t marks, const TensorMeta& in, const TensorMeta& out) {
+  if (marks == 0) return 0;
+  if (in.ndim >= 64 || out.ndim >= 64) return kEveryDim;
+  uint64_t r = 0;
+  int64_t i = 0, o = 0;
+  while (i < in.ndim || o < out.ndim) {
+    // One group: dims from each side until their sizes' products meet.
+    const int64_t i0 = i, o0 = o;
+    int64_t pi = i < in.ndim ? in.size(i++) : 1, po = o < out.ndim ? out.size(o++) : 1;
+    while (pi != po) {
+      if (pi < po && i < in.ndim) {
+        pi *= in.size(i++);
+      } else if (po < pi && o < out.ndim) {
+        po *= out.size(o++);
+      } else {
+        return kEveryDim;
+      }
+    }
+    bool marked = false;
+    for (int64_t k = i0; k < i; ++k) marked = marked || Marked(marks, k);
+    for (int64_t k = o0; marked && k < o; ++k) r |= DimBit(k);
+  }
+  return r;
 }
 
 }  // namespace torchscan::token_flow_internal

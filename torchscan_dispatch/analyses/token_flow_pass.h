@@ -1,7 +1,8 @@
 // The token-flow pass's internals, shared by its files: what a tensor's
 // positions depend on (Flow), the functions every rule uses, and the pass
 // (Pass). token_flow_pass.cc walks the calls (seeds, aliases, decompositions,
-// steps); token_flow_rules.cc holds the rule for each operator family.
+// steps); token_flow_rules.cc holds the rule for each operator family, and
+// token_flow_joins.cc those for pieces and joins.
 // Nothing here is part of the analysis's API (token_flow.h).
 #pragma once
 
@@ -42,23 +43,49 @@ std::string SdpaMaskProblem(const TokenMask& m);
 // every element at a position reads the same (the common case: projections,
 // elementwise math, attention keep it), but not once a join (cat, stack)
 // along another dim puts pieces that read different inputs side by side:
-// torch.cat([x, y], 0)[:1] reads x alone. Such a flow is `mixed`, and so is
-// every flow computed from it; a call that takes a part of a mixed tensor
-// along a dim other than its token axis (slice, select, split, unbind)
-// loses it, with that reason, rather than claiming the whole's
-// dependencies. The whole of it (a module's output, a step's) keeps them:
-// its positions do read every piece. A known module call whose output is
-// mixed says so (TokenFlowResult::mixed), and its step is mixed in turn.
-// Contracting or reducing the mixed dim would make a flow uniform again; the
-// pass does not track which dim is mixed, so it keeps the mark. A join on the
-// last dim (features) is not marked: partial rotary embeddings join rotated
-// features, which read the rotation's inputs too, with passed ones, and the
-// attention after it sums over them; marked, every later split of the
-// features (a fused gate and up projection's chunk) would be lost. A part
-// of such a join taken along the features still claims every piece.
+// torch.cat([x, y], 0)[:1] reads x alone. The flow then marks that dim
+// (Flow::mixed, a bit per dim), and the marks follow the dims through every
+// rule: views and permutes move them, elementwise math aligns them from the
+// last dim, and a call that reads a marked dim whole at every element of
+// its output clears it: a product or attention summing over it, a norm,
+// softmax or reduction over it. A call that takes a part of a marked dim
+// (slice, select, split, unbind) loses the flow, with that reason, rather
+// than claiming every piece's inputs. Where the pass cannot follow a mark
+// (a view it cannot group, more than 63 dims), every dim is marked.
+// The whole of a marked tensor keeps its dependencies: a module's output,
+// or a step's, does read every piece. A known module call's output says
+// its marks (TokenFlowResult::mixed), and its step carries them. A step
+// whose input is marked is lost: its relation was found with that input as
+// a source read alike throughout, and the call may have taken a part of it.
+inline constexpr uint64_t kEveryDim = ~uint64_t{0};
+inline uint64_t DimBit(int64_t d) { return d >= 0 && d < 64 ? uint64_t{1} << d : kEveryDim; }
+inline bool Marked(uint64_t marks, int64_t d) { return (marks & DimBit(d)) != 0; }
+// Marks of a tensor of `from` dims aligned from its last dim with one of `to` dims (broadcasting).
+inline uint64_t AlignMarks(uint64_t marks, int64_t from, int64_t to) {
+  if (marks == 0 || marks == kEveryDim) return marks;
+  if (to >= from) return to - from >= 64 ? kEveryDim : marks << (to - from);
+  return from - to >= 64 ? 0 : marks >> (from - to);
+}
+// Marks without dim d (a select, a reduction without keepdim), or with a new unmarked dim d (stack).
+inline uint64_t RemoveDim(uint64_t marks, int64_t d) {
+  if (marks == kEveryDim || d < 0 || d >= 64) return marks;
+  const uint64_t below = marks & ((uint64_t{1} << d) - 1);
+  return below | ((marks >> 1) & ~((uint64_t{1} << d) - 1));
+}
+inline uint64_t InsertDim(uint64_t marks, int64_t d) {
+  if (marks == kEveryDim || d < 0 || d >= 64) return marks;
+  const uint64_t below = marks & ((uint64_t{1} << d) - 1);
+  return below | ((marks & ~((uint64_t{1} << d) - 1)) << 1);
+}
+// Marks of a view from `in`'s shape to `out`'s: dims grouped where their
+// sizes' products meet; a marked dim marks every dim of its group.
+uint64_t ViewMarks(uint64_t marks, const TensorMeta& in, const TensorMeta& out);
 inline constexpr const char* kMixedPart =
     " takes a part of a tensor whose token dependencies differ along that dim (it joins different inputs); "
     "not followed";
+inline constexpr const char* kMixedInput =
+    "'s token dependencies differ along a dim other than its token axis (it joins different inputs), and the "
+    "call's relation is to that input as a whole; not followed";
 
 // What a tensor's positions depend on. A tensor with no flow holds no
 // positions of the inputs (parameters, buffers, constants, shapes only).
@@ -68,7 +95,8 @@ struct Flow {
   int64_t length = 0;
   // By source; shared: most calls pass their input's rows on unchanged.
   std::map<int32_t, std::shared_ptr<const TokenRows>> deps;
-  bool mixed = false;  // Note [Dependencies that differ along another dim]
+  // Bit d: parts along dim d read different inputs (Note [Dependencies that differ along another dim]).
+  uint64_t mixed = 0;
 };
 
 inline std::shared_ptr<const TokenRows> Share(TokenRows r) { return std::make_shared<const TokenRows>(std::move(r)); }
@@ -213,6 +241,10 @@ class Pass {
   std::optional<std::string> Add(Flow& r, bool& any, const Flow& f, int64_t dim, const TensorMeta& out,
                                  absl::string_view name);
 
+  // The OR of the marks of `call`'s tracked tensor arguments, aligned from
+  // their last dims with `out`'s (what elementwise math makes of them).
+  uint64_t AlignedMarks(const OpCall& call, const TensorMeta& out);
+
   // The rules, by operator family (token_flow_rules.cc).
   Flow Elementwise(const OpCall& call, const TensorMeta& out, size_t first_arg = 0);
   Flow Contract(const OpCall& call, const TensorMeta& out, size_t ia, size_t ib, bool linear);
@@ -252,8 +284,9 @@ class Pass {
   void Step(const TokenStep& s);
   const Recorder& recorder_;
   const BlockLog<Event>& events_;
-  int64_t visiting_ = -1;  // the event VisitCall is visiting
-  int64_t end_ = 0;        // one past the module call's last event
+  int64_t visiting_ = -1;    // the event VisitCall is visiting
+  bool marks_done_ = false;  // the rule VisitCall ran set its result's marks (else: AlignedMarks)
+  int64_t end_ = 0;          // one past the module call's last event
 
  public:
   bool products_of_tokens = false;  // two token-indexed tensors met in one product (explicit attention)

@@ -53,11 +53,14 @@ Flow Pass::Contract(const OpCall& call, const TensorMeta& out, size_t ia, size_t
   bool any = false;
   const std::string sums =
       absl::StrCat(N(call.name), " sums over the token axis (a product over positions): not analysed");
+  // The summed dims' marks go (Note [Dependencies that differ along another dim]).
+  uint64_t marks = 0;
   if (const Flow* f = Get(ta)) {
     if (!f->lost.empty()) return *f;
     if (na == 1 || f->dim == na - 1) return Lost(sums);
     const int64_t dim = linear ? f->dim : f->dim + no - na + (nb == 1 ? 1 : 0);
     if (auto err = Add(r, any, *f, dim, out, N(call.name))) return Lost(*err);
+    marks |= AlignMarks(f->mixed & ~DimBit(na - 1), na, linear ? no : no + (nb == 1 ? 1 : 0));
   }
   if (const Flow* f = Get(tb)) {
     if (!f->lost.empty()) return *f;
@@ -66,6 +69,8 @@ Flow Pass::Contract(const OpCall& call, const TensorMeta& out, size_t ia, size_t
     const int64_t batch_end = na >= 2 ? no - 2 : no - 1;  // the output's last batch dim + 1
     const int64_t dim = f->dim == nb - 1 ? no - 1 : f->dim + batch_end - (nb - 2);
     if (auto err = Add(r, any, *f, dim, out, N(call.name))) return Lost(*err);
+    const uint64_t kept = f->mixed & ~DimBit(nb - 2);
+    marks |= na >= 2 ? AlignMarks(kept, nb, no) : AlignMarks(RemoveDim(kept, nb - 2), nb - 1, no);
   }
   // The bias: addmm's / baddbmm's first argument, linear's third.
   const ArgMeta& bias = linear ? call.arg(2) : (ia == 1 ? call.arg(0) : ArgMeta::None());
@@ -73,8 +78,11 @@ Flow Pass::Contract(const OpCall& call, const TensorMeta& out, size_t ia, size_t
     if (const Flow* f = Get(bias.tensor())) {
       if (linear) return Lost(absl::StrCat(N(call.name), ": a bias computed from the inputs is not analysed"));
       if (auto err = Add(r, any, *f, f->dim + no - bias.tensor().ndim, out, N(call.name))) return Lost(*err);
+      marks |= AlignMarks(f->mixed, bias.tensor().ndim, no);
     }
   }
+  r.mixed = marks;
+  marks_done_ = true;
   return r;
 }
 
@@ -315,7 +323,16 @@ Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& 
   if (!through(fv, vis) || !through(fk, several) || !through(fq, own)) {
     return Lost(absl::StrCat(name, ": ", why));
   }
-  if (packed_dim >= 0) return OnePosition(r, packed_dim, name);
+  // Each output element reads whole rows of q and k (their features summed)
+  // and one feature of v: q's and k's marks on the features go.
+  uint64_t marks = 0;
+  for (int n = 0; n < 3; ++n) {
+    if (fs[n] != nullptr)
+      marks |= AlignMarks(fs[n]->mixed & ~DimBit(n < 2 ? ts[n]->ndim - 1 : 64), ts[n]->ndim, out.ndim);
+  }
+  marks_done_ = true;
+  if (packed_dim >= 0) r = OnePosition(r, packed_dim, name);
+  if (r.lost.empty()) r.mixed = marks;
   return r;
 }
 
@@ -368,6 +385,7 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
   if (rule == TokenRule::kEmbedding && call.arg(1).is_tensor() && x.is_tensor() && Get(x.tensor()) == nullptr) {
     // A lookup per index: output position i reads index i.
     const Flow* ids = Get(call.arg(1).tensor());
+    marks_done_ = true;  // the indices' dims lead the output's, as their marks
     if (ids != nullptr) return *ids;
   }
   if (!x.is_tensor()) return std::nullopt;
@@ -376,14 +394,24 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
   if (fp == nullptr) return std::nullopt;  // a tracked tensor elsewhere: no rule for it
   const Flow& f = *fp;
   if (!f.lost.empty()) return f;
-  if (traits.Has(TokenTrait::kReshape)) return Reshape(call, f, in, out);
+  if (traits.Has(TokenTrait::kReshape)) {
+    Flow r = Reshape(call, f, in, out);
+    r.mixed = ViewMarks(f.mixed, in, out);
+    marks_done_ = true;
+    return r;
+  }
   if (rule == TokenRule::kPermute) {
     Flow r = f;
+    marks_done_ = true;  // the marks move with their dims
     if (base == "permute" || base == "permute_copy") {
       const auto dims = DimsOf(call.arg(1), in.ndim);
       auto it = std::find(dims.begin(), dims.end(), f.dim);
       if (it == dims.end()) return Lost(absl::StrCat(name, ": unexpected dims"));
       r.dim = static_cast<int32_t>(it - dims.begin());
+      if (f.mixed != kEveryDim) {
+        r.mixed = 0;
+        for (size_t k = 0; k < dims.size(); ++k) r.mixed |= Marked(f.mixed, dims[k]) ? DimBit(k) : 0;
+      }
     } else {
       int64_t a = 0, b = 1;
       if (base != "t") {
@@ -395,12 +423,13 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
         r.dim = static_cast<int32_t>(b);
       else if (f.dim == b)
         r.dim = static_cast<int32_t>(a);
+      if (Marked(f.mixed, a) != Marked(f.mixed, b)) r.mixed ^= DimBit(a) | DimBit(b);
     }
     return r;
   }
   if (rule == TokenRule::kSlice) {
     const int64_t d = Wrap(call.arg(1).kind == ArgKind::kInt ? call.arg(1).to_int() : 0, in.ndim);
-    if (d != f.dim) return f.mixed && out.size(d) != in.size(d) ? Lost(absl::StrCat(name, kMixedPart)) : f;
+    if (d != f.dim) return Marked(f.mixed, d) && out.size(d) != in.size(d) ? Lost(absl::StrCat(name, kMixedPart)) : f;
     if (call.arg(2).kind != ArgKind::kInt && !(base != "narrow" && call.arg(2).is_none())) {
       return Lost(absl::StrCat(name, ": a start given as a tensor; not followed"));
     }
@@ -413,9 +442,11 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
   if (rule == TokenRule::kSelect) {
     const int64_t d = Wrap(call.arg(1).to_int(), in.ndim);
     if (d == f.dim) return Lost(absl::StrCat(name, " picks one token position; not followed"));
-    if (f.mixed && in.size(d) > 1) return Lost(absl::StrCat(name, kMixedPart));
+    if (Marked(f.mixed, d) && in.size(d) > 1) return Lost(absl::StrCat(name, kMixedPart));
     Flow r = f;
     if (d < f.dim) --r.dim;
+    r.mixed = RemoveDim(f.mixed, d);
+    marks_done_ = true;
     return r;
   }
   if (rule == TokenRule::kRepeat) {
@@ -440,12 +471,19 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
     const auto dims = DimsOf(call.arg(1), in.ndim);
     const int64_t d = dims.empty() ? in.ndim - 1 : dims[0];
     if (d == f.dim) return Lost(absl::StrCat(name, " normalises over the token axis; not followed"));
-    return Elementwise(call, out);
+    Flow r = Elementwise(call, out);
+    r.mixed = AlignedMarks(call, out) & ~DimBit(d);  // each output reads the whole of dim d
+    marks_done_ = true;
+    return r;
   }
   if (rule == TokenRule::kNormalize) {
     const int64_t n = call.arg(1).kind == ArgKind::kIntList ? static_cast<int64_t>(call.arg(1).ints().size()) : 1;
     if (f.dim >= in.ndim - n) return Lost(absl::StrCat(name, " normalises over the token axis; not followed"));
-    return Elementwise(call, out);
+    Flow r = Elementwise(call, out);
+    r.mixed = AlignedMarks(call, out);
+    for (int64_t d = in.ndim - n; d < in.ndim; ++d) r.mixed &= ~DimBit(d);  // each output reads them whole
+    marks_done_ = true;
+    return r;
   }
   if (rule == TokenRule::kReduce) {
     const size_t dim_arg = (base == "linalg_vector_norm" || base == "norm") ? 2 : 1;
@@ -454,9 +492,14 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
       return Lost(absl::StrCat(name, " reduces over the token axis; not followed"));
     }
     Flow r = f;
+    for (int64_t d : dims) r.mixed &= ~DimBit(d);  // each output reads the reduced dims whole
     if (out.ndim != in.ndim) {
       for (int64_t d : dims) r.dim -= d < f.dim ? 1 : 0;
+      std::vector<int64_t> gone = dims;
+      std::sort(gone.rbegin(), gone.rend());
+      for (int64_t d : gone) r.mixed = RemoveDim(r.mixed, d);
     }
+    marks_done_ = true;
     return r;
   }
   if (rule == TokenRule::kEmbedding) {
@@ -465,133 +508,6 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
     return Lost(absl::StrCat(name, ": embedding weights computed from the inputs; not followed"));
   }
   return std::nullopt;
-}
-
-// Calls with tensor-list inputs or outputs: cat / stack, split / chunk / unbind.
-std::optional<Flow> Pass::Pieces(const OpCall& call, const OpTraits& traits, absl::string_view base, bool& done) {
-  const absl::string_view name = N(call.name);
-  const ArgMeta& x = call.arg(0);
-  if (!x.is_tensor()) return std::nullopt;
-  const Flow* fp = Get(x.tensor());
-  if (fp == nullptr) return std::nullopt;
-  const TokenRule rule = traits.token_rule;
-  const bool unbind = rule == TokenRule::kUnbind;
-  const bool split = rule == TokenRule::kSplit;
-  if (!unbind && !split) return std::nullopt;
-  const TensorMeta& in = x.tensor();
-  const size_t dim_arg = unbind ? 1 : 2;
-  const int64_t d = Wrap(call.arg(dim_arg).kind == ArgKind::kInt ? call.arg(dim_arg).to_int() : 0, in.ndim);
-  Flow r = *fp;
-  if (r.lost.empty() && d == r.dim) r = Lost(absl::StrCat(name, " splits the token axis; not followed"));
-  if (r.lost.empty() && r.mixed && call.outputs[0].tensors().size() > 1) r = Lost(absl::StrCat(name, kMixedPart));
-  if (r.lost.empty() && unbind && d < r.dim) --r.dim;
-  for (const TensorMeta& t : call.outputs[0].tensors()) {
-    if (t.defined) Set(t.identity, r);
-  }
-  done = true;
-  return std::nullopt;
-}
-
-bool Pass::SameDeps(const Flow& a, const Flow& b) {
-  if (a.length != b.length || a.deps.size() != b.deps.size()) return false;
-  for (const auto& [source, rows] : a.deps) {
-    auto it = b.deps.find(source);
-    if (it == b.deps.end() || rows->lo != it->second->lo || rows->hi != it->second->hi) return false;
-  }
-  return true;
-}
-
-Flow Pass::Join(const OpCall& call, const TensorMeta& out, absl::string_view base) {
-  const ArgMeta& list = call.arg(0);
-  const int64_t d = call.arg(1).kind == ArgKind::kInt ? call.arg(1).to_int() : 0;
-  const bool stack = base == "stack";
-  const int64_t dim = Wrap(d, stack ? out.ndim : out.ndim);
-  Flow r;
-  bool any = false;
-  if (!stack) {
-    bool along = false;
-    for (const TensorMeta& t : list.tensors()) {
-      const Flow* f = t.defined ? Get(t) : nullptr;
-      along = along || (f != nullptr && f->lost.empty() && f->dim == dim);
-    }
-    if (along) return Along(call, out, dim);
-  }
-  // Pieces that are not all the same one position (a piece of no input
-  // position, or pieces reading different positions) joined along a size-1
-  // dim other than a one-position piece's own: along its token axis or
-  // along another dim, which give different relations and which its place
-  // cannot tell apart (Note [A token axis of one position]).
-  bool alike = true;
-  const Flow* first = nullptr;
-  for (const TensorMeta& t : list.tensors()) {
-    if (!t.defined || t.numel() == 0) continue;
-    const Flow* f = Get(t);
-    if (f == nullptr || !f->lost.empty()) {
-      alike = alike && f != nullptr;
-      continue;
-    }
-    if (first == nullptr) first = f;
-    alike = alike && SameDeps(*f, *first);
-  }
-  for (const TensorMeta& t : list.tensors()) {
-    if (!t.defined) continue;
-    const Flow* f = Get(t);
-    if (f == nullptr) continue;
-    if (!f->lost.empty()) return *f;
-    const bool size_one_here = stack || (t.ndim == out.ndim && t.size(dim) == 1);
-    if (!alike && f->length == 1 && size_one_here && out.size(dim) > 1) {
-      return Lost(absl::StrCat(N(call.name),
-                               " joins one position along a size-1 dim that may be its token axis; "
-                               "not followed"));
-    }
-    int64_t od = f->dim;
-    if (stack) {
-      od += f->dim >= dim ? 1 : 0;
-    } else {
-      od = f->dim + (out.ndim - t.ndim);
-    }
-    if (auto err = Add(r, any, *f, od, out, N(call.name))) return Lost(*err);
-  }
-  // Pieces reading different inputs side by side, along a dim other than the
-  // last: a join on the features (a partial rotary embedding's rotated and
-  // passed features) is left unmarked, as the products after it sum over them.
-  r.mixed = !alike && (stack || dim != out.ndim - 1);
-  return r;
-}
-
-// cat along the token axis (a key/value cache's earlier positions, then
-// this call's): output positions are the inputs' in order; positions of
-// an untracked tensor (held from earlier calls) read none of the inputs.
-Flow Pass::Along(const OpCall& call, const TensorMeta& out, int64_t dim) {
-  Flow r;
-  r.dim = static_cast<int32_t>(dim);
-  r.length = out.size(dim);
-  std::map<int32_t, TokenRows> rows;
-  int64_t offset = 0;
-  for (const TensorMeta& t : call.arg(0).tensors()) {
-    if (!t.defined || t.numel() == 0) continue;  // cat skips empty tensors
-    if (t.ndim != out.ndim) return Lost(absl::StrCat(N(call.name), ": unexpected shapes; not followed"));
-    const Flow* f = Get(t);
-    if (f != nullptr) {
-      if (!f->lost.empty()) return *f;
-      // One position of size 1 along the joined token axis is one position of
-      // it, whatever dim holds it (Note [A token axis of one position]).
-      if (f->dim != dim && !(f->length == 1 && t.size(dim) == 1)) {
-        return Lost(absl::StrCat(N(call.name), " joins token positions with another dim's; not followed"));
-      }
-      for (const auto& [source, d] : f->deps) {
-        auto& into = rows.try_emplace(source, TokenRows::None(r.length)).first->second;
-        for (int64_t k = 0; k < d->rows() && offset + k < r.length; ++k) {
-          into.lo[offset + k] = d->lo[k];
-          into.hi[offset + k] = d->hi[k];
-        }
-      }
-    }
-    offset += t.size(dim);
-  }
-  if (offset != r.length) return Lost(absl::StrCat(N(call.name), ": unexpected shapes; not followed"));
-  for (auto& [source, d] : rows) r.deps[source] = Share(std::move(d));
-  return r;
 }
 
 }  // namespace torchscan::token_flow_internal

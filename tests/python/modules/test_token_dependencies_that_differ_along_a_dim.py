@@ -53,10 +53,7 @@ class Part(nn.Module):
         return _attend(part)
 
 
-@pytest.mark.parametrize("how", [
-    "cat0", "stack1", "split",
-    pytest.param("feat", marks=pytest.mark.xfail(strict=True, reason="a join on the features is not marked (Note "
-                                                 "[Dependencies that differ along another dim])"))])
+@pytest.mark.parametrize("how", ["cat0", "stack1", "feat", "split"])
 def test_a_part_of_a_join_of_different_inputs_is_not_claimed_to_read_both(how):
     # The part holds x's values alone; attention over it makes output i read
     # every position of x ("all") and nothing of y ("none"). The pass keeps
@@ -160,22 +157,16 @@ class JoinsForIt(nn.Module):
         return self.inner(torch.cat([x, y], 0))
 
 
-@pytest.mark.xfail(strict=True, reason="a step's relation is composed with all its input reads; the pass does "
-                   "not know whether the known call took a part of a marked input")
 def test_a_known_call_given_a_join_may_take_a_part_of_it():
     # inner: output i reads all of z ("all"). The root's output is inner's,
     # which reads batch element 0 of the join, x alone: "all" of x, none of
-    # y. Composing inner's relation with everything z reads claims y too.
-    # Losing every step whose input is marked would be honest here, but the
-    # mark is never cleared where a product sums over the marked dim, so
-    # partial rotary embeddings (GPT-NeoX, GPT-J, Phi: rotated and passed
-    # features joined, then attention) would lose every layer after the
-    # first; that waits for the pass to know which dim is marked.
+    # y. Composing inner's relation with everything z reads would claim y
+    # too, so the root is unavailable, naming the step.
     x, y = torch.randn(1, L, E), torch.randn(1, L, E)
     report = torchscan.crawl_module(JoinsForIt().eval(), args=(x, y))
     assert _kinds(_deps(report, "inner")) == {"z": "all"}
     deps = _deps(report)
-    assert deps["status"] == "unavailable", deps
+    assert deps["status"] == "unavailable" and "inner: its input" in deps["reason"], deps
 
 
 class PartialRotaryLayer(nn.Module):
@@ -208,3 +199,54 @@ def test_a_partial_rotary_layer_with_a_fused_gate_is_complete():
     # the gate keep positions: "prefix" for both.
     report = torchscan.crawl_module(PartialRotaryLayer().eval(), args=(torch.randn(1, L, E), torch.randn(1, L, 2)))
     assert _kinds(_deps(report)) == {"x": "prefix", "cos": "prefix"}
+
+
+class MovesTheJoin(nn.Module):
+    """x and y joined on the batch dim (2, L, E), the dims then moved or
+    viewed, and a part taken: (how) 'permuted' moves the joined dim last
+    and slices the features (now dim 0); 'permuted_join' slices the joined
+    dim (now last); 'viewed' splits the features in two and selects one
+    half; 'viewed_join' selects batch element 0 after the view; 'summed'
+    projects the features of a feature join and splits the result's
+    features."""
+
+    def __init__(self, how):
+        super().__init__()
+        torch.manual_seed(0)
+        self.how, self.proj = how, nn.Linear(2 * E, 2 * E)
+
+    def forward(self, x, y):
+        z = torch.cat([x, y], 0)
+        if self.how == "permuted":
+            part = z.permute(2, 1, 0)[: E // 2].permute(2, 1, 0)
+        elif self.how == "permuted_join":
+            part = z.permute(2, 1, 0)[..., :1].permute(2, 1, 0)
+        elif self.how == "viewed":
+            part = z.view(2, L, 2, E // 2)[:, :, 0]
+        elif self.how == "viewed_join":
+            part = z.view(2, L, 2, E // 2)[0]
+        else:
+            part = self.proj(torch.cat([x, y], -1)).chunk(2, -1)[0]
+        return _attend(part)
+
+
+@pytest.mark.parametrize("how,expected", [
+    # A part along dims the join did not mark: batch element 0 of the whole
+    # still reads x and element 1 reads y, and attention makes every output
+    # position read all of both.
+    ("permuted", {"x": "all", "y": "all"}),
+    ("viewed", {"x": "all", "y": "all"}),
+    # The projection sums over the joined features: each output feature reads
+    # x and y at its position, attention then all of both.
+    ("summed", {"x": "all", "y": "all"}),
+    # A part of the joined dim, wherever it moved: x alone, not said.
+    ("permuted_join", None),
+    ("viewed_join", None),
+])
+def test_the_mark_follows_the_joined_dim(how, expected):
+    x, y = torch.randn(1, L, E), torch.randn(1, L, E)
+    deps = _deps(torchscan.crawl_module(MovesTheJoin(how).eval(), args=(x, y)))
+    if expected is None:
+        assert deps["status"] == "unavailable" and "differ" in deps["reason"], deps
+    else:
+        assert _kinds(deps) == expected
