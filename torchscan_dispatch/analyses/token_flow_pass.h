@@ -44,9 +44,10 @@ std::string SdpaMaskProblem(const TokenMask& m);
 // elementwise math, attention keep it), but not once a join (cat, stack)
 // along another dim puts pieces that read different inputs side by side:
 // torch.cat([x, y], 0)[:1] reads x alone. The flow then marks that dim
-// (Flow::mixed, a bit per dim), and the marks follow the dims through every
-// rule: views and permutes move them, elementwise math aligns them from the
-// last dim, and a call that reads a marked dim whole at every element of
+// (Flow::mixed, a bit per dim), as where(condition, x, y) marks the
+// condition's dims of more than one element. The marks follow the dims
+// through every rule: views and permutes move them, elementwise math aligns
+// them from the last dim, and a call that reads a marked dim whole at every element of
 // its output clears it: a product or attention summing over it, a norm,
 // softmax or reduction over it. A call that takes a part of a marked dim
 // (slice, select, split, unbind) loses the flow, with that reason, rather
@@ -247,6 +248,7 @@ class Pass {
 
   // The rules, by operator family (token_flow_rules.cc).
   Flow Elementwise(const OpCall& call, const TensorMeta& out, size_t first_arg = 0);
+  Flow Where(const OpCall& call, const TensorMeta& out);
   Flow Contract(const OpCall& call, const TensorMeta& out, size_t ia, size_t ib, bool linear);
   Flow Reshape(const OpCall& call, const Flow& f, const TensorMeta& in, const TensorMeta& out);
   static int32_t OnePositionPlace(int32_t t, const TensorMeta& in, int32_t e, const TensorMeta& out);

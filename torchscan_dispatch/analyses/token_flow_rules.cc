@@ -354,6 +354,32 @@ Flow Pass::OnePosition(const Flow& f, int32_t dim, absl::string_view name) {
   return r;
 }
 
+// where(condition, a, b): elementwise, but an element reads a or b as the
+// condition's value says: where a and b read different inputs, the
+// condition's dims of more than one element mark the result (Note
+// [Dependencies that differ along another dim]).
+Flow Pass::Where(const OpCall& call, const TensorMeta& out) {
+  Flow r = Elementwise(call, out);
+  if (!r.lost.empty()) return r;
+  r.mixed = AlignedMarks(call, out);
+  marks_done_ = true;
+  const Flow* values[2] = {nullptr, nullptr};
+  for (int k = 0; k < 2; ++k) {
+    const ArgMeta& a = call.arg(k + 1);
+    if (a.is_tensor() && a.tensor().defined) values[k] = Get(a.tensor());
+  }
+  const bool alike =
+      values[0] == nullptr ? values[1] == nullptr : values[1] != nullptr && SameDeps(*values[0], *values[1]);
+  const ArgMeta& c = call.arg(0);
+  if (alike || !c.is_tensor() || !c.tensor().defined) return r;
+  const TensorMeta& cond = c.tensor();
+  for (int64_t k = 0; k < cond.ndim; ++k) {
+    const int64_t d = k + out.ndim - cond.ndim;
+    if (cond.size(k) > 1 && d != r.dim) r.mixed |= DimBit(d);
+  }
+  return r;
+}
+
 // The rule for a call with tracked inputs; nullopt: none (the caller
 // follows its children, if they made its outputs). Rules that make
 // several outputs set them and return `done`.
@@ -370,6 +396,7 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
   const bool in_place = !base.empty() && base.back() == '_' && base != "_";
   const absl::string_view plain = in_place ? base.substr(0, base.size() - 1) : base;
   if (plain == "copy") return Elementwise(call, out, 1);  // copy_(self, src): the result is src
+  if (base == "where") return Where(call, out);
   // The pointwise row is the functional operator's (in place: name without its '_').
   if (in_place ? Has(name.substr(0, name.size() - 1), TokenTrait::kPointwise) : traits.Has(TokenTrait::kPointwise)) {
     return Elementwise(call, out);

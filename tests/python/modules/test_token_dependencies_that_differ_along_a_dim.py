@@ -250,3 +250,33 @@ def test_the_mark_follows_the_joined_dim(how, expected):
         assert deps["status"] == "unavailable" and "differ" in deps["reason"], deps
     else:
         assert _kinds(deps) == expected
+
+
+class Picks(nn.Module):
+    """torch.where with a constant condition that picks x in the first half
+    of the features and y in the second (varies='features'), or x in batch
+    element 0 and y in element 1 of a batch of two (varies='batch'); then
+    the first half or element 0 (part=True), or the whole."""
+
+    def __init__(self, varies, part):
+        super().__init__()
+        self.varies, self.part = varies, part
+
+    def forward(self, x, y):
+        if self.varies == "features":
+            t = torch.where(torch.arange(E) < E // 2, x, y)
+            return _attend(t[..., : E // 2] if self.part else t)
+        t = torch.where(torch.tensor([True, False]).view(2, 1, 1), x.expand(2, L, E), y.expand(2, L, E))
+        return _attend(t[:1] if self.part else t)
+
+
+@pytest.mark.parametrize("varies", ["features", "batch"])
+def test_where_picks_parts_like_a_join(varies):
+    # The part holds x's values alone: "all" of x, none of y, which the pass
+    # cannot say, so unavailable. The whole reads x in some elements and y
+    # in others at every position: attention makes it "all" of both.
+    x, y = torch.randn(1, L, E), torch.randn(1, L, E)
+    deps = _deps(torchscan.crawl_module(Picks(varies, True).eval(), args=(x, y)))
+    assert deps["status"] == "unavailable" and "differ" in deps["reason"], deps
+    whole = _deps(torchscan.crawl_module(Picks(varies, False).eval(), args=(x, y)))
+    assert _kinds(whole) == {"x": "all", "y": "all"}
