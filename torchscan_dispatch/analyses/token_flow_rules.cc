@@ -327,8 +327,9 @@ Flow Pass::Attention(const OpCall& call, const TensorMeta& out, const SdpaArgs& 
   // and one feature of v: q's and k's marks on the features go.
   uint64_t marks = 0;
   for (int n = 0; n < 3; ++n) {
-    if (fs[n] != nullptr)
-      marks |= AlignMarks(fs[n]->mixed & ~DimBit(n < 2 ? ts[n]->ndim - 1 : 64), ts[n]->ndim, out.ndim);
+    if (fs[n] == nullptr) continue;
+    const uint64_t kept = n < 2 ? fs[n]->mixed & ~DimBit(ts[n]->ndim - 1) : fs[n]->mixed;
+    marks |= AlignMarks(kept, ts[n]->ndim, out.ndim);
   }
   marks_done_ = true;
   if (packed_dim >= 0) r = OnePosition(r, packed_dim, name);
@@ -354,23 +355,24 @@ Flow Pass::OnePosition(const Flow& f, int32_t dim, absl::string_view name) {
   return r;
 }
 
-// where(condition, a, b): elementwise, but an element reads a or b as the
-// condition's value says: where a and b read different inputs, the
-// condition's dims of more than one element mark the result (Note
-// [Dependencies that differ along another dim]).
+// where(condition, a, b) and masked_fill(a, condition, b): elementwise, but
+// an element reads a or b as the condition's value says: where a and b read
+// different inputs, the condition's dims of more than one element mark the
+// result (Note [Dependencies that differ along another dim]).
 Flow Pass::Where(const OpCall& call, const TensorMeta& out) {
   Flow r = Elementwise(call, out);
   if (!r.lost.empty()) return r;
   r.mixed = AlignedMarks(call, out);
   marks_done_ = true;
+  const bool fill = N(call.name) != "aten::where";  // masked_fill(a, condition, b)
   const Flow* values[2] = {nullptr, nullptr};
   for (int k = 0; k < 2; ++k) {
-    const ArgMeta& a = call.arg(k + 1);
+    const ArgMeta& a = call.arg(fill ? 2 * k : k + 1);
     if (a.is_tensor() && a.tensor().defined) values[k] = Get(a.tensor());
   }
   const bool alike =
       values[0] == nullptr ? values[1] == nullptr : values[1] != nullptr && SameDeps(*values[0], *values[1]);
-  const ArgMeta& c = call.arg(0);
+  const ArgMeta& c = call.arg(fill ? 1 : 0);
   if (alike || !c.is_tensor() || !c.tensor().defined) return r;
   const TensorMeta& cond = c.tensor();
   for (int64_t k = 0; k < cond.ndim; ++k) {
@@ -396,7 +398,7 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
   const bool in_place = !base.empty() && base.back() == '_' && base != "_";
   const absl::string_view plain = in_place ? base.substr(0, base.size() - 1) : base;
   if (plain == "copy") return Elementwise(call, out, 1);  // copy_(self, src): the result is src
-  if (base == "where") return Where(call, out);
+  if (base == "where" || plain == "masked_fill") return Where(call, out);
   // The pointwise row is the functional operator's (in place: name without its '_').
   if (in_place ? Has(name.substr(0, name.size() - 1), TokenTrait::kPointwise) : traits.Has(TokenTrait::kPointwise)) {
     return Elementwise(call, out);
@@ -482,6 +484,8 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
     if (off < 0 || reps[f.dim + off] != 1) return Lost(absl::StrCat(name, " repeats the token axis; not followed"));
     Flow r = f;
     r.dim = static_cast<int32_t>(f.dim + off);
+    r.mixed = AlignMarks(f.mixed, in.ndim, out.ndim);  // new dims lead
+    marks_done_ = true;
     return r;
   }
   if (rule == TokenRule::kRepeatInterleave) {
@@ -499,7 +503,8 @@ std::optional<Flow> Pass::Rule(const OpCall& call, const OpTraits& traits, absl:
     const int64_t d = dims.empty() ? in.ndim - 1 : dims[0];
     if (d == f.dim) return Lost(absl::StrCat(name, " normalises over the token axis; not followed"));
     Flow r = Elementwise(call, out);
-    r.mixed = AlignedMarks(call, out) & ~DimBit(d);  // each output reads the whole of dim d
+    // A softmax's output reads the whole of dim d; glu's output k reads its input's k and k + half only.
+    r.mixed = AlignedMarks(call, out) & (base == "glu" ? kEveryDim : ~DimBit(d));
     marks_done_ = true;
     return r;
   }

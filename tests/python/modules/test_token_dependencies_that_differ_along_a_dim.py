@@ -280,3 +280,47 @@ def test_where_picks_parts_like_a_join(varies):
     assert deps["status"] == "unavailable" and "differ" in deps["reason"], deps
     whole = _deps(torchscan.crawl_module(Picks(varies, False).eval(), args=(x, y)))
     assert _kinds(whole) == {"x": "all", "y": "all"}
+
+
+class MoreParts(nn.Module):
+    """More ways a join's parts travel: (how) 'values' attends with the join
+    of x and y on the features as the values, then keeps x's features;
+    'glu' gates a join of x, y, x, x on the features (output k reads
+    features k and k + 2E) and keeps the first E; 'masked' adds x to y
+    with y's first half of the features zeroed by masked_fill and keeps that
+    half; 'repeated' repeats a batch join three times on a new leading dim,
+    keeps the first copy and sums it over the batch (reading both)."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+
+    def forward(self, x, y):
+        if self.how == "values":
+            return F.scaled_dot_product_attention(x, x, torch.cat([x, y], -1), is_causal=True)[..., :E]
+        if self.how == "glu":
+            return _attend(F.glu(torch.cat([x, y, x, x], -1), -1)[..., :E])
+        if self.how == "masked":
+            return _attend((x + y.masked_fill(torch.arange(E) < E // 2, 0.0))[..., : E // 2])
+        return _attend(torch.cat([x, y], 0).repeat(3, 1, 1, 1)[:1].sum(1))
+
+
+@pytest.mark.parametrize("how,expected", [
+    # Output i reads values 0..i (causal), x's features alone: "prefix" of
+    # x, none of y: not said, so unavailable.
+    ("values", None),
+    # glu(cat([x, y, x, x]))[..., :E] is x * sigmoid(x): all of x, none of y.
+    ("glu", None),
+    # The kept half is x + 0: all of x, none of y.
+    ("masked", None),
+    # The first copy, summed over the batch, reads x and y at each position:
+    # attention makes it "all" of both.
+    ("repeated", {"x": "all", "y": "all"}),
+])
+def test_marks_through_attention_values_gates_fills_and_repeats(how, expected):
+    x, y = torch.randn(1, L, E), torch.randn(1, L, E)
+    deps = _deps(torchscan.crawl_module(MoreParts(how).eval(), args=(x, y)))
+    if expected is None:
+        assert deps["status"] == "unavailable" and "differ" in deps["reason"], deps
+    else:
+        assert _kinds(deps) == expected
