@@ -81,6 +81,9 @@ inline uint64_t InsertDim(uint64_t marks, int64_t d) {
 // Marks of a view from `in`'s shape to `out`'s: dims grouped where their
 // sizes' products meet; a marked dim marks every dim of its group.
 uint64_t ViewMarks(uint64_t marks, const TensorMeta& in, const TensorMeta& out);
+inline constexpr const char* kPicksPositions =
+    " picks, by a condition that varies along the token axis, between values that read different inputs (the "
+    "condition's values are not recorded); not followed";
 inline constexpr const char* kMixedPart =
     " takes a part of a tensor whose token dependencies differ along that dim (it joins different inputs); "
     "not followed";

@@ -377,7 +377,11 @@ Flow Pass::Where(const OpCall& call, const TensorMeta& out) {
   const TensorMeta& cond = c.tensor();
   for (int64_t k = 0; k < cond.ndim; ++k) {
     const int64_t d = k + out.ndim - cond.ndim;
-    if (cond.size(k) > 1 && d != r.dim) r.mixed |= DimBit(d);
+    if (cond.size(k) <= 1) continue;
+    // Along the token axis, each position reads what the condition's values
+    // (not recorded) pick: no one relation per input.
+    if (d == r.dim) return Lost(absl::StrCat(N(call.name), kPicksPositions));
+    r.mixed |= DimBit(d);
   }
   return r;
 }

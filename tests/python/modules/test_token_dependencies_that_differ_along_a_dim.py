@@ -324,3 +324,29 @@ def test_marks_through_attention_values_gates_fills_and_repeats(how, expected):
         assert deps["status"] == "unavailable" and "differ" in deps["reason"], deps
     else:
         assert _kinds(deps) == expected
+
+
+class PicksPositions(nn.Module):
+    """torch.where (or masked_fill) with a constant condition that varies
+    along the token axis: position 1 takes y, the others x (masked_fill:
+    position 1 of x zeroed, then y added)."""
+
+    def __init__(self, fill):
+        super().__init__()
+        self.fill = fill
+
+    def forward(self, x, y):
+        keep = (torch.arange(L) != 1).view(L, 1)
+        t = x.masked_fill(~keep, 0.0) + y if self.fill else torch.where(keep, x, y)
+        return _attend(t)
+
+
+@pytest.mark.parametrize("fill", [False, True])
+def test_a_condition_along_the_token_axis_is_unavailable(fill):
+    # where: position 1 holds y alone, the others x alone; attention makes
+    # every output read x at positions 0, 2 and 3, which is none of the
+    # relations the schema names ("all" would claim position 1). masked_fill
+    # zeroes x's position 1 before y is added: the same for x. Unavailable.
+    x, y = torch.randn(1, L, E), torch.randn(1, L, E)
+    deps = _deps(torchscan.crawl_module(PicksPositions(fill).eval(), args=(x, y)))
+    assert deps["status"] == "unavailable" and "condition that varies along the token axis" in deps["reason"], deps
