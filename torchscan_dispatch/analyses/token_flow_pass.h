@@ -41,23 +41,25 @@ std::string SdpaMaskProblem(const TokenMask& m);
 // A Flow says what each position of a tensor reads, for all its elements at
 // that position together. That is exact for a part of the tensor too while
 // every element at a position reads the same (the common case: projections,
-// elementwise math, attention keep it), but not once a join (cat, stack)
-// along another dim puts pieces that read different inputs side by side:
+// elementwise math, attention keep it), but not once a join (cat, stack) along
+// another dim puts pieces that read different inputs side by side:
 // torch.cat([x, y], 0)[:1] reads x alone. The flow then marks that dim
-// (Flow::mixed, a bit per dim), as where(condition, x, y) marks the
-// condition's dims of more than one element. The marks follow the dims
-// through every rule: views and permutes move them, elementwise math aligns
-// them from the last dim, and a call that reads a marked dim whole at every element of
-// its output clears it: a product or attention summing over it, a norm,
-// softmax or reduction over it. A call that takes a part of a marked dim
-// (slice, select, split, unbind) loses the flow, with that reason, rather
-// than claiming every piece's inputs. Where the pass cannot follow a mark
-// (a view it cannot group, more than 63 dims), every dim is marked.
-// The whole of a marked tensor keeps its dependencies: a module's output,
-// or a step's, does read every piece. A known module call's output says
-// its marks (TokenFlowResult::mixed), and its step carries them. A step
-// whose input is marked is lost: its relation was found with that input as
-// a source read alike throughout, and the call may have taken a part of it.
+// (Flow::mixed, a bit per dim), as where(condition, x, y) marks the condition's
+// dims of more than one element (along the token axis, where each position
+// reads what the condition's values pick, it is lost). The marks follow the
+// dims through every rule: views and permutes move them, elementwise math
+// aligns them from the last dim, and a call that reads a marked dim whole at
+// every element of its output clears it: a product or attention summing over
+// it, a norm, softmax or reduction over it. A call that takes a part of a
+// marked dim (slice, select, split, unbind) loses the flow, with that reason,
+// rather than claiming every piece's inputs. Where the pass cannot follow a
+// mark (a view it cannot group, more than 63 dims), every dim is marked. The
+// whole of a marked tensor keeps its dependencies: a module's output, or a
+// step's, does read every piece. A known module call's output says its marks
+// (TokenFlowResult::mixed), and its step carries them. A step whose input is
+// marked is lost: its relation was found with that input as a source read alike
+// throughout, and the call may have taken a part of it.
+
 inline constexpr uint64_t kEveryDim = ~uint64_t{0};
 inline uint64_t DimBit(int64_t d) { return d >= 0 && d < 64 ? uint64_t{1} << d : kEveryDim; }
 inline bool Marked(uint64_t marks, int64_t d) { return (marks & DimBit(d)) != 0; }
