@@ -22,6 +22,17 @@ def _kinds(deps):
     return {s["arguments"][0]: s["relation"]["kind"] for s in deps["sources"]}
 
 
+def _expect(model, expected):
+    """expected: the relation kinds by source, or None for unavailable with
+    a reason that the dependencies differ."""
+    x, y = torch.randn(1, L, E), torch.randn(1, L, E)
+    deps = _deps(torchscan.crawl_module(model.eval(), args=(x, y)))
+    if expected is None:
+        assert deps["status"] == "unavailable" and "differ" in deps["reason"], deps
+    else:
+        assert _kinds(deps) == expected
+
+
 def _attend(t):
     # Self-attention over dim -2 without projections: output i reads every
     # position of t (no mask, no causality): relation "all" to what t reads.
@@ -244,12 +255,7 @@ class MovesTheJoin(nn.Module):
     ("viewed_join", None),
 ])
 def test_the_mark_follows_the_joined_dim(how, expected):
-    x, y = torch.randn(1, L, E), torch.randn(1, L, E)
-    deps = _deps(torchscan.crawl_module(MovesTheJoin(how).eval(), args=(x, y)))
-    if expected is None:
-        assert deps["status"] == "unavailable" and "differ" in deps["reason"], deps
-    else:
-        assert _kinds(deps) == expected
+    _expect(MovesTheJoin(how), expected)
 
 
 class Picks(nn.Module):
@@ -318,12 +324,7 @@ class MoreParts(nn.Module):
     ("repeated", {"x": "all", "y": "all"}),
 ])
 def test_marks_through_attention_values_gates_fills_and_repeats(how, expected):
-    x, y = torch.randn(1, L, E), torch.randn(1, L, E)
-    deps = _deps(torchscan.crawl_module(MoreParts(how).eval(), args=(x, y)))
-    if expected is None:
-        assert deps["status"] == "unavailable" and "differ" in deps["reason"], deps
-    else:
-        assert _kinds(deps) == expected
+    _expect(MoreParts(how), expected)
 
 
 class PicksPositions(nn.Module):
