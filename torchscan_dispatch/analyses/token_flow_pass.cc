@@ -345,8 +345,12 @@ int64_t Pass::VisitCall(int64_t i, int64_t end, const OpInfo& info, const OpCall
   visiting_ = i;
   const Event& e = events_[i];
   const int64_t next = SubtreeEnd(i, end);
-  bool tracked = false;
-  EachTensor(call.args, [&](const TensorMeta& t) { tracked = Get(t) != nullptr || tracked; });
+  bool tracked = false, marked = false;  // marked: some input's flow has marks (most have none)
+  EachTensor(call.args, [&](const TensorMeta& t) {
+    const Flow* f = Get(t);
+    tracked = tracked || f != nullptr;
+    marked = marked || (f != nullptr && f->mixed != 0);
+  });
   const absl::string_view name = N(call.name);
   const absl::string_view base = absl::StartsWith(name, "aten::") ? name.substr(6) : name;
   if (!tracked || info.traits.Has(TokenTrait::kShapeOnly)) {
@@ -368,7 +372,7 @@ int64_t Pass::VisitCall(int64_t i, int64_t end, const OpInfo& info, const OpCall
     const TensorMeta& out = call.outputs[0].tensor();
     // Rules that move or clear dims set the marks; the others keep their
     // inputs' (Note [Dependencies that differ along another dim]).
-    if (f->lost.empty() && !marks_done_) f->mixed |= AlignedMarks(call, out);
+    if (marked && f->lost.empty() && !marks_done_) f->mixed |= AlignedMarks(call, out);
     if (f->lost.empty() && (f->dim < 0 || f->dim >= out.ndim || out.size(f->dim) != f->length)) {
       f = Lost(absl::StrCat(name, ": internal mismatch of the token axis; not followed"));
     }
