@@ -262,6 +262,7 @@ class Pass {
   static Flow OnePosition(const Flow& f, int32_t dim, absl::string_view name);
   // `traits`: the operator's row (the catalog's cached OpTraits).
   std::optional<Flow> Rule(const OpCall& call, const OpTraits& traits, absl::string_view base, bool& done);
+  // Pieces and joins (token_flow_joins.cc).
   std::optional<Flow> Pieces(const OpCall& call, const OpTraits& traits, absl::string_view base, bool& done);
   static bool SameDeps(const Flow& a, const Flow& b);
   Flow Join(const OpCall& call, const TensorMeta& out, absl::string_view base);
