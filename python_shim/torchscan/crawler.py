@@ -370,7 +370,7 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
                 handlers.add_hooks(calls, pause)
             _eval(module, modules)
             torch._C._set_grad_enabled(False)
-            scan._run(module, call_args, call_kwargs)
+            scan._run(module if flow is None else _then(module, flow.finish), call_args, call_kwargs)
             if handlers is None:
                 _prepare_streams(scan, handle, calls, mode)
         finally:
@@ -390,6 +390,17 @@ def _crawl_module(module, input_shape, *, args, kwargs, mode, strict, dtype, dev
             for e in report["trace"]["traceEvents"]:
                 e.get("args", {}).pop("flops", None)
     return report
+
+
+def _then(module: nn.Module, finish: Callable[[], None]) -> Callable:
+    """Calls module, then finish() (the token relations, asked once the
+    forward returned and while the scan still runs: Note [Token relations
+    asked after the forward] in token_flow.py)."""
+    def call(*args, **kwargs):
+        output = module(*args, **kwargs)
+        finish()
+        return output
+    return call
 
 
 def _prepare_streams(scan: FlopScan, handle: int, calls: list, mode: str) -> None:

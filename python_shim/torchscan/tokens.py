@@ -542,33 +542,47 @@ def _json_answer(req: dict) -> dict:
     return json.loads(Session.token_flow(json.dumps(req)))
 
 
-def analyse(module: nn.Module, args: tuple, kwargs: dict, reads=None, memo: Optional[dict] = None) -> tuple:
-    """(token_dependencies object, reason when unavailable or None, the
-    sources' tensor identities); reads as request's, memo as _ask_in_words'."""
-    base = {"scope": "module_call", "method": METHOD, "assumptions": list(ASSUMPTIONS)}
+def request_of(module: nn.Module, args: tuple, kwargs: dict, reads=None):
+    """request()'s request for this call of a native layer, or the reason (a
+    str) why there is none; answer_of gives the layer's token dependencies
+    for it. The call's masks are read here: their values are those of this
+    moment. reads as request's."""
     grad = torch.is_grad_enabled()  # a crawl runs without: no guard to enter then
     try:
         if grad:
             torch._C._set_grad_enabled(False)
         try:
-            req = request(module, args, kwargs, reads)
-            answer = _ask_in_words(req, memo)
-            if answer is None:
-                answer = _json_answer(req)
+            return request(module, args, kwargs, reads)
         finally:
             if grad:
                 torch._C._set_grad_enabled(True)
     except _Unbound as e:
-        reason = str(e)
+        return str(e)
     except Exception as e:  # noqa: BLE001 - never fails the crawl; said in the report
-        reason = f"the analysis failed ({type(e).__name__}: {e})"
+        return f"the analysis failed ({type(e).__name__}: {e})"
+
+
+def answer_of(req, memo: Optional[dict] = None) -> tuple:
+    """(token_dependencies object, reason when unavailable or None, the
+    sources' tensor identities) for request_of's request or reason; memo as
+    _ask_in_words'."""
+    base = {"scope": "module_call", "method": METHOD, "assumptions": list(ASSUMPTIONS)}
+    if isinstance(req, str):
+        reason = req
     else:
-        if answer["status"] == "complete":
-            sources = [{"arguments": s["arguments"], "sequence_axis": s["sequence_axis"], "length": s["length"],
-                        "relation": s["relation"]} for s in answer["sources"]]
-            deps = {"status": "complete", **base, "output": answer["output"], "sources": sources}
-            return deps, None, [s["identity"] for s in answer["sources"]]
-        reason = answer["reason"]
+        try:
+            answer = _ask_in_words(req, memo)
+            if answer is None:
+                answer = _json_answer(req)
+        except Exception as e:  # noqa: BLE001 - never fails the crawl; said in the report
+            reason = f"the analysis failed ({type(e).__name__}: {e})"
+        else:
+            if answer["status"] == "complete":
+                sources = [{"arguments": s["arguments"], "sequence_axis": s["sequence_axis"], "length": s["length"],
+                            "relation": s["relation"]} for s in answer["sources"]]
+                deps = {"status": "complete", **base, "output": answer["output"], "sources": sources}
+                return deps, None, [s["identity"] for s in answer["sources"]]
+            reason = answer["reason"]
     return {"status": "unavailable", **base, "reason": reason}, reason, []
 
 

@@ -129,7 +129,7 @@ def test_closing_a_scope_and_the_native_query_answer_as_the_json_query(name, mod
         by_json = json.loads(token_flow._session().token_flow(json.dumps(
             {"query": "masks", "scope": scope, "path": path})))
         assert ran == (by_json["attention"] or bool(by_json.get("softmax"))), (name, path)
-        steps = [s for s, _ in self._steps if s > scope]
+        steps = [s for s in self._taken if s > scope]  # the calls inside taken so far (known calls to be)
         for known in ((), steps) if ran else ():  # the whole scope, and outside its known calls
             native = native_found(self, path, scope, known)
             expected = json.loads(token_flow._session().token_flow(json.dumps(
@@ -201,9 +201,9 @@ def test_a_request_as_words_is_answered_as_the_json_request(name, model, options
     ask = token_flow._WordRequests.ask
     asked = []
 
-    def both(self, scope, path, out, sources, steps, masks=()):
-        answer = ask(self, scope, path, out, sources, steps, masks)
-        request = {"scope": scope, "path": path, "output": out._cdata, "output_sizes": list(out.shape),
+    def both(self, scope, path, out, sizes, sources, steps, masks=()):
+        answer = ask(self, scope, path, out, sizes, sources, steps, masks)
+        request = {"scope": scope, "path": path, "output": out, "output_sizes": sizes,
                    "inputs": [{"identity": s["identity"], "source": k, "axis": s["sequence_axis"],
                                "length": s["length"]} for k, s in enumerate(sources)],
                    "masks": list(masks), "steps": steps}
@@ -213,7 +213,7 @@ def test_a_request_as_words_is_answered_as_the_json_request(name, model, options
             bool(by_json.pop("explicit_attention", False)), (name, path)
         assert answer == by_json, (name, path)
         asked.append((path, answer["status"], any("reason" in s for s in steps), [m.get("problem") for m in masks]))
-        return ask(self, scope, path, out, sources, steps, masks)
+        return ask(self, scope, path, out, sizes, sources, steps, masks)
 
     monkeypatch.setattr(token_flow._WordRequests, "ask", both)
     torchscan.crawl_module(model, **options)

@@ -1,0 +1,101 @@
+"""Token relations asked once the forward returned (Note [Token relations
+asked after the forward] in python_shim/torchscan/token_flow.py): each call's
+masks are read as they were when it ran, and a call inside that turns out
+to have no relation leaves the enclosing call's answer as it was when
+every request was asked right after its call. Expected relations are
+derived by hand in the comments."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchscan
+from torchscan import token_flow
+
+E, L = 4, 5  # features; positions
+
+
+def _layer(report, path):
+    return next(layer for layer in report["layers"] if layer["path"] == path)
+
+
+def _kinds(deps):
+    assert deps["status"] == "complete", deps
+    return {s["arguments"][0]: s["relation"]["kind"] for s in deps["sources"]}
+
+
+class Attend(nn.Module):
+    def forward(self, x, mask):
+        return F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+
+
+class ChangesTheMaskAfterwards(nn.Module):
+    """Runs attention with a causal mask, then makes the mask let every key
+    through once the attention call has returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.attend = Attend()
+
+    def forward(self, x):
+        mask = torch.ones(L, L, dtype=torch.bool).tril()
+        y = self.attend(x, mask)
+        mask.fill_(True)
+        return y + 0
+
+
+def test_a_mask_written_after_its_call_returned_is_read_as_the_call_ran_with_it():
+    # When `attend` ran, its boolean mask let query i through to keys 0..i
+    # (tril): output i reads positions 0..i of x, the relation "prefix". The
+    # root takes that call as one step and adds a constant: "prefix" too.
+    # Read once the forward returned, the mask would let every key through
+    # ("all").
+    report = torchscan.crawl_module(ChangesTheMaskAfterwards().eval(), args=(torch.randn(1, L, E),))
+    assert _kinds(_layer(report, "attend")["token_dependencies"]) == {"x": "prefix"}
+    assert _kinds(_layer(report, "")["token_dependencies"]) == {"x": "prefix"}
+
+
+class Softmax(nn.Module):
+    def forward(self, scores):
+        return scores.softmax(-1)
+
+
+class ExplicitAttention(nn.Module):
+    """Attention written with products; its softmax is a module of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.softmax = Softmax()
+
+    def forward(self, x):
+        scores = x @ x.transpose(-1, -2)
+        return self.softmax(scores) @ x
+
+
+def test_a_softmax_call_that_is_no_attention_leaves_the_enclosing_answer_as_it_was():
+    # `softmax` ran a softmax and no attention: asked, its answer shows no
+    # product of two token-indexed tensors, so it has no relation and is no
+    # known call of the root. The root's own calls multiply x by its
+    # transpose (two token axes in one product): attention written with
+    # products, which the analysis says it does not follow. The root's
+    # flags were read without `softmax`'s calls (a known call to be) and
+    # are read again over them.
+    report = torchscan.crawl_module(ExplicitAttention().eval(), args=(torch.randn(1, L, E),))
+    assert "token_dependencies" not in _layer(report, "softmax")
+    deps = _layer(report, "")["token_dependencies"]
+    assert deps["status"] == "unavailable" and "explicit products" in deps["reason"], deps
+
+
+def test_the_requests_are_asked_after_the_forward_returned(monkeypatch):
+    model = ChangesTheMaskAfterwards().eval()
+    returned, asked = [], []
+    model.register_forward_hook(lambda *_: returned.append(True))
+    ask = token_flow._WordRequests.ask
+
+    def noted(self, *args, **kwargs):
+        asked.append(bool(returned))
+        return ask(self, *args, **kwargs)
+
+    monkeypatch.setattr(token_flow._WordRequests, "ask", noted)
+    report = torchscan.crawl_module(model, args=(torch.randn(1, L, E),))
+    assert asked and all(asked), asked  # both calls', once the root's forward was over
+    assert _layer(report, "")["token_dependencies"]["status"] == "complete"
