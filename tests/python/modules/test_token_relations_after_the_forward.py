@@ -4,6 +4,7 @@ masks are read as they were when it ran, and a call inside that turns out
 to have no relation leaves the enclosing call's answer as it was when
 every request was asked right after its call. Expected relations are
 derived by hand in the comments."""
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -99,3 +100,26 @@ def test_the_requests_are_asked_after_the_forward_returned(monkeypatch):
     report = torchscan.crawl_module(model, args=(torch.randn(1, L, E),))
     assert asked and all(asked), asked  # both calls', once the root's forward was over
     assert _layer(report, "")["token_dependencies"]["status"] == "complete"
+
+
+def test_an_interrupt_while_the_relations_are_asked_leaves_nothing_behind(monkeypatch):
+    model = ChangesTheMaskAfterwards().train()
+    x = torch.randn(1, L, E)
+    expected = torchscan.crawl_module(model, args=(x,))
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(token_flow._WordRequests, "ask", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            torchscan.crawl_module(model, args=(x,))
+    for module in model.modules():
+        assert module.training  # restored
+        assert not module._forward_pre_hooks and not module._forward_hooks
+    # Recording is neither paused nor left running: the next crawl counts
+    # and analyses as the first did.
+    again = torchscan.crawl_module(model, args=(x,))
+    assert [(l["path"], l["metrics"], l.get("token_dependencies")) for l in again["layers"]] == \
+        [(l["path"], l["metrics"], l.get("token_dependencies")) for l in expected["layers"]]
+    assert again["totals"] == expected["totals"]
