@@ -239,12 +239,14 @@ def _relation(rel: dict) -> dict:
 #
 # Which calls become known calls (steps) of an enclosing one is known only
 # from their answers. The post-hook takes every call it analyses as one,
-# except a call with no output tensor or whose analysis failed there. The one kind of call that may turn
-# out not to be one (a softmax with no attention, that its answer shows to
-# be no attention written with products) ran no attention, so it holds no
-# mask the enclosing call's request could need. The enclosing call's
-# attention and softmax flags, which the post-hook read without it, are
-# asked again in that case.
+# except a call with no output tensor or whose analysis failed there. The
+# one kind of call that may turn out not to be one (a softmax with no
+# attention, that its answer shows to be no attention written with
+# products) ran no attention, so it holds no mask the enclosing call's
+# request could need. The enclosing call's attention and softmax flags,
+# which the post-hook read without it, are asked again in that case. A
+# call whose request fails when asked is no known call either; an enclosing
+# call that needs a mask its attention ran with is then unavailable.
 
 
 class TokenFlow:
@@ -421,15 +423,9 @@ class TokenFlow:
                         continue
                     result, step = answer
                 else:  # _FAILED
-                    reason = call[3]
-                    result = ({"status": "unavailable", "scope": "module_call", "method": METHOD,
-                               "assumptions": list(ASSUMPTIONS), "reason": reason}, reason)
-                    step = None
+                    result, step = _unavailable(call[3]), None
             except Exception as e:  # noqa: BLE001 - never fails the crawl; said in the report
-                reason = f"the analysis failed ({type(e).__name__}: {e})"
-                result = ({"status": "unavailable", "scope": "module_call", "method": METHOD,
-                           "assumptions": list(ASSUMPTIONS), "reason": reason}, reason)
-                step = None
+                result, step = _unavailable(f"the analysis failed ({type(e).__name__}: {e})"), None
             self.results[index] = result
             # The calls inside this one are taken by it from now on.
             self._steps = [(s, st) for s, st in self._steps if s < scope]
@@ -520,3 +516,9 @@ class TokenFlow:
 
 # What TokenFlow.after() took of a call, by kind (the first item of each).
 _NATIVE, _CUSTOM, _FAILED = "native", "custom", "failed"
+
+
+def _unavailable(reason: str) -> tuple:
+    """A call's result (token_dependencies, reason) when its analysis failed."""
+    return {"status": "unavailable", "scope": "module_call", "method": METHOD, "assumptions": list(ASSUMPTIONS),
+            "reason": reason}, reason

@@ -123,3 +123,36 @@ def test_an_interrupt_while_the_relations_are_asked_leaves_nothing_behind(monkey
     assert [(l["path"], l["metrics"], l.get("token_dependencies")) for l in again["layers"]] == \
         [(l["path"], l["metrics"], l.get("token_dependencies")) for l in expected["layers"]]
     assert again["totals"] == expected["totals"]
+
+
+def test_a_call_whose_analysis_fails_is_unavailable_and_the_crawl_goes_on(monkeypatch):
+    # A failure while the post-hook takes the call, then one while its
+    # relation is asked: each makes that call's tokens unavailable, saying
+    # so, and neither fails the crawl or changes its counts.
+    x = torch.randn(1, L, E)
+    expected = torchscan.crawl_module(ChangesTheMaskAfterwards().eval(), args=(x,))
+    named, ask = token_flow._named_tensors, token_flow._WordRequests.ask
+
+    def named_fails(module, args, kwargs):
+        if isinstance(module, Attend):
+            raise RuntimeError("no names")
+        return named(module, args, kwargs)
+
+    def ask_fails(self, scope, path, *args, **kwargs):
+        if path == "attend":
+            raise ValueError("no answer")
+        return ask(self, scope, path, *args, **kwargs)
+
+    for name, replacement, why in (("_named_tensors", named_fails, "RuntimeError: no names"),
+                                   ("ask", ask_fails, "ValueError: no answer")):
+        with monkeypatch.context() as m:
+            m.setattr(token_flow if name == "_named_tensors" else token_flow._WordRequests, name, replacement)
+            report = torchscan.crawl_module(ChangesTheMaskAfterwards().eval(), args=(x,))
+        deps = _layer(report, "attend")["token_dependencies"]
+        assert deps["status"] == "unavailable" and deps["reason"] == f"the analysis failed ({why})", deps
+        assert any(d["code"] == "token_dependencies_unavailable" and d["path"] == "attend"
+                   for d in report["diagnostics"])
+        # The root is no longer told what `attend` reads: its own pass meets
+        # the attention, whose mask the root made inside (unknown to it).
+        assert _layer(report, "")["token_dependencies"]["status"] == "unavailable"
+        assert report["totals"] == expected["totals"]
