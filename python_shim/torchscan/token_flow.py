@@ -476,7 +476,6 @@ class TokenFlow:
         explicit_only = not attention and not inside
         if explicit_only and (not softmax or shown is None or shown[1] is None):
             return None
-        base = {"scope": "module_call", "method": METHOD, "assumptions": list(ASSUMPTIONS)}
         if shown is None:
             reason = "the call returned no tensor"
         elif shown[1] is None:
@@ -498,7 +497,8 @@ class TokenFlow:
                 relations = {s["source"]: s["relation"] for s in answer["sources"]}
                 listed = [{"arguments": s["arguments"], "sequence_axis": s["sequence_axis"], "length": s["length"],
                            "relation": relations[k]} for k, s in enumerate(sources)]
-                deps = {"status": "complete", **base,
+                deps = {"status": "complete", "scope": "module_call", "method": METHOD,
+                        "assumptions": list(ASSUMPTIONS),
                         "output": {"sequence_axis": answer["output_axis"], "length": answer["output_length"]},
                         "sources": listed}
                 step = {"scope": scope, "output": out, "output_axis": answer["output_axis"],
@@ -509,16 +509,19 @@ class TokenFlow:
                     step["mixed"] = answer["mixed"]
                 return (deps, None), step
             reason = answer["reason"]
-        deps = {"status": "unavailable", **base, "reason": reason}
         step = {"scope": scope, "output": shown[0], "reason": reason} if shown is not None else None
-        return (deps, reason), step
+        return _unavailable(reason), step
 
 
-# What TokenFlow.after() took of a call, by kind (the first item of each).
+# What TokenFlow.after() took of a call, a tuple by kind (its first item):
+# (_NATIVE, index, scope, request_of's request or reason, output identity or None);
+# (_CUSTOM, index, scope, path, output (identity, sizes or None) or None,
+#  sources, mask summaries, (attention, softmax) flags, whether calls were taken inside);
+# (_FAILED, index, scope, reason).
 _NATIVE, _CUSTOM, _FAILED = "native", "custom", "failed"
 
 
 def _unavailable(reason: str) -> tuple:
-    """A call's result (token_dependencies, reason) when its analysis failed."""
+    """A call's result (token_dependencies, reason) when its tokens are unavailable."""
     return {"status": "unavailable", "scope": "module_call", "method": METHOD, "assumptions": list(ASSUMPTIONS),
             "reason": reason}, reason
