@@ -172,53 +172,112 @@ def _batch_first(module: nn.Module):
 _PLAIN = (bool, int, float, str, type(None))  # values that hold no tensor
 
 
-def _named_tensors(module: nn.Module, args: tuple, kwargs: dict) -> list:
-    """[(argument name, tensor)] of the call, names from forward's signature
-    as Signature.bind gives them (by position, then "args[i]" and the
-    keywords where bind refuses the call)."""
+def _value_tensors(value) -> Sequence[torch.Tensor]:
+    """The tensors of one argument value, as tree_flatten finds them."""
+    Tensor = torch.Tensor
+    if type(value) is Tensor:  # the common case, without tree_flatten's cost
+        return (value,)
+    if isinstance(value, _PLAIN):
+        return ()
+    if type(value) is tuple and all(type(v) is Tensor for v in value):  # rotary (cos, sin), ...
+        return value
+    if type(value) not in SUPPORTED_NODES and not isinstance(value, (tuple, Tensor)):
+        # A pytree leaf that is no tensor (a key/value cache object): what
+        # tree_flatten would find, without its cost. (Tuples are checked
+        # there: a named tuple is a node without its own entry.)
+        return ()
+    flat, _ = tree_flatten(value)
+    return [t for t in flat if isinstance(t, Tensor)]
+
+
+def _argument_tensors(args: tuple, kwargs: dict, take=None) -> dict:
+    """{where: items}: for each argument holding tensors (where: its index
+    in args, or its keyword), take(tensor) of each of them (the tensor
+    itself without take)."""
+    found: dict = {}
+    Tensor = torch.Tensor
+    for where, value in (*enumerate(args), *kwargs.items()):
+        if type(value) is Tensor:
+            found[where] = (value if take is None else take(value),)
+        elif value is not None:
+            ts = _value_tensors(value)
+            if ts:
+                found[where] = tuple(ts) if take is None else tuple(take(t) for t in ts)
+    return found
+
+
+def _named(module: nn.Module, count: int, keywords: tuple, found: dict) -> list:
+    """[(argument name, item)] of the items _argument_tensors found in a call
+    with `count` positional arguments and these keywords, names from
+    forward's signature as Signature.bind gives them (by position, then
+    "args[i]" and the keywords where bind refuses the call); an argument
+    holding several tensors names them name[k], in tree_flatten's order."""
     plan = None
     try:
-        plan = tokens.binding(tokens.signature(module), len(args), tuple(kwargs))
+        plan = tokens.binding(tokens.signature(module), count, keywords)
     except (TypeError, ValueError):  # no signature
         pass
     if plan is None:
-        items = [(f"args[{i}]", v) for i, v in enumerate(args)] + list(kwargs.items())
-    else:
-        items = [(name, args[where] if type(where) is int else kwargs[where]) for name, where in plan]
+        plan = [(f"args[{i}]", i) for i in range(count)] + [(k, k) for k in keywords]
     out = []
-    Tensor = torch.Tensor
-    for name, value in items:
-        if type(value) is Tensor:  # the common case, without tree_flatten's cost
-            out.append((name, value))
+    for name, where in plan:
+        items = found.get(where)
+        if items is None:
             continue
-        if isinstance(value, _PLAIN):
-            continue
-        if type(value) is tuple and value and all(type(v) is Tensor for v in value):  # rotary (cos, sin), ...
-            out.extend(((name if len(value) == 1 else f"{name}[{k}]", t) for k, t in enumerate(value)))
-            continue
-        if type(value) not in SUPPORTED_NODES and not isinstance(value, (tuple, Tensor)):
-            # A pytree leaf that is no tensor (a key/value cache object): what
-            # tree_flatten would find, without its cost. (Tuples are checked
-            # there: a named tuple is a node without its own entry.)
-            continue
-        flat, _ = tree_flatten(value)
-        ts = [t for t in flat if isinstance(t, torch.Tensor)]
-        for k, t in enumerate(ts):
-            out.append((name if len(ts) == 1 else f"{name}[{k}]", t))
+        if len(items) == 1:
+            out.append((name, items[0]))
+        else:
+            out.extend((f"{name}[{k}]", item) for k, item in enumerate(items))
     return out
 
 
-def _axis(t: torch.Tensor, batch_first):
-    """The token axis of an input tensor, or None (a mask, a constant)."""
-    if t.is_nested or t.dtype == torch.bool:
+def _named_tensors(module: nn.Module, args: tuple, kwargs: dict) -> list:
+    """[(argument name, tensor)] of the call (_named's names)."""
+    return _named(module, len(args), tuple(kwargs), _argument_tensors(args, kwargs))
+
+
+def _metadata(t: torch.Tensor) -> tuple:
+    """What the sources need of an argument tensor: (identity, dtype, sizes or None for a nested tensor)."""
+    return t._cdata, t.dtype, None if t.is_nested else t.shape
+
+
+def _axis(dtype: torch.dtype, sizes, batch_first):
+    """The token axis of an input tensor with this dtype and these sizes
+    (None: nested), or None (a mask, a constant)."""
+    if sizes is None or dtype == torch.bool:
         return None
-    if t.is_floating_point() or t.is_complex():
-        if t.dim() < 2:
+    dim = len(sizes)
+    if dtype.is_floating_point or dtype.is_complex:
+        if dim < 2:
             return None
-        if batch_first is not None and t.dim() == 3:
+        if batch_first is not None and dim == 3:
             return 1 if batch_first else 0
-        return t.dim() - 2
-    return t.dim() - 1 if t.dim() >= 1 else None
+        return dim - 2
+    return dim - 1 if dim >= 1 else None
+
+
+def _sources(module: nn.Module, named: list, mask_ids) -> list:
+    """The call's sources from [(argument name, _metadata)]: arguments with
+    a token axis that are no mask, identical tensors as one source."""
+    batch_first = _batch_first(module)
+    sources: list = []
+    by_identity: Dict[int, int] = {}
+    for name, (identity, dtype, sizes) in named:
+        axis = _axis(dtype, sizes, batch_first)
+        if axis is None or identity in mask_ids or "mask" in name.lower():
+            continue
+        if identity in by_identity:
+            sources[by_identity[identity]]["arguments"].append(name)
+            continue
+        by_identity[identity] = len(sources)
+        sources.append({"arguments": [name], "sequence_axis": axis, "length": int(sizes[axis]), "identity": identity})
+    return sources
+
+
+class _Arguments(tuple):
+    """A call's argument tensors as the post-hook took them, named when the
+    relations are asked: (module, positional count, keywords,
+    _argument_tensors of _metadata)."""
 
 
 def _relation(rel: dict) -> dict:
@@ -229,13 +288,18 @@ def _relation(rel: dict) -> dict:
 # The engine's pass reads only what a module call recorded, between its
 # scope's first and last calls, so its answer does not depend on when it is
 # asked, as long as the scan still runs. What the pass cannot read is taken
-# in the post-hook: the call's tensors' identities and shapes, and its masks'
-# values, which a later call may change (a mask is read as it was when its
-# attention ran). The requests themselves are asked once the forward
-# returned, in call order. Asked between the module calls, each one evicted
-# the forward's data and code from the caches and found its own cold: in one
-# process, alternating crawls, asking them afterwards took 4-6% off the
-# crawls of BERT, T5, a Llama decode step and nn.TransformerEncoder.
+# in the post-hook: the call's tensors' identities, dtypes and shapes, and
+# its masks' values, which a later call may change (a mask is read as it was
+# when its attention ran). The rest waits for the forward to return: the
+# arguments' names (forward's signature) and which of them are sources (for
+# a call whose masks were read, they are needed to tell the masks apart and
+# are found in the post-hook), then the requests themselves, in call order.
+# Asked between the module calls, each request evicted the forward's data
+# and code from the caches and found its own cold: in one process,
+# alternating crawls, asking them afterwards took 4-6% off the crawls of
+# BERT, T5, a Llama decode step and nn.TransformerEncoder. Naming the
+# arguments afterwards too halved the post-hook's time on BERT (about 1% of
+# its crawl).
 #
 # Which calls become known calls (steps) of an enclosing one is known only
 # from their answers. The post-hook takes every call it analyses as one,
@@ -335,7 +399,10 @@ class TokenFlow:
                 found = None
             if found is not None and not found["attention"] and not found.get("softmax") and not inside:
                 return
-        if self._pause is None:
+        # The pause only where tensor work runs: a native layer's request, or
+        # a call whose masks are read (most calls have none; the others take
+        # only their tensors' identities and shapes).
+        if self._pause is None or not (native or found is None or found["masks"]):
             self._take(module, path, scope, index, args, kwargs, output, native, found, inside)
         else:
             with self._pause:
@@ -376,24 +443,16 @@ class TokenFlow:
         if explicit_only and not found.get("softmax"):
             return None
         out = self._primary(output)
-        named = _named_tensors(module, args, kwargs)
-        masks = found_masks(module, named, found["masks"], self._mask_reads, self._tree)
-        mask_ids = {m["identity"] for m in masks}
-        batch_first = _batch_first(module)
-        sources: list = []
-        by_identity: Dict[int, int] = {}
-        for name, t in named:
-            axis = _axis(t, batch_first)
-            if axis is None or t._cdata in mask_ids or "mask" in name.lower():
-                continue
-            if t._cdata in by_identity:
-                sources[by_identity[t._cdata]]["arguments"].append(name)
-                continue
-            by_identity[t._cdata] = len(sources)
-            sources.append({"arguments": [name], "sequence_axis": axis, "length": int(t.shape[axis]),
-                            "identity": t._cdata})
         if explicit_only and (out is None or out.is_nested):
             return None
+        masks: list = []
+        if found["masks"]:  # read now, as the attention ran with them; the sources with them
+            named = _named_tensors(module, args, kwargs)
+            masks = found_masks(module, named, found["masks"], self._mask_reads, self._tree)
+            sources: Any = _sources(module, [(name, _metadata(t)) for name, t in named],
+                                    {m["identity"] for m in masks})
+        else:  # named when the relation is asked
+            sources = _Arguments((module, len(args), tuple(kwargs), _argument_tensors(args, kwargs, _metadata)))
         # The output: None (no tensor), else its identity and its sizes (None for a nested tensor).
         shown = None if out is None else (out._cdata, None if out.is_nested else list(out.shape))
         flags = (found["attention"], bool(found.get("softmax")))
@@ -482,6 +541,9 @@ class TokenFlow:
             reason = "the output is a nested tensor: no rectangular token axis"
         else:
             out, sizes = shown
+            if type(sources) is _Arguments:
+                module, count, keywords, tensors = sources
+                sources = _sources(module, _named(module, count, keywords, tensors), ())
             answer = None
             if self._words is not None:
                 answer = self._words.ask(scope, path, out, sizes, sources, inside, masks)

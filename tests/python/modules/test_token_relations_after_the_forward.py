@@ -156,3 +156,54 @@ def test_a_call_whose_analysis_fails_is_unavailable_and_the_crawl_goes_on(monkey
         # the attention, whose mask the root made inside (unknown to it).
         assert _layer(report, "")["token_dependencies"]["status"] == "unavailable"
         assert report["totals"] == expected["totals"]
+
+
+class AttendAll(nn.Module):
+    def forward(self, x):
+        return F.scaled_dot_product_attention(x, x, x)
+
+
+class ShrinksItsInputAfterwards(nn.Module):
+    """Runs attention over a copy of x, then resizes that copy in place to
+    two positions once the attention call has returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.attend = AttendAll()
+
+    def forward(self, x):
+        h = x.clone()
+        y = self.attend(h)
+        h.resize_(1, 2, E)
+        return y
+
+
+def test_an_argument_resized_after_its_call_returned_keeps_the_length_the_call_ran_with():
+    # `attend` ran unmasked attention over h of L positions: output i reads
+    # every position of h, "all" over length L. The post-hook takes h's
+    # sizes; read once the forward returned, h would have 2 positions.
+    report = torchscan.crawl_module(ShrinksItsInputAfterwards().eval(), args=(torch.randn(1, L, E),))
+    deps = _layer(report, "attend")["token_dependencies"]
+    assert _kinds(deps) == {"x": "all"}
+    assert deps["sources"][0]["length"] == L and deps["output"]["length"] == L
+
+
+def test_a_failure_naming_the_arguments_once_the_forward_returned_is_said(monkeypatch):
+    # A call without masks has its arguments named once the forward
+    # returned: a failure there makes that call unavailable, saying so, and
+    # leaves the crawl's counts as they were.
+    x = torch.randn(1, L, E)
+    expected = torchscan.crawl_module(ShrinksItsInputAfterwards().eval(), args=(x,))
+    named = token_flow._named
+
+    def fails(module, *args):
+        if isinstance(module, AttendAll):
+            raise RuntimeError("no names")
+        return named(module, *args)
+
+    monkeypatch.setattr(token_flow, "_named", fails)
+    report = torchscan.crawl_module(ShrinksItsInputAfterwards().eval(), args=(x,))
+    deps = _layer(report, "attend")["token_dependencies"]
+    assert deps["status"] == "unavailable" and deps["reason"] == "the analysis failed (RuntimeError: no names)"
+    assert any(d["code"] == "token_dependencies_unavailable" and d["path"] == "attend" for d in report["diagnostics"])
+    assert report["totals"] == expected["totals"]
