@@ -399,10 +399,7 @@ class TokenFlow:
                 found = None
             if found is not None and not found["attention"] and not found.get("softmax") and not inside:
                 return
-        # The pause only where tensor work runs: a native layer's request, or
-        # a call whose masks are read (most calls have none; the others take
-        # only their tensors' identities and shapes).
-        if self._pause is None or not (native or found is None or found["masks"]):
+        if self._pause is None:
             self._take(module, path, scope, index, args, kwargs, output, native, found, inside)
         else:
             with self._pause:
