@@ -298,8 +298,8 @@ def _relation(rel: dict) -> dict:
 # and code from the caches and found its own cold: in one process,
 # alternating crawls, asking them afterwards took 4-6% off the crawls of
 # BERT, T5, a Llama decode step and nn.TransformerEncoder. Naming the
-# arguments afterwards too halved the post-hook's time on BERT (about 1% of
-# its crawl).
+# arguments afterwards too halved the post-hook's time on BERT (1-2% of a
+# 12-layer BERT's crawl).
 #
 # Which calls become known calls (steps) of an enclosing one is known only
 # from their answers. The post-hook takes every call it analyses as one,
