@@ -173,10 +173,9 @@ _PLAIN = (bool, int, float, str, type(None))  # values that hold no tensor
 
 
 def _value_tensors(value) -> Sequence[torch.Tensor]:
-    """The tensors of one argument value, as tree_flatten finds them."""
+    """The tensors of one argument value that is no plain tensor (the
+    caller's common case, taken without a call), as tree_flatten finds them."""
     Tensor = torch.Tensor
-    if type(value) is Tensor:  # the common case, without tree_flatten's cost
-        return (value,)
     if isinstance(value, _PLAIN):
         return ()
     if type(value) is tuple and all(type(v) is Tensor for v in value):  # rotary (cos, sin), ...
