@@ -5,6 +5,8 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -15,9 +17,50 @@
 
 namespace torchscan {
 
-const OpInfo& OpCatalog::Get(const c10::OperatorHandle& op) {
-  auto it = infos_.find(op);
-  if (it != infos_.end()) return it->second;
+// Note [Operator facts across scans]
+// Every scan's catalog starts empty. What Get learns from an operator's
+// definition (its names, its schema's facts, its formula rows and traits)
+// is the same for every scan, and learning it again made up about a sixth of
+// the time a crawl took to write its layer rows on a small decoder: it is
+// kept for the process (DefinitionFacts) and copied into each catalog.
+// PyTorch tells a registration listener when a definition comes or goes
+// (not when kernels do): every kept fact is dropped then, so an operator
+// defined again, under the same name or at the same address, is read
+// afresh. has_math_kernel, which a kernel registration changes, is asked by
+// each catalog, as the computed tables are checked (Note [Computed tables
+// across scans]).
+namespace {
+
+// Never destroyed: the dispatcher calls the listener until the process ends.
+std::mutex* const shared_facts_mu = NewGuardedMutex(ForkRank::kOperatorTables);  // Note [Locks across fork]
+auto* const shared_facts = new std::unordered_map<c10::OperatorHandle, OpInfo>();
+std::atomic<uint64_t> definitions_changed{0};  // bumped by every definition registered or removed
+
+class ForgetFactsOnDefinitions final : public c10::OpRegistrationListener {
+ public:
+  void onOperatorRegistered(const c10::OperatorHandle&) override { Forget(); }
+  void onOperatorDeregistered(const c10::OperatorHandle&) override { Forget(); }
+
+ private:
+  static void Forget() {
+    std::lock_guard<std::mutex> lock(*shared_facts_mu);
+    definitions_changed.fetch_add(1, std::memory_order_relaxed);
+    shared_facts->clear();
+  }
+};
+
+// Facts kept only while the listener hears every definition: from the
+// first lookup on (its registration walks the operators defined so far).
+void ListenToDefinitions() {
+  static std::once_flag once;
+  static c10::RegistrationHandleRAII* listening = nullptr;  // never removed: it lives as long as the process
+  std::call_once(once, [] {
+    listening = new c10::RegistrationHandleRAII(
+        c10::Dispatcher::singleton().addRegistrationListener(std::make_unique<ForgetFactsOnDefinitions>()));
+  });
+}
+
+OpInfo ReadDefinition(const c10::OperatorHandle& op) {
   OpInfo info;
   const auto& name = op.operator_name();
   info.name = name.name;
@@ -40,8 +83,34 @@ const OpInfo& OpCatalog::Get(const c10::OperatorHandle& op) {
     info.builtin = FindOperatorFormula(info.name);
     info.module = FindModuleFormula(info.name);
   }
-  info.has_math_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
   info.traits = TraitsOf(info.name);
+  return info;
+}
+
+// The operator's definition facts (has_math_kernel not set).
+OpInfo DefinitionFacts(const c10::OperatorHandle& op) {
+  ListenToDefinitions();
+  uint64_t seen = 0;
+  {
+    std::lock_guard<std::mutex> lock(*shared_facts_mu);
+    auto it = shared_facts->find(op);
+    if (it != shared_facts->end()) return it->second;
+    seen = definitions_changed.load(std::memory_order_relaxed);
+  }
+  OpInfo info = ReadDefinition(op);  // outside the lock: the listener may need it meanwhile
+  std::lock_guard<std::mutex> lock(*shared_facts_mu);
+  // Not kept when a definition came or went while it was read: it may be of one that is gone.
+  if (definitions_changed.load(std::memory_order_relaxed) == seen) shared_facts->try_emplace(op, info);
+  return info;
+}
+
+}  // namespace
+
+const OpInfo& OpCatalog::Get(const c10::OperatorHandle& op) {
+  auto it = infos_.find(op);
+  if (it != infos_.end()) return it->second;
+  OpInfo info = DefinitionFacts(op);
+  info.has_math_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
   return infos_.emplace(op, std::move(info)).first->second;
 }
 
@@ -65,7 +134,9 @@ OpCall FormulaCall(const OpInfo& info, absl::Span<const ArgMeta> args, absl::Spa
 // all WinningKernel's callers read, except for operators whose kernel's
 // source file is read (a Python kernel's ".py:"): those are dumped each time.
 // A kernel replaced at a key that already had one changes only the
-// "registered at" part of its line.
+// "registered at" part of its line. The line a key set reaches depends on
+// the text alone, so it is kept with the text (Table::winners) and a later
+// scan finds it there.
 
 namespace {
 
@@ -100,14 +171,9 @@ std::vector<uint64_t> RegistrationPrint(const c10::OperatorHandle& op) {
   return bits;
 }
 
-struct SharedTable {
-  std::vector<uint64_t> print;
-  std::string table;
-};
-
 // Never destroyed: a report written while the process exits may still ask.
 std::mutex* const shared_tables_mu = NewGuardedMutex(ForkRank::kOperatorTables);  // Note [Locks across fork]
-auto* const shared_tables = new std::unordered_map<c10::OperatorHandle, SharedTable>();
+auto* const shared_tables = new std::unordered_map<c10::OperatorHandle, std::shared_ptr<OpCatalog::Table>>();
 
 // Operators with Python kernels whose children are their work (RanDecomposition).
 bool ReadsKernelSource(absl::string_view name) {
@@ -116,17 +182,18 @@ bool ReadsKernelSource(absl::string_view name) {
 
 }  // namespace
 
-std::string OpCatalog::ComputedTable(const c10::OperatorHandle& op) {
-  if (ReadsKernelSource(Get(op).name)) return op.dumpComputedTable();
+std::shared_ptr<OpCatalog::Table> OpCatalog::ComputedTable(const c10::OperatorHandle& op) {
+  if (ReadsKernelSource(Get(op).name)) return std::make_shared<Table>(Table{{}, op.dumpComputedTable(), {}});
   std::vector<uint64_t> print = RegistrationPrint(op);
   {
     std::lock_guard<std::mutex> lock(*shared_tables_mu);
     auto it = shared_tables->find(op);
-    if (it != shared_tables->end() && it->second.print == print) return it->second.table;
+    if (it != shared_tables->end() && it->second->print == print) return it->second;
   }
-  std::string table = op.dumpComputedTable();  // outside the lock: other operators need not wait
+  // Outside the lock: other operators need not wait.
+  auto table = std::make_shared<Table>(Table{std::move(print), op.dumpComputedTable(), {}});
   std::lock_guard<std::mutex> lock(*shared_tables_mu);
-  (*shared_tables)[op] = SharedTable{std::move(print), table};
+  (*shared_tables)[op] = table;
   return table;
 }
 
@@ -136,7 +203,18 @@ std::pair<c10::DispatchKey, absl::string_view> OpCatalog::WinningKernel(const c1
   if (!fresh) return cached->second;
   auto it = tables_.find(op);
   if (it == tables_.end()) it = tables_.emplace(op, ComputedTable(op)).first;
-  const std::string& table = it->second;
+  Table& kept = *it->second;
+  const std::string& table = kept.text;
+  {
+    // Another scan read this table for these keys already (the line is a
+    // pure function of the text and the keys).
+    std::lock_guard<std::mutex> lock(*shared_tables_mu);
+    auto w = kept.winners.find(keys.raw_repr());
+    if (w != kept.winners.end()) {
+      const auto& [key, at, length] = w->second;
+      return cached->second = {key, absl::string_view(table.data() + at, length)};
+    }
+  }
   cached->second = {c10::DispatchKey::Undefined, {}};
   for (c10::DispatchKeySet rest = keys; !rest.empty();) {
     const c10::DispatchKey k = rest.highestPriorityTypeId();
@@ -152,6 +230,9 @@ std::pair<c10::DispatchKey, absl::string_view> OpCatalog::WinningKernel(const c1
     cached->second = {k, line};
     break;
   }
+  const auto& [key, line] = cached->second;
+  std::lock_guard<std::mutex> lock(*shared_tables_mu);
+  kept.winners.try_emplace(keys.raw_repr(), key, line.empty() ? 0 : line.data() - table.data(), line.size());
   return cached->second;
 }
 

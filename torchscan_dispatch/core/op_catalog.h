@@ -6,8 +6,11 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
@@ -55,13 +58,21 @@ class OpCatalog {
   // autograd keys excluded, and any call it makes with them is its own.
   bool RanAutogradKernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys);
 
+  // An operator's computed dispatch table as text, kept across scans while
+  // its registrations are unchanged (Note [Computed tables across scans]),
+  // with the line each key set reaches (WinningKernel: key, offset, length).
+  struct Table {
+    std::vector<uint64_t> print;
+    std::string text;
+    absl::flat_hash_map<uint64_t, std::tuple<c10::DispatchKey, size_t, size_t>> winners;  // shared: under its lock
+  };
+
  private:
   // The key whose kernel this call reached, and its line in the computed table.
   std::pair<c10::DispatchKey, absl::string_view> WinningKernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys);
-  // The operator's computed dispatch table as text (Note [Computed tables across scans]).
-  std::string ComputedTable(const c10::OperatorHandle& op);
+  std::shared_ptr<Table> ComputedTable(const c10::OperatorHandle& op);
   std::unordered_map<c10::OperatorHandle, OpInfo> infos_;
-  std::unordered_map<c10::OperatorHandle, std::string> tables_;  // strings stay put: lines view them
+  std::unordered_map<c10::OperatorHandle, std::shared_ptr<Table>> tables_;  // texts stay put: lines view them
   std::unordered_map<c10::OperatorHandle, absl::flat_hash_map<uint64_t, std::pair<c10::DispatchKey, absl::string_view>>>
       winners_;
 };

@@ -44,3 +44,65 @@ def test_a_kernel_registered_then_removed_between_scans(torchscan):
     assert again["total"]["status"] == "complete", again["diagnostics"]
     assert again["total"]["value"] == 48
     lib._destroy()
+
+
+def test_an_operator_defined_again_between_scans(torchscan):
+    # What a catalog learns from a definition is kept across scans (Note
+    # [Operator facts across scans] in core/op_catalog.cc) and must be
+    # dropped when the definition goes. First definition: the schema says the
+    # result is a view of the input, so the call is zero-cost and the scan
+    # is complete with 0 FLOPs.
+    lib = torch.library.Library("ts_definition_changes", "DEF")
+    lib.define("pick(Tensor(a) x) -> Tensor(a)")
+    lib.impl("pick", lambda x: x.view(x.shape), "CompositeExplicitAutograd")
+    x = torch.rand(2, 3)
+    first = torchscan.measure_flops(lambda: torch.ops.ts_definition_changes.pick(x))
+    assert first["total"]["status"] == "complete", first["diagnostics"]
+    assert first["total"]["value"] == 0
+    lib._destroy()
+
+    # The same name defined again, now computing a new tensor in a kernel of
+    # its own: not a view, no formula, so its work is unknown and the total
+    # is a lower bound. Facts kept from the first definition would still call
+    # it a zero-cost view and the total complete.
+    again = torch.library.Library("ts_definition_changes", "DEF")
+    again.define("pick(Tensor x) -> Tensor")
+    again.impl("pick", lambda x: x * 2, "CPU")
+    try:
+        op = torch.ops.ts_definition_changes.pick.default
+        assert "Tensor(a)" not in str(op._schema)  # the new definition is the one called
+        second = torchscan.measure_flops(lambda: op(x))
+        assert second["total"]["status"] == "partial", second["diagnostics"]
+        assert "ts_definition_changes" in str(second["diagnostics"])
+    finally:
+        again._destroy()
+
+
+def test_definitions_coming_and_going_while_another_thread_scans(torchscan):
+    # The kept facts are dropped while scans read them (the dispatcher calls
+    # the listener on the defining thread): every scan still gets the same,
+    # complete answer, and nothing waits forever.
+    import threading
+
+    x, w = torch.rand(4, 8), torch.rand(8, 3)
+    expected = 2 * 4 * 8 * 3  # mm of 4x8 by 8x3: 2 * M * K * N FLOPs
+    stop = threading.Event()
+    defined = [0]
+
+    def define_and_remove():
+        while not stop.is_set():
+            lib = torch.library.Library("ts_definitions_churn", "DEF")
+            lib.define(f"noop{defined[0] % 3}(Tensor x) -> Tensor")
+            lib._destroy()
+            defined[0] += 1
+
+    churn = threading.Thread(target=define_and_remove, daemon=True)
+    churn.start()
+    try:
+        totals = [torchscan.measure_flops(lambda: torch.mm(x, w))["total"] for _ in range(40)]
+    finally:
+        stop.set()
+        churn.join(timeout=60)
+    assert not churn.is_alive()
+    assert defined[0] > 0
+    assert all(t["status"] == "complete" and t["value"] == expected for t in totals), totals
