@@ -53,13 +53,15 @@ def test_an_operator_defined_again_between_scans(torchscan):
     # result is a view of the input, so the call is zero-cost and the scan
     # is complete with 0 FLOPs.
     lib = torch.library.Library("ts_definition_changes", "DEF")
-    lib.define("pick(Tensor(a) x) -> Tensor(a)")
-    lib.impl("pick", lambda x: x.view(x.shape), "CompositeExplicitAutograd")
     x = torch.rand(2, 3)
-    first = torchscan.measure_flops(lambda: torch.ops.ts_definition_changes.pick(x))
-    assert first["total"]["status"] == "complete", first["diagnostics"]
-    assert first["total"]["value"] == 0
-    lib._destroy()
+    try:
+        lib.define("pick(Tensor(a) x) -> Tensor(a)")
+        lib.impl("pick", lambda x: x.view(x.shape), "CompositeExplicitAutograd")
+        first = torchscan.measure_flops(lambda: torch.ops.ts_definition_changes.pick(x))
+        assert first["total"]["status"] == "complete", first["diagnostics"]
+        assert first["total"]["value"] == 0
+    finally:
+        lib._destroy()  # also when an assertion fails: the name is defined again below and in no other test
 
     # The same name defined again, now computing a new tensor in a kernel of
     # its own: not a view, no formula, so its work is unknown and the total
@@ -86,7 +88,7 @@ def test_definitions_coming_and_going_while_another_thread_scans(torchscan):
 
     x, w = torch.rand(4, 8), torch.rand(8, 3)
     expected = 2 * 4 * 8 * 3  # mm of 4x8 by 8x3: 2 * M * K * N FLOPs
-    stop = threading.Event()
+    stop, started = threading.Event(), threading.Event()
     defined = [0]
 
     def define_and_remove():
@@ -95,10 +97,14 @@ def test_definitions_coming_and_going_while_another_thread_scans(torchscan):
             lib.define(f"noop{defined[0] % 3}(Tensor x) -> Tensor")
             lib._destroy()
             defined[0] += 1
+            started.set()
 
     churn = threading.Thread(target=define_and_remove, daemon=True)
     churn.start()
     try:
+        # The scans begin once the churn has: 40 small scans can otherwise end
+        # before the thread first runs, and the test would check nothing.
+        assert started.wait(timeout=60)
         totals = [torchscan.measure_flops(lambda: torch.mm(x, w))["total"] for _ in range(40)]
     finally:
         stop.set()
